@@ -1,0 +1,204 @@
+//! The approver: validates a gang proposal against the view and applies it atomically.
+//!
+//! Validation order: the proposal id (idempotency), the job, the gang's shape (member count,
+//! servers, device and core ranges, counts, memory, device type), intra-gang overlap, locality
+//! against the job's tolerance, the tenant's quota, and finally what is free. Shape errors stop
+//! at the first problem; free-resource conflicts are gathered over every member so that the
+//! decision carries the fresh state of every stale server at once. Apply takes every member or
+//! none: nothing is written until every member has passed.
+
+use crate::fit;
+use crate::ids::ServerId;
+use crate::job::JobState;
+use crate::locality::LocalityLevel;
+use crate::placement::{Decision, GangPlacement, MemberPlacement, Proposal, Rejection};
+use crate::view::{Change, ClusterView};
+use std::collections::HashMap;
+
+/// Members beyond which overlap detection switches from a scan to a map.
+const SCAN_LIMIT: usize = 16;
+
+impl ClusterView {
+    /// Validates and, if valid, applies a proposal. Idempotent on the proposal id.
+    pub fn propose(&mut self, p: &Proposal) -> Decision {
+        if let Some(&owner) = self.applied.get(&p.id) {
+            if owner == p.job {
+                return Decision::AlreadyApplied { job: p.job, proposal: p.id, version: self.version };
+            }
+            return self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]);
+        }
+        match self.validate(p) {
+            Ok(level) => {
+                self.commit(p, level);
+                Decision::Accepted { job: p.job, proposal: p.id, level, version: self.version }
+            }
+            Err((reason, stale)) => self.reject(p, reason, &stale),
+        }
+    }
+
+    /// Checks a proposal without applying it. On success returns the gang's locality level; on
+    /// failure the first reason and the servers whose state conflicted.
+    pub fn validate(&self, p: &Proposal) -> Result<LocalityLevel, (Rejection, Vec<ServerId>)> {
+        let fail = |r: Rejection| Err((r, Vec::new()));
+        let Some(job) = self.jobs.get(&p.job) else {
+            return fail(Rejection::UnknownJob);
+        };
+        if job.state != JobState::Pending {
+            return fail(Rejection::JobNotPending { state: job.state.as_str().to_string() });
+        }
+        let spec = &job.spec;
+        if p.members.len() != spec.members as usize {
+            return fail(Rejection::WrongMemberCount { expected: spec.members, got: p.members.len() as u32 });
+        }
+        // Shape of every member, and each member's resources net of earlier members of the gang.
+        let mut claims = Claims::new(p.members.len());
+        for (i, m) in p.members.iter().enumerate() {
+            let member = i as u32;
+            let Some(rec) = self.servers.get(m.server.index()) else {
+                return fail(Rejection::UnknownServer { member, server: m.server });
+            };
+            let topo = self.topology_of(rec.config_set);
+            if let Some(want) = &spec.gpu_type {
+                if *want != topo.device_type {
+                    return fail(Rejection::WrongGpuType {
+                        member,
+                        server: m.server,
+                        expected: want.clone(),
+                        got: topo.device_type.clone(),
+                    });
+                }
+            }
+            let req = fit::member_request(spec, topo);
+            if let Err(r) = fit::check_member_shape(topo, m, &req, member) {
+                return fail(r);
+            }
+            if !claims.add(m) {
+                return fail(Rejection::OverlapWithinGang { server: m.server });
+            }
+        }
+        let level = self.gang_level(&p.members);
+        if level > spec.tolerate {
+            return fail(Rejection::LocalityTooLoose { achieved: level, tolerate: spec.tolerate });
+        }
+        let mut first: Option<Rejection> = None;
+        let mut stale: Vec<ServerId> = Vec::new();
+        if let Some(&quota) = self.quotas.get(&spec.tenant) {
+            let used = self.tenant_used(&spec.tenant);
+            if used + spec.total_gpus() > quota {
+                first = Some(Rejection::QuotaExceeded {
+                    tenant: spec.tenant.clone(),
+                    quota,
+                    used,
+                    asked: spec.total_gpus(),
+                });
+            }
+        }
+        for m in claims.per_server() {
+            let rec = &self.servers[m.server.index()];
+            if let Err(r) = fit::check_member_free(rec, &m) {
+                first.get_or_insert(r);
+                stale.push(m.server);
+            }
+        }
+        match first {
+            None => Ok(level),
+            Some(r) => Err((r, stale)),
+        }
+    }
+
+    /// The locality level a set of members achieves.
+    pub fn gang_level(&self, members: &[MemberPlacement]) -> LocalityLevel {
+        let Some(first) = members.first() else {
+            return LocalityLevel::PcieSwitch;
+        };
+        if members.iter().all(|m| m.server == first.server) {
+            let all = members.iter().fold(0u64, |a, m| a | m.gpus);
+            let cs = self.servers[first.server.index()].config_set;
+            return self.topology_of(cs).level_of(all);
+        }
+        let cs_of = |m: &MemberPlacement| &self.config_sets[self.servers[m.server.index()].config_set.index()];
+        let c0 = cs_of(first);
+        if members.iter().all(|m| cs_of(m).rack == c0.rack) {
+            LocalityLevel::Rack
+        } else if members.iter().all(|m| cs_of(m).ib_domain == c0.ib_domain) {
+            LocalityLevel::IbDomain
+        } else {
+            LocalityLevel::Any
+        }
+    }
+
+    fn commit(&mut self, p: &Proposal, level: LocalityLevel) {
+        self.bump();
+        for m in &p.members {
+            let r = &mut self.servers[m.server.index()];
+            // Second line of defence: validation proved these; a failure here is a bug.
+            assert_eq!(m.gpus & !r.free_gpus, 0, "{}: devices of {} not free at apply", p.job, m.server);
+            assert!(m.cores.is_subset_of(r.free_cores), "{}: cores of {} not free at apply", p.job, m.server);
+            assert!(m.memory_mib <= r.free_memory_mib, "{}: memory of {} not free at apply", p.job, m.server);
+            r.free_gpus &= !m.gpus;
+            r.free_cores = r.free_cores.without(m.cores);
+            r.free_memory_mib -= m.memory_mib;
+            self.touch_server(m.server);
+        }
+        let version = self.version;
+        let job = self.jobs.get_mut(&p.job).expect("validated job exists");
+        job.state = JobState::Placed;
+        job.placement = Some(GangPlacement { proposal: p.id, members: p.members.clone(), level, placed_at: version });
+        let (tenant, total) = (job.spec.tenant.clone(), job.spec.total_gpus());
+        *self.tenant_used.entry(tenant).or_default() += total;
+        self.applied.insert(p.id, p.job);
+        self.note(Change::Job(p.job));
+    }
+
+    fn reject(&self, p: &Proposal, reason: Rejection, stale: &[ServerId]) -> Decision {
+        Decision::Rejected {
+            job: p.job,
+            proposal: p.id,
+            reason,
+            fresh: stale.iter().map(|&s| (s, self.servers[s.index()])).collect(),
+            version: self.version,
+        }
+    }
+}
+
+/// The resources a gang claims, merged per server, with overlap detection.
+struct Claims {
+    merged: Vec<MemberPlacement>,
+    by_server: Option<HashMap<ServerId, usize>>,
+}
+
+impl Claims {
+    fn new(members: usize) -> Claims {
+        Claims { merged: Vec::with_capacity(members), by_server: (members > SCAN_LIMIT).then(HashMap::new) }
+    }
+
+    /// Adds a member; false if it overlaps an earlier member on the same server.
+    fn add(&mut self, m: &MemberPlacement) -> bool {
+        let found = match &self.by_server {
+            Some(map) => map.get(&m.server).copied(),
+            None => self.merged.iter().position(|x| x.server == m.server),
+        };
+        match found {
+            Some(i) => {
+                let x = &mut self.merged[i];
+                if x.gpus & m.gpus != 0 || x.cores.intersects(m.cores) {
+                    return false;
+                }
+                x.gpus |= m.gpus;
+                x.cores = x.cores.or(m.cores);
+                x.memory_mib = x.memory_mib.saturating_add(m.memory_mib);
+            }
+            None => {
+                if let Some(map) = &mut self.by_server {
+                    map.insert(m.server, self.merged.len());
+                }
+                self.merged.push(*m);
+            }
+        }
+        true
+    }
+
+    fn per_server(&self) -> impl Iterator<Item = MemberPlacement> + '_ {
+        self.merged.iter().copied()
+    }
+}

@@ -1,0 +1,260 @@
+//! Cluster spec files: which configuration sets exist, how many servers each has, where they sit.
+//!
+//! ```toml
+//! name = "dev"
+//! [[racks]]
+//! name = "rack-a"
+//! ib_domain = "ib-0"
+//! topology = "seed-8gpu"         # a compiled-in preset, or
+//! # topology_file = "my.toml"    # a file, relative to this spec file
+//! servers = 2
+//!
+//! [quotas]                       # optional: most GPUs a tenant may hold at once
+//! vision = 16
+//! ```
+//!
+//! Each `[[racks]]` entry becomes one configuration set; several entries may share a rack name
+//! (servers of different topologies in one rack) if they agree on its InfiniBand domain.
+
+use crate::error::SpecError;
+use crate::topology::Topology;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The most servers one view holds.
+pub const MAX_SERVERS: u64 = 1 << 24;
+
+/// One group of identical servers in one rack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RackGroup {
+    /// Rack name.
+    pub rack: String,
+    /// InfiniBand domain name.
+    pub ib_domain: String,
+    /// Index into [`ClusterSpec::topologies`].
+    pub topology: usize,
+    /// Number of servers.
+    pub servers: u32,
+}
+
+/// A validated cluster spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSpec {
+    /// Cluster name.
+    pub name: String,
+    /// Distinct topologies used.
+    pub topologies: Vec<Topology>,
+    /// Server groups in file order.
+    pub groups: Vec<RackGroup>,
+    /// GPU quota per tenant; tenants not listed are unlimited.
+    pub quotas: BTreeMap<String, u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    name: String,
+    racks: Vec<RawRack>,
+    #[serde(default)]
+    quotas: BTreeMap<String, u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRack {
+    name: String,
+    ib_domain: String,
+    #[serde(default)]
+    topology: Option<String>,
+    #[serde(default)]
+    topology_file: Option<String>,
+    servers: u32,
+}
+
+impl ClusterSpec {
+    /// Parses and validates a cluster spec. `file` names it in errors; `dir` resolves
+    /// `topology_file` paths (the spec file's directory).
+    pub fn from_toml(file: &str, text: &str, dir: Option<&Path>) -> Result<ClusterSpec, SpecError> {
+        let raw: RawSpec = toml::from_str(text).map_err(|e| SpecError::syntax(file, &e))?;
+        if raw.name.trim().is_empty() {
+            return Err(SpecError::invalid(file, "name", "must not be empty"));
+        }
+        if raw.racks.is_empty() {
+            return Err(SpecError::invalid(file, "racks", "at least one [[racks]] entry is required"));
+        }
+        let mut spec = ClusterSpec { name: raw.name, topologies: Vec::new(), groups: Vec::new(), quotas: raw.quotas };
+        let mut ib_of_rack: BTreeMap<String, String> = BTreeMap::new();
+        let mut total: u64 = 0;
+        for (i, r) in raw.racks.iter().enumerate() {
+            let f = |name: &str| format!("racks[{i}].{name}");
+            if r.name.trim().is_empty() {
+                return Err(SpecError::invalid(file, f("name"), "must not be empty"));
+            }
+            if r.ib_domain.trim().is_empty() {
+                return Err(SpecError::invalid(file, f("ib_domain"), "must not be empty"));
+            }
+            if r.servers == 0 {
+                return Err(SpecError::invalid(file, f("servers"), "must be at least 1"));
+            }
+            total += r.servers as u64;
+            if total > MAX_SERVERS {
+                return Err(SpecError::invalid(
+                    file,
+                    f("servers"),
+                    format!("the cluster would exceed {MAX_SERVERS} servers"),
+                ));
+            }
+            let topo = match (&r.topology, &r.topology_file) {
+                (Some(name), None) => Topology::preset(name).ok_or_else(|| {
+                    let known: Vec<&str> = crate::topology::PRESETS.iter().map(|(n, _)| *n).collect();
+                    SpecError::invalid(
+                        file,
+                        f("topology"),
+                        format!("unknown preset `{name}` (known: {})", known.join(", ")),
+                    )
+                })?,
+                (None, Some(path)) => {
+                    let p = dir.map(|d| d.join(path)).unwrap_or_else(|| Path::new(path).to_path_buf());
+                    Topology::from_file(&p)?
+                }
+                (Some(_), Some(_)) => {
+                    return Err(SpecError::invalid(
+                        file,
+                        f("topology"),
+                        "give either `topology` or `topology_file`, not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(SpecError::invalid(
+                        file,
+                        f("topology"),
+                        "missing: give `topology` (a preset name) or `topology_file`",
+                    ));
+                }
+            };
+            if let Some(prev) = ib_of_rack.get(&r.name) {
+                if prev != &r.ib_domain {
+                    return Err(SpecError::invalid(
+                        file,
+                        f("ib_domain"),
+                        format!("rack `{}` is already in IB domain `{prev}`, not `{}`", r.name, r.ib_domain),
+                    ));
+                }
+            }
+            ib_of_rack.insert(r.name.clone(), r.ib_domain.clone());
+            let t = spec.add_topology(topo).map_err(|m| SpecError::invalid(file, f("topology"), m))?;
+            if spec.groups.iter().any(|g| g.rack == r.name && g.topology == t) {
+                return Err(SpecError::invalid(
+                    file,
+                    f("name"),
+                    format!(
+                        "rack `{}` already has a group of topology `{}`; merge the two entries",
+                        r.name, spec.topologies[t].name
+                    ),
+                ));
+            }
+            spec.groups.push(RackGroup {
+                rack: r.name.clone(),
+                ib_domain: r.ib_domain.clone(),
+                topology: t,
+                servers: r.servers,
+            });
+        }
+        for (tenant, q) in &spec.quotas {
+            if tenant.trim().is_empty() {
+                return Err(SpecError::invalid(file, "quotas", "a tenant name must not be empty"));
+            }
+            if *q == 0 {
+                return Err(SpecError::invalid(
+                    file,
+                    format!("quotas.{tenant}"),
+                    "a quota of 0 GPUs admits nothing; remove the tenant or raise it",
+                ));
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Reads and validates a cluster spec file.
+    pub fn from_file(path: &Path) -> Result<ClusterSpec, SpecError> {
+        let text = SpecError::read(path)?;
+        ClusterSpec::from_toml(&path.display().to_string(), &text, path.parent())
+    }
+
+    /// A cluster of `servers` identical servers, `servers_per_rack` to a rack and
+    /// `racks_per_ib_domain` racks to an InfiniBand domain (used by benchmarks and tests).
+    pub fn uniform(topology: Topology, servers: u32, servers_per_rack: u32, racks_per_ib_domain: u32) -> ClusterSpec {
+        let per_rack = servers_per_rack.max(1);
+        let per_ib = racks_per_ib_domain.max(1);
+        let mut groups = Vec::new();
+        let mut left = servers;
+        let mut rack = 0u32;
+        while left > 0 {
+            let n = left.min(per_rack);
+            groups.push(RackGroup {
+                rack: format!("rack-{rack}"),
+                ib_domain: format!("ib-{}", rack / per_ib),
+                topology: 0,
+                servers: n,
+            });
+            left -= n;
+            rack += 1;
+        }
+        ClusterSpec { name: format!("uniform-{servers}"), topologies: vec![topology], groups, quotas: BTreeMap::new() }
+    }
+
+    /// Total servers.
+    pub fn server_count(&self) -> u64 {
+        self.groups.iter().map(|g| g.servers as u64).sum()
+    }
+
+    fn add_topology(&mut self, t: Topology) -> Result<usize, String> {
+        if let Some(i) = self.topologies.iter().position(|x| x.name == t.name) {
+            if self.topologies[i] != t {
+                return Err(format!("two different topologies are both named `{}`", t.name));
+            }
+            return Ok(i);
+        }
+        if self.topologies.len() >= u16::MAX as usize {
+            return Err("too many distinct topologies".into());
+        }
+        self.topologies.push(t);
+        Ok(self.topologies.len() - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let ok = "name='c'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='seed-8gpu'\nservers=2\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='pcie-4gpu'\nservers=1\n";
+        let s = ClusterSpec::from_toml("c.toml", ok, None).expect("valid");
+        assert_eq!(s.server_count(), 3);
+        assert_eq!(s.topologies.len(), 2);
+        let bad = |t: &str| ClusterSpec::from_toml("c.toml", t, None).expect_err("invalid").to_string();
+        let e = bad("name='c'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='nope'\nservers=2\n");
+        assert!(e.contains("racks[0].topology") && e.contains("unknown preset `nope`"), "{e}");
+        let e = bad("name='c'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='seed-8gpu'\nservers=0\n");
+        assert!(e.contains("racks[0].servers"), "{e}");
+        let e = bad(
+            "name='c'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='seed-8gpu'\nservers=1\n[[racks]]\nname='r0'\nib_domain='ib1'\ntopology='pcie-4gpu'\nservers=1\n",
+        );
+        assert!(e.contains("racks[1].ib_domain"), "{e}");
+        let e = bad("name='c'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology_file='/nonexistent.toml'\nservers=1\n");
+        assert!(e.contains("/nonexistent.toml") && e.contains("cannot read"), "{e}");
+        let e = bad("name='c'\nracks=[]\n");
+        assert!(e.contains("`racks`"), "{e}");
+    }
+
+    #[test]
+    fn uniform_layout() {
+        let t = Topology::preset("seed-8gpu").expect("preset");
+        let s = ClusterSpec::uniform(t, 40, 16, 2);
+        assert_eq!(s.groups.len(), 3);
+        assert_eq!(s.groups[2].servers, 8);
+        assert_eq!(s.groups[2].ib_domain, "ib-1");
+    }
+}

@@ -1,0 +1,105 @@
+//! An independent checker of the view's invariants.
+//!
+//! It recomputes what every server should have free from the jobs' placements alone and
+//! compares, so it does not trust the bookkeeping it checks. Tests and benchmarks call it;
+//! [`check`] returns every violation found, each described in words.
+
+use crate::job::JobState;
+use crate::mask::CoreMask;
+use crate::view::ClusterView;
+
+/// Counts of what the checker found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Devices held by two or more jobs at once (each extra holder counts once).
+    pub double_allocated_devices: u64,
+    /// Cores held by two or more jobs at once.
+    pub double_allocated_cores: u64,
+    /// Jobs whose placement is not whole (wrong member count or GPU count).
+    pub partial_gangs: u64,
+    /// Descriptions of every violation, including free-mask mismatches.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// True when no invariant is broken.
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Double allocations of devices and cores together.
+    pub fn double_allocations(&self) -> u64 {
+        self.double_allocated_devices + self.double_allocated_cores
+    }
+}
+
+/// Checks: no device or core held by two jobs; gangs whole or absent; jobs hold resources
+/// exactly in the states that should; every server's free masks and memory equal its capacity
+/// minus what its jobs hold.
+pub fn check(view: &ClusterView) -> Report {
+    let mut rep = Report::default();
+    let n = view.servers.len();
+    let mut held_gpus = vec![0u64; n];
+    let mut held_cores = vec![CoreMask::EMPTY; n];
+    let mut held_mem = vec![0u64; n];
+    for job in view.jobs() {
+        let holds = job.state.holds_resources();
+        match (&job.placement, holds) {
+            (None, true) => rep.violations.push(format!("{} is {} but has no placement", job.id, job.state)),
+            (Some(_), false) => rep.violations.push(format!("{} is {} but holds a placement", job.id, job.state)),
+            _ => {}
+        }
+        let Some(p) = &job.placement else { continue };
+        if p.members.len() != job.spec.members as usize
+            || p.members.iter().any(|m| m.gpus.count_ones() != job.spec.gpus_per_member)
+        {
+            rep.partial_gangs += 1;
+            rep.violations.push(format!("{} holds a partial gang ({} members)", job.id, p.members.len()));
+        }
+        for m in &p.members {
+            let Some(i) = (m.server.index() < n).then_some(m.server.index()) else {
+                rep.violations.push(format!("{} holds unknown server {}", job.id, m.server));
+                continue;
+            };
+            let dg = held_gpus[i] & m.gpus;
+            if dg != 0 {
+                rep.double_allocated_devices += dg.count_ones() as u64;
+                rep.violations.push(format!(
+                    "{}: devices {} on {} held twice",
+                    job.id,
+                    crate::mask::format_indices(dg),
+                    m.server
+                ));
+            }
+            let dc = held_cores[i].and(m.cores);
+            if !dc.is_empty() {
+                rep.double_allocated_cores += dc.count() as u64;
+                rep.violations.push(format!("{}: cores {} on {} held twice", job.id, dc.format(), m.server));
+            }
+            held_gpus[i] |= m.gpus;
+            held_cores[i] = held_cores[i].or(m.cores);
+            held_mem[i] += m.memory_mib as u64;
+        }
+        if job.state == JobState::Pending && job.placement.is_some() {
+            rep.violations.push(format!("{} is pending with a placement", job.id));
+        }
+    }
+    for (i, r) in view.servers.iter().enumerate() {
+        let t = view.topology_of(r.config_set);
+        let want_gpus = t.all_devices() & !held_gpus[i];
+        let want_cores = t.all_cores().without(held_cores[i]);
+        let want_mem = (t.memory_mib as u64).saturating_sub(held_mem[i]);
+        if r.free_gpus != want_gpus || r.free_cores != want_cores || r.free_memory_mib as u64 != want_mem {
+            rep.violations.push(format!(
+                "server#{i}: free state (gpus {}, cores {}, {} MiB) differs from capacity minus holdings (gpus {}, cores {}, {} MiB)",
+                crate::mask::format_indices(r.free_gpus),
+                r.free_cores.format(),
+                r.free_memory_mib,
+                crate::mask::format_indices(want_gpus),
+                want_cores.format(),
+                want_mem
+            ));
+        }
+    }
+    rep
+}

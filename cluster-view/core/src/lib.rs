@@ -1,0 +1,54 @@
+//! # tessera-view: the compact cluster view and its approver
+//!
+//! This crate is the pure core of Tessera. It performs no I/O beyond reading spec files on
+//! request, owns no threads and reads no clock, so the same code runs inside a Raft replica, in
+//! the trace-driven simulator and in deterministic fault tests.
+//!
+//! Map of the crate, in the order data flows through it:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`locality`] | [`LocalityLevel`]: `pcie-switch < socket < server < rack < ib-domain < any` |
+//! | [`mask`] | GPU masks (`u64`) and [`CoreMask`] (128 cores) bit helpers |
+//! | [`topology`] | [`Topology`]: one server model as nested masks, parsed from a preset file |
+//! | [`cluster_spec`] | [`ClusterSpec`]: racks × topologies × counts, IB domains, quotas (TOML) |
+//! | [`config_set`] | [`ConfigSet`]: a homogeneous group of servers (topology + network position) |
+//! | [`server`] | [`ServerRecord`]: the 32-byte hot state of one server |
+//! | [`job`] | [`JobSpec`] (TOML), [`Job`], [`JobState`], CPU and memory demand |
+//! | [`placement`] | [`Proposal`], [`MemberPlacement`], [`Decision`], [`Rejection`] |
+//! | [`fit`] | the one fit function shared by the approver and every scheduler's search |
+//! | [`view`] | [`ClusterView`]: the state machine (commands, versions, deltas, snapshots, hash) |
+//! | [`approver`] | atomic gang validation and apply, idempotent on the proposal id |
+//! | [`invariants`] | an independent checker of the view's invariants |
+//!
+//! Invariants, asserted in code and checked by `tests/`: a device or core is never allocated to
+//! two jobs; a gang is placed whole or not at all; replaying the same commands gives the same
+//! state hash.
+
+pub mod approver;
+pub mod cluster_spec;
+pub mod config_set;
+pub mod error;
+pub mod fit;
+pub mod hash;
+pub mod ids;
+pub mod invariants;
+pub mod job;
+pub mod locality;
+pub mod mask;
+pub mod placement;
+pub mod server;
+pub mod topology;
+pub mod view;
+
+pub use cluster_spec::ClusterSpec;
+pub use config_set::ConfigSet;
+pub use error::{SpecError, ViewError};
+pub use ids::{ConfigSetId, JobId, ProposalId, ServerId, ViewVersion};
+pub use job::{CpuDemand, Job, JobSpec, JobState, Predictor};
+pub use locality::LocalityLevel;
+pub use mask::CoreMask;
+pub use placement::{Decision, MemberPlacement, Proposal, Rejection};
+pub use server::{Health, ServerRecord};
+pub use topology::Topology;
+pub use view::{ClusterView, Command, Outcome, ViewDelta, ViewSnapshot};

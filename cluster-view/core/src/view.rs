@@ -1,0 +1,627 @@
+//! [`ClusterView`]: the replicated state machine.
+//!
+//! All mutation goes through [`ClusterView::apply`] (or the direct methods it dispatches to),
+//! which is deterministic: replicas that apply the same commands in the same order hold the same
+//! state and the same [`ClusterView::state_hash`]. The view's version counts the commands that
+//! changed state. A bounded change log serves deltas to watchers; a watcher further behind than
+//! the log reaches must take a snapshot.
+
+use crate::cluster_spec::ClusterSpec;
+use crate::config_set::ConfigSet;
+use crate::error::ViewError;
+use crate::fit;
+use crate::hash::StateHasher;
+use crate::ids::{ConfigSetId, JobId, ProposalId, ServerId, ViewVersion};
+use crate::job::{Job, JobSpec, JobState};
+use crate::locality::LocalityLevel;
+use crate::placement::{Decision, Proposal};
+use crate::server::{Health, ServerRecord};
+use crate::topology::Topology;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Default bound on the change log (entries).
+pub const DEFAULT_CHANGE_LOG: usize = 1 << 16;
+/// Default number of ended jobs kept for queries before the oldest are forgotten.
+pub const DEFAULT_ENDED_JOBS_KEPT: usize = 100_000;
+
+/// A state change, replicated through the log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Admit a job (refused if it could never fit).
+    Submit(JobSpec),
+    /// A batch of proposals, each approved or rejected on its own, each atomic.
+    Propose(Vec<Proposal>),
+    /// A job ended; release its resources.
+    Release {
+        /// The job.
+        job: JobId,
+        /// Whether it failed.
+        failed: bool,
+    },
+    /// Cancel a job in any live state.
+    Cancel {
+        /// The job.
+        job: JobId,
+    },
+    /// Change a server's health; `Down` re-queues its gangs whole.
+    SetHealth {
+        /// The server.
+        server: ServerId,
+        /// New health.
+        health: Health,
+    },
+}
+
+/// The result of applying a [`Command`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The new job's id, or why it was refused.
+    Submitted(Result<JobId, ViewError>),
+    /// One decision per proposal, in order.
+    Decided(Vec<Decision>),
+    /// Release or cancel result.
+    Ended(Result<(), ViewError>),
+    /// Jobs re-queued by a health change.
+    HealthSet(Result<Vec<JobId>, ViewError>),
+}
+
+/// What changed at one version, for deltas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    Server(ServerId),
+    Job(JobId),
+}
+
+/// Everything that changed after a version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViewDelta {
+    /// The version the delta starts after.
+    pub from: ViewVersion,
+    /// The version it brings the reader to.
+    pub to: ViewVersion,
+    /// Current records of servers that changed.
+    pub servers: Vec<(ServerId, ServerRecord)>,
+    /// Current records of jobs that changed (ended jobs may be absent if forgotten).
+    pub jobs: Vec<Job>,
+}
+
+/// A whole view, enough to rebuild an identical [`ClusterView`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViewSnapshot {
+    /// Its version.
+    pub version: ViewVersion,
+    /// Topology table.
+    pub topologies: Vec<Topology>,
+    /// Configuration sets.
+    pub config_sets: Vec<ConfigSet>,
+    /// Rack names.
+    pub racks: Vec<String>,
+    /// InfiniBand domain names.
+    pub ib_domains: Vec<String>,
+    /// Server records, by id.
+    pub servers: Vec<ServerRecord>,
+    /// Server names, by id.
+    pub server_names: Vec<String>,
+    /// Jobs, by id.
+    pub jobs: Vec<Job>,
+    /// Tenant quotas.
+    pub quotas: BTreeMap<String, u32>,
+    /// The next job id.
+    pub next_job: u64,
+}
+
+/// The cluster view. See the crate docs for its invariants.
+#[derive(Debug, Clone)]
+pub struct ClusterView {
+    pub(crate) version: ViewVersion,
+    pub(crate) topologies: Vec<Topology>,
+    pub(crate) config_sets: Vec<ConfigSet>,
+    pub(crate) racks: Vec<String>,
+    pub(crate) ib_domains: Vec<String>,
+    pub(crate) servers: Vec<ServerRecord>,
+    pub(crate) server_names: Vec<String>,
+    pub(crate) server_versions: Vec<ViewVersion>,
+    pub(crate) server_by_name: HashMap<String, ServerId>,
+    pub(crate) jobs: HashMap<JobId, Job>,
+    pub(crate) ended: VecDeque<JobId>,
+    pub(crate) ended_kept: usize,
+    pub(crate) next_job: u64,
+    pub(crate) applied: HashMap<ProposalId, JobId>,
+    pub(crate) quotas: BTreeMap<String, u32>,
+    pub(crate) tenant_used: HashMap<String, u32>,
+    pub(crate) log: VecDeque<(ViewVersion, Change)>,
+    pub(crate) log_cap: usize,
+    pub(crate) log_floor: ViewVersion,
+}
+
+impl ClusterView {
+    /// A view with every server of `spec` up and free.
+    pub fn from_spec(spec: &ClusterSpec) -> ClusterView {
+        let mut racks: Vec<String> = Vec::new();
+        let mut ibs: Vec<String> = Vec::new();
+        let mut config_sets = Vec::new();
+        let mut servers = Vec::new();
+        let mut names = Vec::new();
+        let mut per_rack: HashMap<String, u32> = HashMap::new();
+        for (i, g) in spec.groups.iter().enumerate() {
+            let rack = index_of(&mut racks, &g.rack);
+            let ib = index_of(&mut ibs, &g.ib_domain);
+            let topo = &spec.topologies[g.topology];
+            let id = ConfigSetId(i as u16);
+            config_sets.push(ConfigSet {
+                id,
+                name: format!("{}/{}", g.rack, topo.name),
+                topology: g.topology as u16,
+                rack,
+                ib_domain: ib,
+            });
+            let n = per_rack.entry(g.rack.clone()).or_default();
+            for _ in 0..g.servers {
+                servers.push(ServerRecord {
+                    free_gpus: topo.all_devices(),
+                    free_cores: topo.all_cores(),
+                    free_memory_mib: topo.memory_mib,
+                    config_set: id,
+                    health: Health::Up,
+                });
+                names.push(format!("{}-s{:02}", g.rack, *n));
+                *n += 1;
+            }
+        }
+        let server_by_name = names.iter().enumerate().map(|(i, n)| (n.clone(), ServerId(i as u32))).collect();
+        let count = servers.len();
+        ClusterView {
+            version: ViewVersion(0),
+            topologies: spec.topologies.clone(),
+            config_sets,
+            racks,
+            ib_domains: ibs,
+            servers,
+            server_names: names,
+            server_versions: vec![ViewVersion(0); count],
+            server_by_name,
+            jobs: HashMap::new(),
+            ended: VecDeque::new(),
+            ended_kept: DEFAULT_ENDED_JOBS_KEPT,
+            next_job: 1,
+            applied: HashMap::new(),
+            quotas: spec.quotas.clone(),
+            tenant_used: HashMap::new(),
+            log: VecDeque::new(),
+            log_cap: DEFAULT_CHANGE_LOG,
+            log_floor: ViewVersion(0),
+        }
+    }
+
+    /// Sets the change-log bound (entries) and how many ended jobs are kept.
+    pub fn with_limits(mut self, change_log: usize, ended_jobs_kept: usize) -> ClusterView {
+        self.log_cap = change_log.max(1);
+        self.ended_kept = ended_jobs_kept;
+        self
+    }
+
+    /// The version: commands applied that changed state.
+    #[inline]
+    pub fn version(&self) -> ViewVersion {
+        self.version
+    }
+
+    /// Topology table.
+    pub fn topologies(&self) -> &[Topology] {
+        &self.topologies
+    }
+
+    /// Configuration sets.
+    pub fn config_sets(&self) -> &[ConfigSet] {
+        &self.config_sets
+    }
+
+    /// Rack names, by index.
+    pub fn racks(&self) -> &[String] {
+        &self.racks
+    }
+
+    /// InfiniBand domain names, by index.
+    pub fn ib_domains(&self) -> &[String] {
+        &self.ib_domains
+    }
+
+    /// The topology of a configuration set.
+    #[inline]
+    pub fn topology_of(&self, cs: ConfigSetId) -> &Topology {
+        &self.topologies[self.config_sets[cs.index()].topology as usize]
+    }
+
+    /// All server records, indexed by [`ServerId`].
+    #[inline]
+    pub fn servers(&self) -> &[ServerRecord] {
+        &self.servers
+    }
+
+    /// One server's record.
+    #[inline]
+    pub fn server(&self, id: ServerId) -> Option<&ServerRecord> {
+        self.servers.get(id.index())
+    }
+
+    /// One server's name.
+    pub fn server_name(&self, id: ServerId) -> Option<&str> {
+        self.server_names.get(id.index()).map(String::as_str)
+    }
+
+    /// A server by name.
+    pub fn server_id(&self, name: &str) -> Option<ServerId> {
+        self.server_by_name.get(name).copied()
+    }
+
+    /// The version at which a server last changed.
+    pub fn server_version(&self, id: ServerId) -> Option<ViewVersion> {
+        self.server_versions.get(id.index()).copied()
+    }
+
+    /// A job.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// All known jobs, in id order.
+    pub fn jobs(&self) -> Vec<&Job> {
+        let mut v: Vec<&Job> = self.jobs.values().collect();
+        v.sort_by_key(|j| j.id);
+        v
+    }
+
+    /// GPUs a tenant holds.
+    pub fn tenant_used(&self, tenant: &str) -> u32 {
+        self.tenant_used.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// Tenant quotas.
+    pub fn quotas(&self) -> &BTreeMap<String, u32> {
+        &self.quotas
+    }
+
+    /// Applies one command. Deterministic.
+    pub fn apply(&mut self, cmd: &Command) -> Outcome {
+        match cmd {
+            Command::Submit(spec) => Outcome::Submitted(self.submit(spec.clone())),
+            Command::Propose(ps) => Outcome::Decided(ps.iter().map(|p| self.propose(p)).collect()),
+            Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
+            Command::Cancel { job } => Outcome::Ended(self.cancel(*job)),
+            Command::SetHealth { server, health } => Outcome::HealthSet(self.set_health(*server, *health)),
+        }
+    }
+
+    /// Admits a job as pending, or refuses it with the reason it can never fit.
+    pub fn submit(&mut self, spec: JobSpec) -> Result<JobId, ViewError> {
+        if let Some(why) = self.never_fits(&spec) {
+            return Err(ViewError::NeverFits(why));
+        }
+        let id = JobId(self.next_job);
+        self.next_job += 1;
+        self.bump();
+        self.jobs.insert(id, Job { id, spec, state: JobState::Pending, placement: None, submitted_at: self.version });
+        self.note(Change::Job(id));
+        Ok(id)
+    }
+
+    /// Why `spec` could never be placed on this cluster even if it were empty, if so.
+    pub fn never_fits(&self, spec: &JobSpec) -> Option<String> {
+        let g = spec.gpus_per_member;
+        let total = spec.total_gpus();
+        if let Some(q) = self.quotas.get(&spec.tenant) {
+            if total > *q {
+                return Some(format!("{total} GPUs exceed tenant `{}`'s quota of {q}", spec.tenant));
+            }
+        }
+        let typed = |cs: &ConfigSet| {
+            let t = &self.topologies[cs.topology as usize];
+            spec.gpu_type.as_ref().is_none_or(|want| *want == t.device_type)
+        };
+        let fits_member = |cs: &ConfigSet| {
+            let t = &self.topologies[cs.topology as usize];
+            let req = fit::member_request(spec, t);
+            t.devices >= g && t.cores() >= req.min_cores && t.memory_mib >= req.memory_mib
+        };
+        let candidates: Vec<&ConfigSet> = self.config_sets.iter().filter(|cs| typed(cs)).collect();
+        if candidates.is_empty() {
+            let ty = spec.gpu_type.as_deref().unwrap_or("any");
+            return Some(format!("no server has GPU type `{ty}`"));
+        }
+        let usable: Vec<&ConfigSet> = candidates.into_iter().filter(|cs| fits_member(cs)).collect();
+        if usable.is_empty() {
+            return Some(format!(
+                "no server of the requested type can host one member ({g} GPUs with its cores and memory)"
+            ));
+        }
+        let level = spec.tolerate;
+        if level.is_intra_server() {
+            let ok = usable.iter().any(|cs| {
+                let t = &self.topologies[cs.topology as usize];
+                let group = t.max_group(level);
+                group >= total && self.servers_in(cs.id) > 0
+            });
+            return (!ok).then(|| format!("no single {level} holds {total} GPUs; tolerate a looser level"));
+        }
+        // Member slots per domain at the tolerated level.
+        let mut slots: HashMap<u32, u64> = HashMap::new();
+        for cs in &usable {
+            let t = &self.topologies[cs.topology as usize];
+            let key = match level {
+                LocalityLevel::Rack => cs.rack,
+                LocalityLevel::IbDomain => cs.ib_domain,
+                _ => 0,
+            };
+            *slots.entry(key).or_default() += self.servers_in(cs.id) * (t.devices / g) as u64;
+        }
+        let best = slots.values().copied().max().unwrap_or(0);
+        (best < spec.members as u64).then(|| {
+            format!(
+                "{} members of {g} GPUs need {} server slots in one {level}; the largest has {best}",
+                spec.members, spec.members
+            )
+        })
+    }
+
+    fn servers_in(&self, cs: ConfigSetId) -> u64 {
+        self.servers.iter().filter(|r| r.config_set == cs).count() as u64
+    }
+
+    /// Releases a job's resources: it finished (`failed = false`) or failed.
+    pub fn release(&mut self, job: JobId, failed: bool) -> Result<(), ViewError> {
+        let j = self.jobs.get(&job).ok_or(ViewError::UnknownJob(job))?;
+        if !j.state.holds_resources() {
+            return Err(ViewError::BadJobState { job, state: j.state.as_str(), action: "release" });
+        }
+        self.bump();
+        self.free_placement(job);
+        self.end_job(job, if failed { JobState::Failed } else { JobState::Finished });
+        Ok(())
+    }
+
+    /// Cancels a pending or running job.
+    pub fn cancel(&mut self, job: JobId) -> Result<(), ViewError> {
+        let j = self.jobs.get(&job).ok_or(ViewError::UnknownJob(job))?;
+        match j.state {
+            JobState::Finished | JobState::Failed => {
+                Err(ViewError::BadJobState { job, state: j.state.as_str(), action: "cancel" })
+            }
+            s => {
+                self.bump();
+                if s.holds_resources() {
+                    self.free_placement(job);
+                }
+                self.end_job(job, JobState::Failed);
+                Ok(())
+            }
+        }
+    }
+
+    /// Sets a server's health. Going down fails every gang with a member there and puts the
+    /// job back to pending whole; returns those jobs.
+    pub fn set_health(&mut self, server: ServerId, health: Health) -> Result<Vec<JobId>, ViewError> {
+        let rec = self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        if rec.health == health {
+            return Ok(Vec::new());
+        }
+        self.bump();
+        self.servers[server.index()].health = health;
+        self.touch_server(server);
+        let mut requeued = Vec::new();
+        if health == Health::Down {
+            let mut hit: Vec<JobId> = self
+                .jobs
+                .values()
+                .filter(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
+                .map(|j| j.id)
+                .collect();
+            hit.sort();
+            for job in hit {
+                self.free_placement(job);
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.state = JobState::Pending;
+                }
+                self.note(Change::Job(job));
+                requeued.push(job);
+            }
+        }
+        Ok(requeued)
+    }
+
+    /// Changes since `since`, or `None` when the change log no longer reaches back that far
+    /// (the reader must take a [`ClusterView::snapshot`]).
+    pub fn delta_since(&self, since: ViewVersion) -> Option<ViewDelta> {
+        if since < self.log_floor || since > self.version {
+            return None;
+        }
+        let mut servers: Vec<ServerId> = Vec::new();
+        let mut jobs: Vec<JobId> = Vec::new();
+        for (_, c) in self.log.iter().rev().take_while(|(v, _)| *v > since) {
+            match c {
+                Change::Server(s) => servers.push(*s),
+                Change::Job(j) => jobs.push(*j),
+            }
+        }
+        servers.sort_unstable();
+        servers.dedup();
+        jobs.sort_unstable();
+        jobs.dedup();
+        Some(ViewDelta {
+            from: since,
+            to: self.version,
+            servers: servers.into_iter().map(|s| (s, self.servers[s.index()])).collect(),
+            jobs: jobs.into_iter().filter_map(|j| self.jobs.get(&j).cloned()).collect(),
+        })
+    }
+
+    /// Calls `f` for each server changed after `since` (possibly more than once), or returns
+    /// false when the change log no longer reaches back that far. Allocation-free.
+    pub fn for_each_changed_server(&self, since: ViewVersion, mut f: impl FnMut(ServerId, &ServerRecord)) -> bool {
+        if since < self.log_floor || since > self.version {
+            return false;
+        }
+        for (_, c) in self.log.iter().rev().take_while(|(v, _)| *v > since) {
+            if let Change::Server(s) = c {
+                f(*s, &self.servers[s.index()]);
+            }
+        }
+        true
+    }
+
+    /// The whole view.
+    pub fn snapshot(&self) -> ViewSnapshot {
+        ViewSnapshot {
+            version: self.version,
+            topologies: self.topologies.clone(),
+            config_sets: self.config_sets.clone(),
+            racks: self.racks.clone(),
+            ib_domains: self.ib_domains.clone(),
+            servers: self.servers.clone(),
+            server_names: self.server_names.clone(),
+            jobs: self.jobs().into_iter().cloned().collect(),
+            quotas: self.quotas.clone(),
+            next_job: self.next_job,
+        }
+    }
+
+    /// Rebuilds a view from a snapshot; derived tables are recomputed. The change log starts
+    /// empty at the snapshot's version.
+    pub fn from_snapshot(s: ViewSnapshot) -> ClusterView {
+        let mut tenant_used: HashMap<String, u32> = HashMap::new();
+        let mut applied = HashMap::new();
+        let mut ended = VecDeque::new();
+        for j in &s.jobs {
+            if let Some(p) = &j.placement {
+                *tenant_used.entry(j.spec.tenant.clone()).or_default() += j.spec.total_gpus();
+                applied.insert(p.proposal, j.id);
+            }
+            if matches!(j.state, JobState::Finished | JobState::Failed) {
+                ended.push_back(j.id);
+            }
+        }
+        let count = s.servers.len();
+        ClusterView {
+            version: s.version,
+            server_by_name: s.server_names.iter().enumerate().map(|(i, n)| (n.clone(), ServerId(i as u32))).collect(),
+            topologies: s.topologies,
+            config_sets: s.config_sets,
+            racks: s.racks,
+            ib_domains: s.ib_domains,
+            servers: s.servers,
+            server_names: s.server_names,
+            server_versions: vec![s.version; count],
+            jobs: s.jobs.into_iter().map(|j| (j.id, j)).collect(),
+            ended,
+            ended_kept: DEFAULT_ENDED_JOBS_KEPT,
+            next_job: s.next_job,
+            applied,
+            quotas: s.quotas,
+            tenant_used,
+            log: VecDeque::new(),
+            log_cap: DEFAULT_CHANGE_LOG,
+            log_floor: s.version,
+        }
+    }
+
+    /// A hash of the replicated state (not of the change log or caches). Replicas that
+    /// applied the same commands have equal hashes.
+    pub fn state_hash(&self) -> u64 {
+        let mut h = StateHasher::default();
+        h.u64(self.version.0);
+        h.u64(self.next_job);
+        for r in &self.servers {
+            h.u64(r.free_gpus);
+            h.u64(r.free_cores.0[0]);
+            h.u64(r.free_cores.0[1]);
+            h.u64(r.free_memory_mib as u64);
+            h.u64(r.config_set.0 as u64);
+            h.u64(r.health as u64);
+        }
+        for j in self.jobs() {
+            h.u64(j.id.0);
+            h.str(j.state.as_str());
+            h.u64(j.submitted_at.0);
+            if let Some(p) = &j.placement {
+                h.u64(p.proposal.0);
+                h.u64(p.placed_at.0);
+                h.u64(p.level.rank() as u64);
+                for m in &p.members {
+                    h.u64(m.server.0 as u64);
+                    h.u64(m.gpus);
+                    h.u64(m.cores.0[0]);
+                    h.u64(m.cores.0[1]);
+                    h.u64(m.memory_mib as u64);
+                }
+            }
+        }
+        h.finish()
+    }
+
+    // ---- internal mutation helpers, shared with the approver ----
+
+    pub(crate) fn bump(&mut self) {
+        self.version = ViewVersion(self.version.0 + 1);
+    }
+
+    pub(crate) fn note(&mut self, c: Change) {
+        if self.log.len() >= self.log_cap {
+            if let Some((v, _)) = self.log.pop_front() {
+                self.log_floor = self.log_floor.max(v);
+            }
+        }
+        self.log.push_back((self.version, c));
+    }
+
+    pub(crate) fn touch_server(&mut self, s: ServerId) {
+        self.server_versions[s.index()] = self.version;
+        self.note(Change::Server(s));
+    }
+
+    /// Returns a job's resources to its servers; asserts they were held.
+    pub(crate) fn free_placement(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let Some(p) = j.placement.take() else { return };
+        let total = j.spec.total_gpus();
+        let tenant = j.spec.tenant.clone();
+        self.applied.remove(&p.proposal);
+        for m in &p.members {
+            let r = &mut self.servers[m.server.index()];
+            assert_eq!(r.free_gpus & m.gpus, 0, "{job}: releasing devices that are already free on {}", m.server);
+            assert!(!r.free_cores.intersects(m.cores), "{job}: releasing cores that are already free on {}", m.server);
+            r.free_gpus |= m.gpus;
+            r.free_cores = r.free_cores.or(m.cores);
+            r.free_memory_mib += m.memory_mib;
+            self.touch_server(m.server);
+        }
+        if let Some(u) = self.tenant_used.get_mut(&tenant) {
+            *u = u.saturating_sub(total);
+        }
+        self.note(Change::Job(job));
+    }
+
+    fn end_job(&mut self, job: JobId, state: JobState) {
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.state = state;
+        }
+        self.note(Change::Job(job));
+        self.ended.push_back(job);
+        while self.ended.len() > self.ended_kept {
+            if let Some(old) = self.ended.pop_front() {
+                self.jobs.remove(&old);
+            }
+        }
+    }
+}
+
+fn index_of(v: &mut Vec<String>, name: &str) -> u32 {
+    match v.iter().position(|x| x == name) {
+        Some(i) => i as u32,
+        None => {
+            v.push(name.to_string());
+            (v.len() - 1) as u32
+        }
+    }
+}
