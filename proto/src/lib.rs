@@ -1,1 +1,39 @@
+//! # tessera-proto: Tessera's wire types
+//!
+//! Protobuf messages (compiled with prost from `proto/tessera/v1/view.proto`) for the cluster
+//! view of [`tessera_view`], and conversions between the two. No gRPC services yet.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`v1`] | the generated messages of package `tessera.v1` |
+//! | [`convert`] | core to wire (`From`, infallible), wire to core (`TryFrom`, validating), [`RemoteDecision`] |
+//! | [`validate`] | checks restoring the core types' guarantees on outside values (topologies, specs, snapshots) |
+//! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
+//!
+//! Decoding untrusted bytes is two steps, neither of which panics:
+//!
+//! ```
+//! use tessera_proto::{prost::Message, v1};
+//! use tessera_view::ServerRecord;
+//!
+//! let bytes = v1::ServerRecord { health: 99, ..Default::default() }.encode_to_vec();
+//! let wire = v1::ServerRecord::decode(bytes.as_slice()).expect("well-formed protobuf");
+//! assert!(ServerRecord::try_from(wire).is_err()); // 99 is not a Health
+//! ```
 
+#![warn(missing_docs)]
+
+pub mod convert;
+pub mod error;
+pub mod validate;
+
+/// Generated messages of protobuf package `tessera.v1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic, clippy::nursery)]
+pub mod v1 {
+    include!(concat!(env!("OUT_DIR"), "/tessera.v1.rs"));
+}
+
+pub use convert::{RemoteDecision, RemoteRejection};
+pub use error::WireError;
+/// The protobuf runtime, re-exported for `Message::encode` / `decode`.
+pub use prost;

@@ -17,6 +17,10 @@ use std::collections::HashMap;
 
 /// Members beyond which overlap detection switches from a scan to a map.
 const SCAN_LIMIT: usize = 16;
+/// Most server records a rejection carries.
+pub const FRESH_CAP: usize = 256;
+/// Most change-log entries a rejection scans for servers changed since the proposal's version.
+const FRESH_SCAN: usize = 4 * FRESH_CAP;
 
 impl ClusterView {
     /// Validates and, if valid, applies a proposal. Idempotent on the proposal id.
@@ -150,12 +154,29 @@ impl ClusterView {
         self.note(Change::Job(p.job));
     }
 
+    /// A rejection. Its `fresh` records start with the conflicting servers and, for a conflict,
+    /// go on with the servers changed since the version the proposal was planned on (newest
+    /// first, up to [`FRESH_CAP`] in all), so the scheduler catches up on exactly what it
+    /// missed without re-reading the view.
     fn reject(&self, p: &Proposal, reason: Rejection, stale: &[ServerId]) -> Decision {
+        let mut ids: Vec<ServerId> = stale.to_vec();
+        if reason.is_conflict() {
+            for (v, c) in self.log.iter().rev().take(FRESH_SCAN) {
+                if *v <= p.based_on || ids.len() >= FRESH_CAP {
+                    break;
+                }
+                if let Change::Server(s) = c {
+                    if !ids.contains(s) {
+                        ids.push(*s);
+                    }
+                }
+            }
+        }
         Decision::Rejected {
             job: p.job,
             proposal: p.id,
             reason,
-            fresh: stale.iter().map(|&s| (s, self.servers[s.index()])).collect(),
+            fresh: ids.into_iter().map(|s| (s, self.servers[s.index()])).collect(),
             version: self.version,
         }
     }

@@ -276,8 +276,9 @@ pub enum Decision {
         proposal: ProposalId,
         /// Why (the first problem found).
         reason: Rejection,
-        /// Current records of every server whose state conflicted, so the scheduler can retry
-        /// without re-reading the whole view.
+        /// Current records of every server whose state conflicted, then (for conflicts) of the
+        /// servers changed since the proposal's `based_on` version, up to
+        /// [`crate::approver::FRESH_CAP`]: the scheduler retries without re-reading the view.
         fresh: Vec<(ServerId, ServerRecord)>,
         /// The current version.
         version: ViewVersion,

@@ -133,7 +133,46 @@ pub struct ClusterView {
     pub(crate) log: VecDeque<(ViewVersion, Change)>,
     pub(crate) log_cap: usize,
     pub(crate) log_floor: ViewVersion,
+    /// Servers per configuration set (static: servers are not added after construction).
+    pub(crate) cs_servers: Vec<u64>,
+    /// Memo of [`ClusterView::never_fits`] per job shape; derived from static data only.
+    pub(crate) fit_memo: HashMap<ShapeKey, Option<String>>,
 }
+
+/// What [`ClusterView::never_fits`] depends on in a job spec.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ShapeKey {
+    gpu_type: Option<String>,
+    tenant: String,
+    members: u32,
+    gpus_per_member: u32,
+    tolerate: LocalityLevel,
+    cpu: (u8, u32, u64),
+    memory_mib_per_gpu: Option<u32>,
+}
+
+impl ShapeKey {
+    fn of(spec: &JobSpec) -> ShapeKey {
+        use crate::job::CpuDemand;
+        let cpu = match spec.cpu {
+            CpuDemand::Proportional => (0, 0, 0),
+            CpuDemand::Fixed { cores_per_gpu } => (1, cores_per_gpu, 0),
+            CpuDemand::Predicted { predictor, min_cores_per_gpu } => (2, min_cores_per_gpu, predictor.theta.to_bits()),
+        };
+        ShapeKey {
+            gpu_type: spec.gpu_type.clone(),
+            tenant: spec.tenant.clone(),
+            members: spec.members,
+            gpus_per_member: spec.gpus_per_member,
+            tolerate: spec.tolerate,
+            cpu,
+            memory_mib_per_gpu: spec.memory_mib_per_gpu,
+        }
+    }
+}
+
+/// Bound on the never-fits memo.
+const FIT_MEMO_CAP: usize = 4096;
 
 impl ClusterView {
     /// A view with every server of `spec` up and free.
@@ -191,7 +230,19 @@ impl ClusterView {
             log: VecDeque::new(),
             log_cap: DEFAULT_CHANGE_LOG,
             log_floor: ViewVersion(0),
+            cs_servers: Vec::new(),
+            fit_memo: HashMap::new(),
         }
+        .with_derived()
+    }
+
+    fn with_derived(mut self) -> ClusterView {
+        let mut counts = vec![0u64; self.config_sets.len()];
+        for r in &self.servers {
+            counts[r.config_set.index()] += 1;
+        }
+        self.cs_servers = counts;
+        self
     }
 
     /// Sets the change-log bound (entries) and how many ended jobs are kept.
@@ -295,7 +346,19 @@ impl ClusterView {
 
     /// Admits a job as pending, or refuses it with the reason it can never fit.
     pub fn submit(&mut self, spec: JobSpec) -> Result<JobId, ViewError> {
-        if let Some(why) = self.never_fits(&spec) {
+        let key = ShapeKey::of(&spec);
+        let verdict = match self.fit_memo.get(&key) {
+            Some(v) => v.clone(),
+            None => {
+                let v = self.never_fits(&spec);
+                if self.fit_memo.len() >= FIT_MEMO_CAP {
+                    self.fit_memo.clear();
+                }
+                self.fit_memo.insert(key, v.clone());
+                v
+            }
+        };
+        if let Some(why) = verdict {
             return Err(ViewError::NeverFits(why));
         }
         let id = JobId(self.next_job);
@@ -365,7 +428,7 @@ impl ClusterView {
     }
 
     fn servers_in(&self, cs: ConfigSetId) -> u64 {
-        self.servers.iter().filter(|r| r.config_set == cs).count() as u64
+        self.cs_servers.get(cs.index()).copied().unwrap_or(0)
     }
 
     /// Releases a job's resources: it finished (`failed = false`) or failed.
@@ -521,7 +584,10 @@ impl ClusterView {
             log: VecDeque::new(),
             log_cap: DEFAULT_CHANGE_LOG,
             log_floor: s.version,
+            cs_servers: Vec::new(),
+            fit_memo: HashMap::new(),
         }
+        .with_derived()
     }
 
     /// A hash of the replicated state (not of the change log or caches). Replicas that

@@ -1,0 +1,291 @@
+//! Gang placement search over a [`LocalView`].
+//!
+//! [`find_placement`] tries locality levels from the tightest (`pcie-switch`) to the loosest the
+//! job allows now, and returns the first placement found, so the result is at the tightest
+//! feasible level within tolerance.
+//!
+//! - Intra-server levels (`pcie-switch`, `socket`, `server`): every member on one server, all
+//!   GPUs inside one group of that level. Candidate servers come from the index buckets whose
+//!   free figure at that level is large enough; packing visits the fullest buckets first
+//!   (best fit), spreading the emptiest. Within a bucket, probing starts at a per-scheduler
+//!   offset (`salt`) so that schedulers reading the same snapshot pick different servers.
+//! - Inter-server levels (`rack`, `ib-domain`, `any`): one member per slot of `g` free GPUs.
+//!   Member slots per domain are counted from the per-configuration-set histograms; the domain
+//!   that fits with the fewest spare slots wins (best fit), and servers with the most free GPUs
+//!   are filled first so the gang spans as few servers as possible.
+//!
+//! Every member is built by [`tessera_view::fit`], the approver's own fit code.
+
+use crate::local_view::{LocalView, Overlay, key_at};
+use tessera_view::fit::{self, FitMode, MemberRequest};
+use tessera_view::{ConfigSetId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord, Topology};
+use thiserror::Error;
+
+/// Servers probed per bucket before moving to the next bucket.
+const PROBES_PER_BUCKET: usize = 8;
+/// Domains tried for an inter-server gang before giving up at that level.
+const DOMAINS_TRIED: usize = 8;
+
+/// Why no placement was found.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum SearchError {
+    /// No server has the job's GPU type.
+    #[error("no server has GPU type `{0}`")]
+    NoSuchType(String),
+    /// Nothing fits now at any level up to the one allowed.
+    #[error("no placement within {allowed} fits the current view")]
+    NoFit {
+        /// The loosest level tried.
+        allowed: LocalityLevel,
+    },
+}
+
+/// A placement found by the search.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// Members in rank order.
+    pub members: Vec<MemberPlacement>,
+    /// Level achieved.
+    pub level: LocalityLevel,
+}
+
+/// Finds a gang placement for `spec` on `view` (with fresher records from `overlay`), at the
+/// tightest level up to `allowed`, packing or spreading per `mode`. `salt` decorrelates
+/// schedulers that read the same view.
+pub fn find_placement(
+    view: &LocalView,
+    overlay: &Overlay,
+    spec: &JobSpec,
+    allowed: LocalityLevel,
+    mode: FitMode,
+    salt: u64,
+) -> Result<Found, SearchError> {
+    let typed: Vec<bool> = view
+        .topologies()
+        .iter()
+        .map(|t| spec.gpu_type.as_ref().is_none_or(|want| *want == t.device_type) && t.devices >= spec.gpus_per_member)
+        .collect();
+    if !typed.iter().any(|&b| b) {
+        return Err(match &spec.gpu_type {
+            Some(t) => SearchError::NoSuchType(t.clone()),
+            None => SearchError::NoFit { allowed },
+        });
+    }
+    let total = spec.total_gpus();
+    let ctx = Ctx { view, overlay, spec, typed: &typed, mode, salt };
+    for level in LocalityLevel::ALL {
+        if level > allowed {
+            break;
+        }
+        let found = if level.is_intra_server() {
+            let possible = view.topologies().iter().zip(&typed).any(|(t, &ok)| ok && t.max_group(level) >= total);
+            if possible { ctx.single_server(level) } else { None }
+        } else if spec.members > 1 {
+            ctx.multi_server(level)
+        } else {
+            None
+        };
+        if let Some(members) = found {
+            let level = achieved_level(view, &members);
+            return Ok(Found { members, level });
+        }
+    }
+    Err(SearchError::NoFit { allowed })
+}
+
+/// The level a set of members achieves on `view` (the approver computes the same).
+fn achieved_level(view: &LocalView, members: &[MemberPlacement]) -> LocalityLevel {
+    let first = members[0];
+    let cs_of = |m: &MemberPlacement| &view.config_sets()[view.servers()[m.server.index()].config_set.index()];
+    if members.iter().all(|m| m.server == first.server) {
+        let all = members.iter().fold(0, |a, m| a | m.gpus);
+        return view.topology_of(cs_of(&first).id).level_of(all);
+    }
+    let c0 = cs_of(&first);
+    if members.iter().all(|m| cs_of(m).rack == c0.rack) {
+        LocalityLevel::Rack
+    } else if members.iter().all(|m| cs_of(m).ib_domain == c0.ib_domain) {
+        LocalityLevel::IbDomain
+    } else {
+        LocalityLevel::Any
+    }
+}
+
+struct Ctx<'a> {
+    view: &'a LocalView,
+    overlay: &'a Overlay,
+    spec: &'a JobSpec,
+    typed: &'a [bool],
+    mode: FitMode,
+    salt: u64,
+}
+
+impl Ctx<'_> {
+    #[inline]
+    fn record(&self, s: ServerId) -> &ServerRecord {
+        self.overlay.get(s).unwrap_or(&self.view.servers()[s.index()])
+    }
+
+    fn single_server(&self, level: LocalityLevel) -> Option<Vec<MemberPlacement>> {
+        let total = self.spec.total_gpus();
+        // (order key, bucket): pack wants the fullest servers, spread the emptiest.
+        let mut candidates: Vec<(u64, u32)> = Vec::with_capacity(32);
+        for (t, bucket_ids) in self.view.topology_buckets.iter().enumerate() {
+            if !self.typed[t] {
+                continue;
+            }
+            for &b in bucket_ids {
+                let bucket = &self.view.buckets[b as usize];
+                let at = key_at(bucket.key, level);
+                if bucket.servers.is_empty() || at < total {
+                    continue;
+                }
+                let order = ((bucket.key & 0xff) as u64) << 8 | at as u64;
+                let order = match self.mode {
+                    FitMode::Pack => order,
+                    FitMode::Spread => u64::MAX - order,
+                };
+                candidates.push((order, b));
+            }
+        }
+        candidates.sort_unstable();
+        for &(_, b) in &candidates {
+            let bucket = &self.view.buckets[b as usize];
+            let topo = &self.view.topologies()[bucket.topology as usize];
+            let req = fit::member_request(self.spec, topo);
+            let n = bucket.servers.len();
+            let start = (self.salt % n as u64) as usize;
+            for i in 0..n.min(PROBES_PER_BUCKET) {
+                let s = bucket.servers[(start + i) % n];
+                if let Some(m) = plan_on_server(topo, self.record(s), s, &req, self.spec.members, level, self.mode) {
+                    return Some(m);
+                }
+            }
+        }
+        None
+    }
+
+    fn multi_server(&self, level: LocalityLevel) -> Option<Vec<MemberPlacement>> {
+        let g = self.spec.gpus_per_member;
+        let m = self.spec.members as u64;
+        let v = self.view;
+        let slots_of_set = |cs: ConfigSetId| -> u64 {
+            let t = v.config_sets()[cs.index()].topology as usize;
+            if !self.typed[t] {
+                return 0;
+            }
+            v.cs_hist[cs.index()]
+                .iter()
+                .enumerate()
+                .skip(g as usize)
+                .map(|(k, &n)| n as u64 * (k as u64 / g as u64))
+                .sum()
+        };
+        // Domains as lists of racks.
+        let domains: Vec<Vec<u32>> = match level {
+            LocalityLevel::Rack => (0..v.rack_count() as u32).map(|r| vec![r]).collect(),
+            LocalityLevel::IbDomain => v.ib_racks.clone(),
+            _ => vec![(0..v.rack_count() as u32).collect()],
+        };
+        let mut fits: Vec<(u64, usize)> = Vec::new();
+        for (d, racks) in domains.iter().enumerate() {
+            let slots: u64 =
+                racks.iter().flat_map(|&r| v.rack_sets[r as usize].iter()).map(|&cs| slots_of_set(cs)).sum();
+            if slots >= m {
+                fits.push((
+                    match self.mode {
+                        FitMode::Pack => slots,
+                        FitMode::Spread => u64::MAX - slots,
+                    },
+                    d,
+                ));
+            }
+        }
+        fits.sort_unstable();
+        for &(_, d) in fits.iter().take(DOMAINS_TRIED) {
+            if let Some(members) = self.fill_domain(&domains[d]) {
+                return Some(members);
+            }
+        }
+        None
+    }
+
+    /// Fills the gang's members into servers of the given racks, racks with most room first,
+    /// servers with most free GPUs first.
+    fn fill_domain(&self, racks: &[u32]) -> Option<Vec<MemberPlacement>> {
+        let g = self.spec.gpus_per_member;
+        let v = self.view;
+        // (rack free, server free, server): sort descending on both.
+        let mut cands: Vec<(u32, u32, ServerId)> = Vec::new();
+        for &r in racks {
+            let start = cands.len();
+            let mut rack_free = 0;
+            for &cs in &v.rack_sets[r as usize] {
+                if !self.typed[v.config_sets()[cs.index()].topology as usize] {
+                    continue;
+                }
+                for &s in &v.cs_servers[cs.index()] {
+                    let rec = self.record(s);
+                    let free = rec.free_gpus.count_ones();
+                    if rec.health == tessera_view::Health::Up && free >= g {
+                        rack_free += free;
+                        cands.push((0, free, s));
+                    }
+                }
+            }
+            for c in &mut cands[start..] {
+                c.0 = rack_free;
+            }
+        }
+        cands.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+        let mut members = Vec::with_capacity(self.spec.members as usize);
+        for &(_, _, s) in &cands {
+            let mut rec = *self.record(s);
+            let topo = v.topology_of(rec.config_set);
+            let req = fit::member_request(self.spec, topo);
+            while members.len() < self.spec.members as usize {
+                let Some((mp, _)) = fit::plan_member(topo, &rec, s, &req, LocalityLevel::Server, FitMode::Pack) else {
+                    break;
+                };
+                rec.free_gpus &= !mp.gpus;
+                rec.free_cores = rec.free_cores.without(mp.cores);
+                rec.free_memory_mib -= mp.memory_mib;
+                members.push(mp);
+            }
+            if members.len() == self.spec.members as usize {
+                return Some(members);
+            }
+        }
+        None
+    }
+}
+
+/// Places every member of a gang on one server, all GPUs within one group of `level`.
+pub fn plan_on_server(
+    topo: &Topology,
+    rec: &ServerRecord,
+    server: ServerId,
+    req: &MemberRequest,
+    members: u32,
+    level: LocalityLevel,
+    mode: FitMode,
+) -> Option<Vec<MemberPlacement>> {
+    if members == 1 {
+        return fit::plan_member(topo, rec, server, req, level, mode).map(|(m, _)| vec![m]);
+    }
+    if rec.health != tessera_view::Health::Up || (rec.free_memory_mib as u64) < req.memory_mib as u64 * members as u64 {
+        return None;
+    }
+    let (all, _) = fit::pick_gpus(topo, rec.free_gpus, req.gpus * members, level, mode)?;
+    let mut cores_free = rec.free_cores;
+    let mut rest = all;
+    let mut out = Vec::with_capacity(members as usize);
+    for _ in 0..members {
+        let gpus = tessera_view::mask::lowest_set_bits(rest, req.gpus)?;
+        rest &= !gpus;
+        let cores = fit::pick_cores(topo, cores_free, gpus, req)?;
+        cores_free = cores_free.without(cores);
+        out.push(MemberPlacement { server, gpus, cores, memory_mib: req.memory_mib });
+    }
+    Some(out)
+}
