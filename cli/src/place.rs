@@ -45,7 +45,8 @@ pub fn run(a: PlaceArgs) -> Result<ExitCode> {
         let mode = a.policy.mode(&local, js);
         match find_placement(&local, &Overlay::default(), js, js.allowed_level(0), mode, i as u64) {
             Ok(found) => {
-                let p = Proposal { id: ProposalId(i as u64 + 1), job, members: found.members, based_on: view.version() };
+                let p =
+                    Proposal { id: ProposalId(i as u64 + 1), job, members: found.members, based_on: view.version() };
                 match view.propose(&p) {
                     Decision::Accepted { level, .. } => {
                         let members: Vec<String> = p
@@ -106,8 +107,7 @@ pub fn run(a: PlaceArgs) -> Result<ExitCode> {
         println!("{:<16} {:<22} {:>10}  {:<10} {:>6}", "SERVER", "CONFIG SET", "GPUS", "FREE CORES", "HEALTH");
         for (i, r) in view.servers().iter().enumerate() {
             let topo = view.topology_of(r.config_set);
-            let bitmap: String =
-                (0..topo.devices).map(|d| if r.free_gpus >> d & 1 == 1 { '.' } else { '#' }).collect();
+            let bitmap: String = (0..topo.devices).map(|d| if r.free_gpus >> d & 1 == 1 { '.' } else { '#' }).collect();
             println!(
                 "{:<16} {:<22} {:>10}  {:<10} {:>6}",
                 view.server_names_at(i),
@@ -117,7 +117,11 @@ pub fn run(a: PlaceArgs) -> Result<ExitCode> {
                 r.health.as_str()
             );
         }
-        println!("\n(# = allocated GPU, . = free)  version {}  invariants: {}", view.version(), if check.is_clean() { "ok" } else { "VIOLATED" });
+        println!(
+            "\n(# = allocated GPU, . = free)  version {}  invariants: {}",
+            view.version(),
+            if check.is_clean() { "ok" } else { "VIOLATED" }
+        );
     }
     Ok(if unplaced == 0 && check.is_clean() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -18,7 +18,7 @@
 
 use crate::local_view::{LocalView, Overlay, key_at};
 use tessera_view::fit::{self, FitMode, MemberRequest};
-use tessera_view::{ConfigSetId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord, Topology};
+use tessera_view::{JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord, Topology};
 use thiserror::Error;
 
 /// Servers probed per bucket before moving to the next bucket.
@@ -169,41 +169,50 @@ impl Ctx<'_> {
         let g = self.spec.gpus_per_member;
         let m = self.spec.members as u64;
         let v = self.view;
-        let slots_of_set = |cs: ConfigSetId| -> u64 {
-            let t = v.config_sets()[cs.index()].topology as usize;
-            if !self.typed[t] {
-                return 0;
-            }
-            v.cs_hist[cs.index()]
+        let rack_slots = |r: u32| -> u64 {
+            v.rack_sets[r as usize]
                 .iter()
-                .enumerate()
-                .skip(g as usize)
-                .map(|(k, &n)| n as u64 * (k as u64 / g as u64))
+                .filter(|cs| self.typed[v.config_sets()[cs.index()].topology as usize])
+                .map(|cs| {
+                    let hist = &v.cs_hist[cs.index()];
+                    (g as usize..hist.len()).map(|k| hist[k] as u64 * (k as u64 / g as u64)).sum::<u64>()
+                })
                 .sum()
         };
-        // Domains as lists of racks.
-        let domains: Vec<Vec<u32>> = match level {
-            LocalityLevel::Rack => (0..v.rack_count() as u32).map(|r| vec![r]).collect(),
-            LocalityLevel::IbDomain => v.ib_racks.clone(),
-            _ => vec![(0..v.rack_count() as u32).collect()],
-        };
-        let mut fits: Vec<(u64, usize)> = Vec::new();
-        for (d, racks) in domains.iter().enumerate() {
-            let slots: u64 =
-                racks.iter().flat_map(|&r| v.rack_sets[r as usize].iter()).map(|&cs| slots_of_set(cs)).sum();
+        // Domains that fit, as (order, domain index); racks for `rack`, IB domains for
+        // `ib-domain`, the whole cluster for `any`.
+        let mut fits: Vec<(u64, u32)> = Vec::new();
+        let mut consider = |slots: u64, d: u32| {
             if slots >= m {
-                fits.push((
-                    match self.mode {
-                        FitMode::Pack => slots,
-                        FitMode::Spread => u64::MAX - slots,
-                    },
-                    d,
-                ));
+                let order = match self.mode {
+                    FitMode::Pack => slots,
+                    FitMode::Spread => u64::MAX - slots,
+                };
+                fits.push((order, d));
             }
+        };
+        match level {
+            LocalityLevel::Rack => (0..v.rack_count() as u32).for_each(|r| consider(rack_slots(r), r)),
+            LocalityLevel::IbDomain => {
+                for (d, racks) in v.ib_racks.iter().enumerate() {
+                    consider(racks.iter().map(|&r| rack_slots(r)).sum(), d as u32);
+                }
+            }
+            _ => consider((0..v.rack_count() as u32).map(rack_slots).sum(), 0),
         }
         fits.sort_unstable();
+        let all: Vec<u32> = if fits.is_empty() || level <= LocalityLevel::IbDomain {
+            Vec::new()
+        } else {
+            (0..v.rack_count() as u32).collect()
+        };
         for &(_, d) in fits.iter().take(DOMAINS_TRIED) {
-            if let Some(members) = self.fill_domain(&domains[d]) {
+            let racks: &[u32] = match level {
+                LocalityLevel::Rack => std::slice::from_ref(&d),
+                LocalityLevel::IbDomain => &v.ib_racks[d as usize],
+                _ => &all,
+            };
+            if let Some(members) = self.fill_domain(racks) {
                 return Some(members);
             }
         }
@@ -283,7 +292,8 @@ pub fn plan_on_server(
     for _ in 0..members {
         let gpus = tessera_view::mask::lowest_set_bits(rest, req.gpus)?;
         rest &= !gpus;
-        let cores = fit::pick_cores(topo, cores_free, gpus, req)?;
+        let reserve = fit::core_reserve(topo, (rec.free_gpus & !all).count_ones());
+        let cores = fit::pick_cores(topo, cores_free, gpus, req, reserve)?;
         cores_free = cores_free.without(cores);
         out.push(MemberPlacement { server, gpus, cores, memory_mib: req.memory_mib });
     }

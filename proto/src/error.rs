@@ -51,6 +51,19 @@ pub enum WireError {
         /// What is wrong.
         why: String,
     },
+    /// A rule of the core type broken (see `Topology::validate` and `JobSpec::validate` in
+    /// `tessera-view`) at a field path of the core type that names no field of the message.
+    /// Rules broken at a path that does name one are reported as [`WireError::OutOfRange`] or
+    /// [`WireError::Invalid`] of that field, with the path at the start of `why`.
+    #[error("{message}: field `{path}`: {why}")]
+    Rule {
+        /// The protobuf message.
+        message: &'static str,
+        /// The core type's field path, e.g. `sockets[1].pcie_switches[0]`.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
     /// An error inside an element of a repeated or nested field.
     #[error("{path}: {inner}")]
     At {

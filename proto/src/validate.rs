@@ -3,219 +3,118 @@
 //! The core types have public fields, so a value built from a decoded message has none of the
 //! guarantees that `Topology::from_toml` or `JobSpec::from_toml` give. These functions restore
 //! them; every `TryFrom` in [`crate::convert`] calls the one that applies. They never panic.
+//!
+//! The rules of single values are the core's own ([`Topology::validate`], [`JobSpec::validate`],
+//! [`CpuDemand::validate`], [`Predictor::validate`]); this module only names the wire field a
+//! broken rule is about. What it checks itself is what spans values: a whole snapshot and a job
+//! with its placement.
 
 use crate::error::WireError;
 use std::collections::HashSet;
 use tessera_view::cluster_spec::MAX_SERVERS;
-use tessera_view::job::MAX_MEMBERS;
-use tessera_view::mask::{MAX_CORES, MAX_DEVICES, format_indices, low_bits};
-use tessera_view::{CoreMask, CpuDemand, Job, JobSpec, Predictor, Topology, ViewSnapshot};
+use tessera_view::mask::format_indices;
+use tessera_view::{CoreMask, CpuDemand, FieldError, Job, JobSpec, Predictor, Topology, ViewSnapshot};
 
-const TOPOLOGY: &str = "Topology";
-const JOB_SPEC: &str = "JobSpec";
-const CPU_DEMAND: &str = "CpuDemand";
-const PREDICTOR: &str = "Predictor";
 const SNAPSHOT: &str = "ViewSnapshot";
 
-/// Checks what `Topology::from_toml` guarantees: a non-empty name and device type, 1..=64
-/// devices, at least one socket, 1..=128 cores in all, non-zero memory; sockets and PCIe switches
-/// each partition the devices with no empty group, every switch lies within one socket; NVLink
-/// groups are disjoint, within range and have at least two devices each.
+/// The fields of each message that a core field path can name. A wire field matches a path
+/// segment equal to its last dotted part (`fixed.cores_per_gpu` matches `cores_per_gpu`).
+const TOPOLOGY_FIELDS: &[&str] =
+    &["name", "device_type", "devices", "sockets", "pcie_switches", "nvlink_groups", "cores_per_socket", "memory_mib"];
+const JOB_SPEC_FIELDS: &[&str] = &[
+    "name",
+    "tenant",
+    "gpu_type",
+    "members",
+    "gpus_per_member",
+    "prefer",
+    "tolerate",
+    "relax_after_s",
+    "slowdown",
+    "cpu",
+    "memory_mib_per_gpu",
+    "priority",
+    "command",
+];
+const CPU_DEMAND_FIELDS: &[&str] = &["fixed.cores_per_gpu", "predicted.predictor", "predicted.min_cores_per_gpu"];
+const PREDICTOR_FIELDS: &[&str] = &["p0", "p1", "p2", "theta"];
+
+/// The wire field of `fields` that a core field path names: the last segment of the path that
+/// matches one (`sockets[1].pcie_switches[0]` names `pcie_switches`, `locality.slowdown.rack`
+/// names `slowdown`, `predictor.theta` names `predicted.predictor`).
+fn wire_field(path: &str, fields: &[&'static str]) -> Option<&'static str> {
+    path.split(['.', '[']).rev().find_map(|seg| fields.iter().copied().find(|f| f.rsplit('.').next() == Some(seg)))
+}
+
+/// A broken core rule as a [`WireError`] of `message`: [`WireError::OutOfRange`] where `value`
+/// gives the offending number for the wire field, [`WireError::Invalid`] otherwise, and
+/// [`WireError::Rule`] where the path names none of `fields`. The core's path leads `why` when it
+/// says more than the wire field (an index, a level, a nested field).
+fn from_core(
+    message: &'static str,
+    fields: &[&'static str],
+    e: FieldError,
+    value: impl FnOnce(&'static str, &str) -> Option<u64>,
+) -> WireError {
+    let Some(field) = wire_field(&e.field, fields) else {
+        return WireError::Rule { message, path: e.field, why: e.message };
+    };
+    let value = value(field, &e.field);
+    let why = if field.rsplit('.').next() == Some(e.field.as_str()) {
+        e.message
+    } else {
+        format!("{}: {}", e.field, e.message)
+    };
+    match value {
+        Some(v) => WireError::out_of_range(message, field, v, why),
+        None => WireError::invalid(message, field, why),
+    }
+}
+
+/// Checks a topology with [`Topology::validate`]. Counts out of range, and device groups naming
+/// devices the server does not have, are [`WireError::OutOfRange`] (a group's value is its mask).
 pub fn check_topology(t: &Topology) -> Result<(), WireError> {
-    let bad = |field, why: String| Err(WireError::invalid(TOPOLOGY, field, why));
-    if t.name.trim().is_empty() {
-        return bad("name", "must not be empty".into());
-    }
-    if t.device_type.trim().is_empty() {
-        return bad("device_type", "must not be empty".into());
-    }
-    if t.devices == 0 || t.devices > MAX_DEVICES {
-        return Err(WireError::out_of_range(
-            TOPOLOGY,
-            "devices",
-            t.devices.into(),
-            format!("must be 1..={MAX_DEVICES}"),
-        ));
-    }
-    if t.sockets.is_empty() {
-        return bad("sockets", "at least one socket is required".into());
-    }
-    if t.cores_per_socket == 0 {
-        return Err(WireError::out_of_range(TOPOLOGY, "cores_per_socket", 0, "must be at least 1"));
-    }
-    let cores = u64::from(t.cores_per_socket) * t.sockets.len() as u64;
-    if cores > u64::from(MAX_CORES) {
-        return Err(WireError::out_of_range(
-            TOPOLOGY,
-            "cores_per_socket",
-            t.cores_per_socket.into(),
-            format!("{} sockets x {} cores = {cores} cores; at most {MAX_CORES}", t.sockets.len(), t.cores_per_socket),
-        ));
-    }
-    if t.memory_mib == 0 {
-        return Err(WireError::out_of_range(TOPOLOGY, "memory_mib", 0, "must be at least 1"));
-    }
-    let all = low_bits(t.devices);
-    check_partition("sockets", &t.sockets, t.devices, all)?;
-    check_partition("pcie_switches", &t.pcie_switches, t.devices, all)?;
-    for (i, &sw) in t.pcie_switches.iter().enumerate() {
-        if !t.sockets.iter().any(|&s| sw & !s == 0) {
-            return bad("pcie_switches", format!("switch {i} (devices {}) spans sockets", format_indices(sw)));
-        }
-    }
-    let mut seen = 0u64;
-    for (i, &g) in t.nvlink_groups.iter().enumerate() {
-        check_group("nvlink_groups", i, g, t.devices, all)?;
-        if g.count_ones() < 2 {
-            return bad("nvlink_groups", format!("group {i} has fewer than two devices"));
-        }
-        if g & seen != 0 {
-            return bad("nvlink_groups", format!("device {} is in two NVLink groups", (g & seen).trailing_zeros()));
-        }
-        seen |= g;
-    }
-    Ok(())
+    t.validate().map_err(|e| {
+        from_core("Topology", TOPOLOGY_FIELDS, e, |field, path| match field {
+            "devices" => Some(t.devices.into()),
+            "cores_per_socket" => Some(t.cores_per_socket.into()),
+            "memory_mib" => Some(t.memory_mib.into()),
+            _ => t.group_at(path).filter(|g| g & !t.all_devices() != 0),
+        })
+    })
 }
 
-/// A non-empty device group within the device range.
-fn check_group(field: &'static str, i: usize, g: u64, devices: u32, all: u64) -> Result<(), WireError> {
-    if g == 0 {
-        return Err(WireError::invalid(TOPOLOGY, field, format!("group {i} is empty")));
-    }
-    if g & !all != 0 {
-        return Err(WireError::out_of_range(
-            TOPOLOGY,
-            field,
-            g,
-            format!("group {i} names devices {} but devices = {devices}", format_indices(g & !all)),
-        ));
-    }
-    Ok(())
-}
-
-/// Groups that are non-empty, within range, disjoint and together cover every device.
-fn check_partition(field: &'static str, groups: &[u64], devices: u32, all: u64) -> Result<(), WireError> {
-    let mut seen = 0u64;
-    for (i, &g) in groups.iter().enumerate() {
-        check_group(field, i, g, devices, all)?;
-        if g & seen != 0 {
-            return Err(WireError::invalid(
-                TOPOLOGY,
-                field,
-                format!("device {} is in two groups", (g & seen).trailing_zeros()),
-            ));
-        }
-        seen |= g;
-    }
-    if seen != all {
-        return Err(WireError::invalid(
-            TOPOLOGY,
-            field,
-            format!("device {} is in no group", (all & !seen).trailing_zeros()),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks what `JobSpec::from_toml` guarantees: a non-empty name, 1..=4096 members of
-/// 1..=64 GPUs, `tolerate` no tighter than `prefer`, a relaxation step of at least one second,
-/// slowdowns in `[0, 1)`, a valid CPU demand, non-zero memory when given, a non-empty GPU type
-/// when given and a non-empty program name when a command is given.
+/// Checks a job spec with [`JobSpec::validate`]; counts out of range are
+/// [`WireError::OutOfRange`].
 pub fn check_job_spec(s: &JobSpec) -> Result<(), WireError> {
-    if s.name.trim().is_empty() {
-        return Err(WireError::invalid(JOB_SPEC, "name", "must not be empty"));
-    }
-    if s.members == 0 || s.members > MAX_MEMBERS {
-        return Err(WireError::out_of_range(
-            JOB_SPEC,
-            "members",
-            s.members.into(),
-            format!("must be 1..={MAX_MEMBERS}"),
-        ));
-    }
-    if s.gpus_per_member == 0 || s.gpus_per_member > MAX_DEVICES {
-        return Err(WireError::out_of_range(
-            JOB_SPEC,
-            "gpus_per_member",
-            s.gpus_per_member.into(),
-            format!("must be 1..={MAX_DEVICES}"),
-        ));
-    }
-    if s.tolerate < s.prefer {
-        return Err(WireError::invalid(
-            JOB_SPEC,
-            "tolerate",
-            format!("`{}` is tighter than prefer = `{}`", s.tolerate, s.prefer),
-        ));
-    }
-    if s.relax_after_s == Some(0) {
-        return Err(WireError::out_of_range(JOB_SPEC, "relax_after_s", 0, "must be at least 1 second"));
-    }
-    for (level, v) in &s.slowdown {
-        if !(0.0..1.0).contains(v) {
-            return Err(WireError::invalid(JOB_SPEC, "slowdown", format!("{level}: must be in [0, 1), got {v}")));
-        }
-    }
-    check_cpu_demand(&s.cpu)?;
-    if s.memory_mib_per_gpu == Some(0) {
-        return Err(WireError::out_of_range(JOB_SPEC, "memory_mib_per_gpu", 0, "must be at least 1 when given"));
-    }
-    if s.gpu_type.as_ref().is_some_and(|t| t.trim().is_empty()) {
-        return Err(WireError::invalid(JOB_SPEC, "gpu_type", "must not be empty when given"));
-    }
-    if s.command.first().is_some_and(|c| c.trim().is_empty()) {
-        return Err(WireError::invalid(JOB_SPEC, "command", "the program name must not be empty"));
-    }
-    Ok(())
+    s.validate().map_err(|e| {
+        from_core("JobSpec", JOB_SPEC_FIELDS, e, |field, _| match field {
+            "members" => Some(s.members.into()),
+            "gpus_per_member" => Some(s.gpus_per_member.into()),
+            "relax_after_s" => s.relax_after_s,
+            "memory_mib_per_gpu" => s.memory_mib_per_gpu.map(u64::from),
+            _ => None,
+        })
+    })
 }
 
-/// Checks a CPU demand: a fixed grant of 1..=128 cores per GPU, or a valid predictor with a
-/// minimum of 1..=⌈θ⌉ cores per GPU.
+/// Checks a CPU demand with [`CpuDemand::validate`]; core counts out of range are
+/// [`WireError::OutOfRange`].
 pub fn check_cpu_demand(c: &CpuDemand) -> Result<(), WireError> {
-    match *c {
-        CpuDemand::Proportional => Ok(()),
-        CpuDemand::Fixed { cores_per_gpu } => {
-            if cores_per_gpu == 0 || cores_per_gpu > MAX_CORES {
-                return Err(WireError::out_of_range(
-                    CPU_DEMAND,
-                    "fixed.cores_per_gpu",
-                    cores_per_gpu.into(),
-                    format!("must be 1..={MAX_CORES}"),
-                ));
+    c.validate().map_err(|e| {
+        from_core("CpuDemand", CPU_DEMAND_FIELDS, e, |field, _| match (field, *c) {
+            ("fixed.cores_per_gpu", CpuDemand::Fixed { cores_per_gpu }) => Some(cores_per_gpu.into()),
+            ("predicted.min_cores_per_gpu", CpuDemand::Predicted { min_cores_per_gpu, .. }) => {
+                Some(min_cores_per_gpu.into())
             }
-            Ok(())
-        }
-        CpuDemand::Predicted { predictor, min_cores_per_gpu } => {
-            check_predictor(&predictor)?;
-            let max = predictor.theta.ceil();
-            if min_cores_per_gpu == 0 || f64::from(min_cores_per_gpu) > max {
-                return Err(WireError::out_of_range(
-                    CPU_DEMAND,
-                    "predicted.min_cores_per_gpu",
-                    min_cores_per_gpu.into(),
-                    format!("must be 1..={max} (theta rounded up)"),
-                ));
-            }
-            Ok(())
-        }
-    }
+            _ => None,
+        })
+    })
 }
 
-/// Checks a predictor: finite coefficients and θ in `1..=128`.
+/// Checks a predictor with [`Predictor::validate`].
 pub fn check_predictor(p: &Predictor) -> Result<(), WireError> {
-    if !(p.theta.is_finite() && p.theta >= 1.0 && p.theta <= f64::from(MAX_CORES)) {
-        return Err(WireError::invalid(
-            PREDICTOR,
-            "theta",
-            format!("must be a number in 1..={MAX_CORES}, got {}", p.theta),
-        ));
-    }
-    for (field, v) in [("p0", p.p0), ("p1", p.p1), ("p2", p.p2)] {
-        if !v.is_finite() {
-            return Err(WireError::invalid(PREDICTOR, field, format!("must be a finite number, got {v}")));
-        }
-    }
-    Ok(())
+    p.validate().map_err(|e| from_core("Predictor", PREDICTOR_FIELDS, e, |_, _| None))
 }
 
 /// Checks a whole snapshot, so that `ClusterView::from_snapshot` on it gives a view whose
@@ -416,5 +315,61 @@ pub fn check_job(job: &Job) -> Result<(), WireError> {
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::LocalityLevel;
+
+    #[test]
+    fn core_paths_name_wire_fields() {
+        assert_eq!(wire_field("sockets[1].pcie_switches[0]", TOPOLOGY_FIELDS), Some("pcie_switches"));
+        assert_eq!(wire_field("sockets[1]", TOPOLOGY_FIELDS), Some("sockets"));
+        assert_eq!(wire_field("locality.slowdown.rack", JOB_SPEC_FIELDS), Some("slowdown"));
+        assert_eq!(wire_field("cpu.predictor.theta", JOB_SPEC_FIELDS), Some("cpu"));
+        assert_eq!(wire_field("predictor.theta", CPU_DEMAND_FIELDS), Some("predicted.predictor"));
+        assert_eq!(wire_field("cores_per_gpu", CPU_DEMAND_FIELDS), Some("fixed.cores_per_gpu"));
+        assert_eq!(wire_field("bogus.path", TOPOLOGY_FIELDS), None);
+        let e = from_core("Topology", TOPOLOGY_FIELDS, FieldError::new("bogus[2]", "broken"), |_, _| Some(1));
+        assert_eq!(e, WireError::Rule { message: "Topology", path: "bogus[2]".into(), why: "broken".into() });
+        assert_eq!(e.to_string(), "Topology: field `bogus[2]`: broken");
+    }
+
+    #[test]
+    fn core_rules_become_wire_errors() {
+        let mut t = Topology::preset("seed-8gpu").expect("preset");
+        t.pcie_switches[3] = 0b1110_0000;
+        let e = check_topology(&t).expect_err("overlap");
+        assert!(
+            matches!(&e, WireError::Invalid { message: "Topology", field: "pcie_switches", why }
+            if why.starts_with("sockets[1].pcie_switches[1]: device 5 is in two groups")),
+            "{e}"
+        );
+        t.pcie_switches[3] = 0b1100_0000 | 1 << 9;
+        t.sockets[1] |= 1 << 9;
+        let e = check_topology(&t).expect_err("out of range");
+        assert!(matches!(e, WireError::OutOfRange { field: "pcie_switches", value: 0x2C0, .. }), "{e}");
+
+        let mut s = JobSpec::simple("x", 1, 1);
+        s.prefer = LocalityLevel::Socket;
+        s.tolerate = LocalityLevel::PcieSwitch;
+        let e = check_job_spec(&s).expect_err("tighter");
+        assert!(matches!(e, WireError::Invalid { field: "tolerate", .. }) && e.to_string().contains("tighter"), "{e}");
+        s.tolerate = LocalityLevel::Any;
+        s.relax_after_s = Some(0);
+        assert!(matches!(check_job_spec(&s), Err(WireError::OutOfRange { field: "relax_after_s", value: 0, .. })));
+        s.relax_after_s = None;
+        s.cpu = CpuDemand::Fixed { cores_per_gpu: 0 };
+        let e = check_job_spec(&s).expect_err("no cores");
+        assert_eq!(e.to_string(), "JobSpec.cpu: cpu.cores_per_gpu: must be 1..=128, got 0");
+        let e = check_cpu_demand(&s.cpu).expect_err("no cores");
+        assert!(matches!(e, WireError::OutOfRange { field: "fixed.cores_per_gpu", value: 0, .. }), "{e}");
+        let p = Predictor { p0: 1.0, p1: 0.0, p2: 1.0, theta: 4.0 };
+        let e = check_cpu_demand(&CpuDemand::Predicted { predictor: p, min_cores_per_gpu: 5 }).expect_err("min");
+        assert!(matches!(e, WireError::OutOfRange { field: "predicted.min_cores_per_gpu", value: 5, .. }), "{e}");
+        let e = check_predictor(&Predictor { p2: f64::NAN, ..p }).expect_err("nan");
+        assert_eq!(e.to_string(), "Predictor.p2: must be a finite number, got NaN");
     }
 }

@@ -1,4 +1,4 @@
-//! The crate's error types. Each variant tells the caller what went wrong and where.
+//! The crate's error types. Each one tells the caller what went wrong and where.
 
 use crate::ids::{JobId, ServerId};
 use thiserror::Error;
@@ -51,6 +51,40 @@ impl SpecError {
     /// Reads a whole file, mapping the error.
     pub fn read(path: &std::path::Path) -> Result<String, SpecError> {
         std::fs::read_to_string(path).map_err(|source| SpecError::Io { file: path.display().to_string(), source })
+    }
+}
+
+/// A rule broken by an already-built value: what [`crate::Topology::validate`],
+/// [`crate::JobSpec::validate`], [`crate::CpuDemand::validate`] and
+/// [`crate::Predictor::validate`] return.
+///
+/// The spec parsers turn it into [`SpecError::Invalid`] (see [`FieldError::in_file`]); the wire
+/// conversions of `tessera-proto` into their own error.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[error("field `{field}`: {message}")]
+pub struct FieldError {
+    /// Dotted path of the field, as the spec files name it (e.g. `sockets[1].pcie_switches[0]`,
+    /// `locality.tolerate`, `cpu.predictor.theta`).
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl FieldError {
+    /// A field error.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), message: message.into() }
+    }
+
+    /// The same error seen from the value that contains this one: `within("cpu")` turns field
+    /// `cores_per_gpu` into `cpu.cores_per_gpu`.
+    pub fn within(self, parent: &str) -> FieldError {
+        FieldError { field: format!("{parent}.{}", self.field), message: self.message }
+    }
+
+    /// As a [`SpecError::Invalid`] of `file`.
+    pub fn in_file(self, file: &str) -> SpecError {
+        SpecError::Invalid { file: file.to_string(), field: self.field, message: self.message }
     }
 }
 

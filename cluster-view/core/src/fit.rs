@@ -181,7 +181,7 @@ fn take_compact(topo: &Topology, avail: u64, count: u32) -> u64 {
         }
     }
     // Most free first; ties keep topology order (stable sort) for determinism.
-    switches[..n].sort_by(|a, b| b.0.cmp(&a.0));
+    switches[..n].sort_by_key(|s| std::cmp::Reverse(s.0));
     let mut out = 0u64;
     let mut left = count;
     for &(c, f) in &switches[..n] {
@@ -197,11 +197,18 @@ fn take_compact(topo: &Topology, avail: u64, count: u32) -> u64 {
 
 /// Picks cores for a member holding `gpus`: as many as wanted (at least the minimum) from the
 /// free cores, preferring the sockets the GPUs hang off.
-pub fn pick_cores(topo: &Topology, free: CoreMask, gpus: u64, req: &MemberRequest) -> Option<CoreMask> {
-    let n = req.want_cores.min(free.count());
-    if n < req.min_cores {
+///
+/// `reserve` cores are left free if that still grants the minimum: callers reserve the
+/// proportional core share of every GPU that stays free on the server (see
+/// [`core_reserve`]), so a job that could use more cores than its share (a predicted CPU
+/// demand) takes spare cores, never the share of a GPU that another job may still get; without
+/// the reserve one input-bound job could strand a server's other GPUs with no cores at all.
+pub fn pick_cores(topo: &Topology, free: CoreMask, gpus: u64, req: &MemberRequest, reserve: u32) -> Option<CoreMask> {
+    let avail = free.count();
+    if avail < req.min_cores {
         return None;
     }
+    let n = req.want_cores.min(avail.saturating_sub(reserve)).max(req.min_cores);
     let near_sockets = topo.sockets_of(gpus);
     let mut near = CoreMask::EMPTY;
     for s in 0..topo.sockets.len() {
@@ -218,6 +225,12 @@ pub fn pick_cores(topo: &Topology, free: CoreMask, gpus: u64, req: &MemberReques
     Some(out)
 }
 
+/// Cores to keep free for `free_gpus_after` GPUs that stay free: their proportional share.
+#[inline]
+pub fn core_reserve(topo: &Topology, free_gpus_after: u32) -> u32 {
+    topo.cores() / topo.devices * free_gpus_after
+}
+
 /// Plans one member on one server record: devices at the tightest level up to `max_level`,
 /// cores and memory. The result passes [`check_member`] on the same record.
 pub fn plan_member(
@@ -232,7 +245,8 @@ pub fn plan_member(
         return None;
     }
     let (gpus, level) = pick_gpus(topo, rec.free_gpus, req.gpus, max_level, mode)?;
-    let cores = pick_cores(topo, rec.free_cores, gpus, req)?;
+    let reserve = core_reserve(topo, (rec.free_gpus & !gpus).count_ones());
+    let cores = pick_cores(topo, rec.free_cores, gpus, req, reserve)?;
     Some((MemberPlacement { server, gpus, cores, memory_mib: req.memory_mib }, level))
 }
 
@@ -318,7 +332,13 @@ mod tests {
         let req = member_request(&spec, &t);
         assert_eq!((req.min_cores, req.want_cores), (2, 11));
         let few = CoreMask::range(0, 5);
-        assert_eq!(pick_cores(&t, few, 1, &req).map(|c| c.count()), Some(5));
-        assert_eq!(pick_cores(&t, CoreMask::range(0, 1), 1, &req), None);
+        assert_eq!(pick_cores(&t, few, 1, &req, 0).map(|c| c.count()), Some(5));
+        assert_eq!(pick_cores(&t, CoreMask::range(0, 1), 1, &req, 0), None);
+        // On an empty seed server (32 cores, 4 per GPU) the 7 GPUs left free keep 28 cores:
+        // the job gets its share of 4, not the 11 it could use...
+        assert_eq!(core_reserve(&t, 7), 28);
+        assert_eq!(pick_cores(&t, t.all_cores(), 1, &req, 28).map(|c| c.count()), Some(4));
+        // ...and with only 8 cores free the reserve gives way to the job's minimum of 2.
+        assert_eq!(pick_cores(&t, CoreMask::range(0, 8), 1, &req, 28).map(|c| c.count()), Some(2));
     }
 }

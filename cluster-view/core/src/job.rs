@@ -22,7 +22,7 @@
 //! # min_cores_per_gpu = 2
 //! ```
 
-use crate::error::SpecError;
+use crate::error::{FieldError, SpecError};
 use crate::ids::{JobId, ViewVersion};
 use crate::locality::LocalityLevel;
 use crate::mask::{MAX_CORES, MAX_DEVICES};
@@ -60,6 +60,20 @@ impl Predictor {
             self.p0 * cores.ln() + self.p1 * cores
         }
     }
+
+    /// Checks the predictor: θ a number in `1..=128` and finite coefficients. Fields are named
+    /// `theta`, `p0`, `p1`, `p2`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !(self.theta.is_finite() && self.theta >= 1.0 && self.theta <= f64::from(MAX_CORES)) {
+            return Err(FieldError::new("theta", format!("must be a number in 1..={MAX_CORES}, got {}", self.theta)));
+        }
+        for (name, v) in [("p0", self.p0), ("p1", self.p1), ("p2", self.p2)] {
+            if !v.is_finite() {
+                return Err(FieldError::new(name, format!("must be a finite number, got {v}")));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How many cores a job wants per GPU.
@@ -82,7 +96,36 @@ pub enum CpuDemand {
     },
 }
 
-/// A validated job spec.
+impl CpuDemand {
+    /// Checks the demand: a fixed grant of 1..=128 cores per GPU, or a valid predictor (see
+    /// [`Predictor::validate`]) with a minimum of 1..=⌈θ⌉ cores per GPU. Fields are named as in
+    /// the `[cpu]` table of a job file: `cores_per_gpu`, `predictor.theta`, `min_cores_per_gpu`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        match *self {
+            CpuDemand::Proportional => Ok(()),
+            CpuDemand::Fixed { cores_per_gpu: c } => {
+                if c == 0 || c > MAX_CORES {
+                    return Err(FieldError::new("cores_per_gpu", format!("must be 1..={MAX_CORES}, got {c}")));
+                }
+                Ok(())
+            }
+            CpuDemand::Predicted { predictor, min_cores_per_gpu: min } => {
+                predictor.validate().map_err(|e| e.within("predictor"))?;
+                let max = predictor.theta.ceil();
+                if min == 0 || f64::from(min) > max {
+                    return Err(FieldError::new(
+                        "min_cores_per_gpu",
+                        format!("must be 1..={max} (θ rounded up), got {min}"),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A validated job spec. [`JobSpec::from_toml`] and [`JobSpec::from_file`] validate; a value
+/// built any other way (its fields are public) is checked with [`JobSpec::validate`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     /// Display name.
@@ -199,127 +242,121 @@ impl JobSpec {
     }
 
     /// Parses and validates job TOML; `file` names the source in errors.
+    ///
+    /// Only what a built [`JobSpec`] cannot express is checked while parsing (`gpus` missing,
+    /// zero, or disagreeing with `members` and `gpus_per_member`; both `cores_per_gpu` and
+    /// `predictor`; `min_cores_per_gpu` without `predictor`); the rest is [`JobSpec::validate`]'s.
     pub fn from_toml(file: &str, text: &str) -> Result<JobSpec, SpecError> {
         let raw: RawJob = toml::from_str(text).map_err(|e| SpecError::syntax(file, &e))?;
         let inv = |field: &str, msg: String| SpecError::invalid(file, field, msg);
-        if raw.name.trim().is_empty() {
-            return Err(inv("name", "must not be empty".into()));
-        }
         let members = raw.members.unwrap_or(1);
-        if members == 0 || members > MAX_MEMBERS {
-            return Err(inv("members", format!("must be 1..={MAX_MEMBERS}, got {members}")));
-        }
+        // `members` itself (0 included) is `validate`'s; 0 only skips the arithmetic here.
         let gpus_per_member = match (raw.gpus, raw.gpus_per_member) {
             (None, None) => {
                 return Err(inv("gpus", "missing: give `gpus` (total) or `gpus_per_member`".into()));
             }
             (Some(0), _) => return Err(inv("gpus", "must be at least 1".into())),
-            (_, Some(0)) => return Err(inv("gpus_per_member", "must be at least 1".into())),
             (Some(g), None) => {
-                if g % members != 0 {
+                if members != 0 && g % members != 0 {
                     return Err(inv("gpus", format!("{g} GPUs cannot be split evenly over {members} members")));
                 }
-                g / members
+                g.checked_div(members).unwrap_or(0)
             }
-            (None, Some(p)) => p,
             (Some(g), Some(p)) => {
-                if g != p * members {
+                if members != 0 && p != 0 && u64::from(g) != u64::from(p) * u64::from(members) {
                     return Err(inv("gpus", format!("{g} != members ({members}) x gpus_per_member ({p})")));
                 }
                 p
             }
+            (None, Some(p)) => p,
         };
-        if gpus_per_member > MAX_DEVICES {
-            return Err(inv(
-                "gpus_per_member",
-                format!("{gpus_per_member} GPUs per member; a server has at most {MAX_DEVICES}"),
-            ));
-        }
         let loc = raw.locality.unwrap_or(RawLocality {
             prefer: None,
             tolerate: None,
             relax_after_s: None,
             slowdown: BTreeMap::new(),
         });
-        let prefer = loc.prefer.unwrap_or(LocalityLevel::PcieSwitch);
-        let tolerate = loc.tolerate.unwrap_or(LocalityLevel::Any);
-        if tolerate < prefer {
-            return Err(inv("locality.tolerate", format!("`{tolerate}` is tighter than locality.prefer = `{prefer}`")));
-        }
-        if loc.relax_after_s == Some(0) {
-            return Err(inv("locality.relax_after_s", "must be at least 1 second".into()));
-        }
-        for (level, s) in &loc.slowdown {
-            if !(0.0..1.0).contains(s) {
-                return Err(inv(&format!("locality.slowdown.{level}"), format!("must be in [0, 1), got {s}")));
-            }
-        }
         let cpu = match raw.cpu {
             None => CpuDemand::Proportional,
             Some(RawCpu { cores_per_gpu: Some(_), predictor: Some(_), .. }) => {
                 return Err(inv("cpu", "give either `cores_per_gpu` or `predictor`, not both".into()));
             }
-            Some(RawCpu { cores_per_gpu: Some(c), min_cores_per_gpu, .. }) => {
-                if c == 0 || c > MAX_CORES {
-                    return Err(inv("cpu.cores_per_gpu", format!("must be 1..={MAX_CORES}, got {c}")));
-                }
-                if min_cores_per_gpu.is_some() {
-                    return Err(inv("cpu.min_cores_per_gpu", "only applies with `predictor`".into()));
-                }
-                CpuDemand::Fixed { cores_per_gpu: c }
-            }
-            Some(RawCpu { predictor: Some(p), min_cores_per_gpu, .. }) => {
-                if !(p.theta.is_finite() && p.theta >= 1.0 && p.theta <= MAX_CORES as f64) {
-                    return Err(inv(
-                        "cpu.predictor.theta",
-                        format!("must be a number in 1..={MAX_CORES}, got {}", p.theta),
-                    ));
-                }
-                for (name, v) in [("p0", p.p0), ("p1", p.p1), ("p2", p.p2)] {
-                    if !v.is_finite() {
-                        return Err(inv(&format!("cpu.predictor.{name}"), "must be a finite number".into()));
-                    }
-                }
-                let min = min_cores_per_gpu.unwrap_or(1);
-                if min == 0 || min as f64 > p.theta.ceil() {
-                    return Err(inv(
-                        "cpu.min_cores_per_gpu",
-                        format!("must be 1..={} (θ rounded up), got {min}", p.theta.ceil()),
-                    ));
-                }
-                CpuDemand::Predicted { predictor: p, min_cores_per_gpu: min }
-            }
-            Some(RawCpu { min_cores_per_gpu: Some(_), .. }) => {
+            Some(RawCpu { predictor: None, min_cores_per_gpu: Some(_), .. }) => {
                 return Err(inv("cpu.min_cores_per_gpu", "only applies with `predictor`".into()));
+            }
+            Some(RawCpu { cores_per_gpu: Some(c), .. }) => CpuDemand::Fixed { cores_per_gpu: c },
+            Some(RawCpu { predictor: Some(p), min_cores_per_gpu, .. }) => {
+                CpuDemand::Predicted { predictor: p, min_cores_per_gpu: min_cores_per_gpu.unwrap_or(1) }
             }
             Some(_) => CpuDemand::Proportional,
         };
-        if raw.memory_mib_per_gpu == Some(0) {
-            return Err(inv("memory_mib_per_gpu", "must be at least 1 (omit it for the server's share)".into()));
-        }
-        if let Some(t) = &raw.gpu_type {
-            if t.trim().is_empty() {
-                return Err(inv("gpu_type", "must not be empty (omit it for any type)".into()));
-            }
-        }
-        if raw.command.first().is_some_and(|c| c.trim().is_empty()) {
-            return Err(inv("command", "the program name must not be empty".into()));
-        }
-        Ok(JobSpec {
+        let spec = JobSpec {
             name: raw.name,
             tenant: raw.tenant.unwrap_or_else(|| "default".into()),
             gpu_type: raw.gpu_type,
             members,
             gpus_per_member,
-            prefer,
-            tolerate,
+            prefer: loc.prefer.unwrap_or(LocalityLevel::PcieSwitch),
+            tolerate: loc.tolerate.unwrap_or(LocalityLevel::Any),
             relax_after_s: loc.relax_after_s,
             slowdown: loc.slowdown,
             cpu,
             memory_mib_per_gpu: raw.memory_mib_per_gpu,
             priority: raw.priority,
             command: raw.command,
-        })
+        };
+        spec.validate().map_err(|e| e.in_file(file))?;
+        Ok(spec)
+    }
+
+    /// Checks every guarantee of a job spec, for a value built in code or decoded from outside:
+    /// a non-empty name; 1..=4096 members of 1..=64 GPUs; `tolerate` no tighter than `prefer`; a
+    /// relaxation step of at least one second; slowdowns in `[0, 1)`; a valid CPU demand (see
+    /// [`CpuDemand::validate`]); non-zero memory when given; a non-empty GPU type when given; a
+    /// non-empty program name when a command is given.
+    ///
+    /// Fields are named as in job files: `locality.tolerate`, `locality.slowdown.rack`,
+    /// `cpu.cores_per_gpu`, ...
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |field: &str, msg: String| Err(FieldError::new(field, msg));
+        if self.name.trim().is_empty() {
+            return bad("name", "must not be empty".into());
+        }
+        if self.members == 0 || self.members > MAX_MEMBERS {
+            return bad("members", format!("must be 1..={MAX_MEMBERS}, got {}", self.members));
+        }
+        if self.gpus_per_member == 0 {
+            return bad("gpus_per_member", "must be at least 1".into());
+        }
+        if self.gpus_per_member > MAX_DEVICES {
+            return bad(
+                "gpus_per_member",
+                format!("{} GPUs per member; a server has at most {MAX_DEVICES}", self.gpus_per_member),
+            );
+        }
+        let (prefer, tolerate) = (self.prefer, self.tolerate);
+        if tolerate < prefer {
+            return bad("locality.tolerate", format!("`{tolerate}` is tighter than locality.prefer = `{prefer}`"));
+        }
+        if self.relax_after_s == Some(0) {
+            return bad("locality.relax_after_s", "must be at least 1 second".into());
+        }
+        for (level, s) in &self.slowdown {
+            if !(0.0..1.0).contains(s) {
+                return bad(&format!("locality.slowdown.{level}"), format!("must be in [0, 1), got {s}"));
+            }
+        }
+        self.cpu.validate().map_err(|e| e.within("cpu"))?;
+        if self.memory_mib_per_gpu == Some(0) {
+            return bad("memory_mib_per_gpu", "must be at least 1 (omit it for the server's share)".into());
+        }
+        if self.gpu_type.as_ref().is_some_and(|t| t.trim().is_empty()) {
+            return bad("gpu_type", "must not be empty (omit it for any type)".into());
+        }
+        if self.command.first().is_some_and(|c| c.trim().is_empty()) {
+            return bad("command", "the program name must not be empty".into());
+        }
+        Ok(())
     }
 
     /// Reads and validates a job file.
@@ -429,5 +466,52 @@ mod tests {
         assert!(err("name='r'\ngpus=1\nbogus=2\n").contains("bogus"));
         let e = err("name='r'\ngpus='four'\n");
         assert!(e.contains("j.toml") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn parse_only_checks_stay_in_the_parser() {
+        let e = err("name='r'\ngpus=4\nmembers=0\n");
+        assert!(e.contains("field `members`"), "{e}");
+        let e = err("name='r'\ngpus_per_member=2\nmembers=0\ngpus=4\n");
+        assert!(e.contains("field `members`"), "{e}");
+        let e = err("name='r'\ngpus=4\nmembers=2\ngpus_per_member=2147483648\n");
+        assert!(e.contains("field `gpus`"), "{e}");
+        let e = err("name='r'\ngpus=1\n[cpu]\ncores_per_gpu=2\nmin_cores_per_gpu=1\n");
+        assert!(e.contains("cpu.min_cores_per_gpu") && e.contains("only applies"), "{e}");
+        let e = err("name='r'\ngpus=1\n[cpu]\npredictor={p0=1.0,p1=0.0,p2=1.0,theta=3.0}\nmin_cores_per_gpu=4\n");
+        assert!(e.contains("cpu.min_cores_per_gpu") && e.contains("1..=3"), "{e}");
+        let e = err("name='r'\ngpus=1\n[cpu]\npredictor={p0=nan,p1=0.0,p2=1.0,theta=3.0}\n");
+        assert!(e.contains("cpu.predictor.p0"), "{e}");
+        let e = err("name='r'\ngpus=1\n[locality]\nrelax_after_s=0\n");
+        assert!(e.contains("locality.relax_after_s"), "{e}");
+    }
+
+    #[test]
+    fn built_specs_are_validated_like_files() {
+        let ok = JobSpec::simple("r", 2, 4);
+        assert_eq!(ok.validate(), Ok(()));
+        let broken = |f: &dyn Fn(&mut JobSpec)| {
+            let mut s = ok.clone();
+            f(&mut s);
+            s.validate().expect_err("must be refused")
+        };
+        let e = broken(&|s| (s.prefer, s.tolerate) = (LocalityLevel::Rack, LocalityLevel::Server));
+        assert_eq!(e.field, "locality.tolerate");
+        assert!(e.message.contains("tighter"), "{e}");
+        assert_eq!(broken(&|s| s.gpus_per_member = 0).field, "gpus_per_member");
+        assert_eq!(broken(&|s| s.members = MAX_MEMBERS + 1).field, "members");
+        assert_eq!(broken(&|s| s.cpu = CpuDemand::Fixed { cores_per_gpu: 129 }).field, "cpu.cores_per_gpu");
+        let p = Predictor { p0: 1.0, p1: 0.0, p2: 1.0, theta: f64::INFINITY };
+        let e = broken(&|s| s.cpu = CpuDemand::Predicted { predictor: p, min_cores_per_gpu: 1 });
+        assert_eq!(e.field, "cpu.predictor.theta");
+        assert_eq!(broken(&|s| s.command = vec![" ".into()]).field, "command");
+        assert_eq!(
+            broken(&|s| s.slowdown.insert(LocalityLevel::Rack, -0.1).map(drop).unwrap_or(())).field,
+            "locality.slowdown.rack"
+        );
+        assert_eq!(
+            Predictor { p0: 0.0, p1: 0.0, p2: 0.0, theta: 0.5 }.validate().map_err(|e| e.field),
+            Err("theta".into())
+        );
     }
 }

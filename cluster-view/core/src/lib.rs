@@ -43,7 +43,7 @@ pub mod view;
 
 pub use cluster_spec::ClusterSpec;
 pub use config_set::ConfigSet;
-pub use error::{SpecError, ViewError};
+pub use error::{FieldError, SpecError, ViewError};
 pub use ids::{ConfigSetId, JobId, ProposalId, ServerId, ViewVersion};
 pub use job::{CpuDemand, Job, JobSpec, JobState, Predictor};
 pub use locality::LocalityLevel;

@@ -1,0 +1,126 @@
+//! The `tessera` binary, run as a user would: exit codes, output, and errors on bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).current_dir(repo()).output().expect("run tessera")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn shipped_files_check_and_place() {
+    for (kind, pattern) in [("topology", "deploy/topologies"), ("cluster", "deploy/clusters"), ("job", "deploy/jobs")] {
+        let mut files: Vec<String> = std::fs::read_dir(repo().join(pattern))
+            .expect("dir")
+            .map(|e| format!("{pattern}/{}", e.expect("entry").file_name().to_string_lossy()))
+            .filter(|f| f.ends_with(".toml"))
+            .collect();
+        files.sort();
+        let mut args = vec!["check", kind];
+        args.extend(files.iter().map(String::as_str));
+        let o = tessera(&args);
+        assert!(o.status.success(), "{kind}: {:?}", text(&o));
+    }
+    let o = tessera(&[
+        "place",
+        "--cluster",
+        "deploy/clusters/dev.toml",
+        "deploy/jobs/alexnet-2gpu.toml",
+        "deploy/jobs/bert-16gpu.toml",
+        "deploy/jobs/resnet50-4gpu.toml",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("bert-16gpu") && out.contains("placed at rack"), "{out}");
+    assert!(out.contains("invariants: ok"), "{out}");
+}
+
+#[test]
+fn bad_files_name_file_and_field_and_fail() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let job = dir.path().join("bad-job.toml");
+    std::fs::write(&job, "name = 'x'\ngpus = 4\n[locality]\nprefer = 'server'\ntolerate = 'socket'\n").expect("write");
+    let o = tessera(&["check", "job", job.to_str().expect("utf8")]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("bad-job.toml") && err.contains("locality.tolerate"), "{err}");
+
+    let topo = dir.path().join("bad-topo.toml");
+    std::fs::write(
+        &topo,
+        "name='t'\ndevice_type='g'\ndevices=4\ncores_per_socket=8\nmemory_mib=1024\n[[sockets]]\npcie_switches=[[0,1],[2,9]]\n",
+    )
+    .expect("write");
+    let o = tessera(&["check", "topology", topo.to_str().expect("utf8")]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("bad-topo.toml") && err.contains("sockets[0].pcie_switches[1]") && err.contains("9"), "{err}");
+
+    let syntax = dir.path().join("syntax.toml");
+    std::fs::write(&syntax, "name = 'x'\ngpus = \n").expect("write");
+    let o = tessera(&["check", "job", syntax.to_str().expect("utf8")]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("syntax.toml") && err.contains("line 2"), "{err}");
+
+    let o = tessera(&["place", "--cluster", "/nonexistent/cluster.toml", "deploy/jobs/lm-1gpu.toml"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("/nonexistent/cluster.toml") && err.contains("cannot read"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn job_that_can_never_fit_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let job = dir.path().join("huge.toml");
+    std::fs::write(&job, "name = 'huge'\ngpus = 64\nmembers = 8\n[locality]\ntolerate = 'rack'\n").expect("write");
+    let o = tessera(&["check", "job", job.to_str().expect("utf8"), "--cluster", "deploy/clusters/dev.toml"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("can never fit") && err.contains("rack"), "{err}");
+    let o = tessera(&["place", "--cluster", "deploy/clusters/dev.toml", job.to_str().expect("utf8")]);
+    let (out, _) = text(&o);
+    assert!(!o.status.success() && out.contains("refused"), "{out}");
+}
+
+#[test]
+fn bench_prints_the_promised_json() {
+    let o = tessera(&["bench", "placement", "--servers", "300", "--jobs", "3000", "--schedulers", "16", "--json"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    for key in [
+        "servers",
+        "gpus",
+        "jobs",
+        "placed",
+        "conflicts",
+        "wall_s",
+        "placements_per_s",
+        "search_p50_us",
+        "search_p99_us",
+        "bytes_per_server",
+        "double_allocations",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {out}");
+    }
+    assert_eq!(v["servers"], 300);
+    assert_eq!(v["gpus"], 2400);
+    assert_eq!(v["double_allocations"], 0);
+    assert_eq!(v["bytes_per_server"], 32);
+    assert!(v["placed"].as_u64().expect("placed") > 2000, "{out}");
+
+    let o = tessera(&["bench", "placement", "--gpus-per-server", "7"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("--gpus-per-server"), "{err}");
+    let o = tessera(&["bench", "placement", "--trace", "/nonexistent.csv"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("/nonexistent.csv"), "{err}");
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what building Tessera needs and this machine lacks. Debian 12, as root.
+# Idempotent: installs nothing when everything is present. Sourced by dev.sh and test.sh.
+set -euo pipefail
+
+if ! command -v cargo >/dev/null 2>&1; then
+    [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "install-deps: cargo not found; install the Rust toolchain first (https://rustup.rs)" >&2
+    exit 1
+fi
+
+# System packages: a C toolchain for build scripts and linking.
+# (protoc comes from the protoc-bin-vendored crate; nothing else is needed yet.)
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v git >/dev/null 2>&1 || missing+=(git)
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Toolchain components the test suite uses for its lint step.
+if command -v rustup >/dev/null 2>&1; then
+    cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+    cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
+fi
+
+# One build directory shared by every clone on this machine, so a fresh clone (CI) reuses
+# earlier builds. Override with CARGO_TARGET_DIR.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tessera/target}"
+mkdir -p "$CARGO_TARGET_DIR"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Quick start, step 2: install what is missing and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. deploy/install-deps.sh
+start=$(date +%s)
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== tests"
+cargo test --workspace --locked
+
+echo "== benchmarks compile (criterion; run them with 'cargo bench')"
+cargo bench --workspace --locked --no-run
+
+echo "== placement benchmark at full size (its own independent double-allocation check must pass)"
+cargo build --release --locked -p tessera
+"$CARGO_TARGET_DIR/release/tessera" bench placement --servers 16000 --gpus-per-server 8 --jobs 100000 --json
+
+echo "== all checks passed in $(( $(date +%s) - start )) s"
