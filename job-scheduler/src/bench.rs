@@ -136,7 +136,7 @@ pub struct PlacementReport {
 /// A server model with `gpus` devices: 2 sockets (1 if `gpus` is 2 or less), PCIe switches of
 /// two GPUs, 16 cores per socket, 384 GiB of memory.
 pub fn bench_topology(gpus: u32) -> Result<Topology, String> {
-    if gpus < 2 || gpus > 64 || gpus % 2 != 0 {
+    if !(2..=64).contains(&gpus) || gpus % 2 != 0 {
         return Err(format!("--gpus-per-server must be even and in 2..=64, got {gpus}"));
     }
     if gpus == 8 {

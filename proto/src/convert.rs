@@ -435,6 +435,7 @@ impl From<&Job> for v1::Job {
             state: v1::JobState::from(j.state).into(),
             placement: j.placement.as_ref().map(Into::into),
             submitted_at: j.submitted_at.0,
+            proposals: j.proposals.iter().map(|p| p.0).collect(),
         }
     }
 }
@@ -451,6 +452,7 @@ impl TryFrom<v1::Job> for Job {
             state: job_state(w.state, "Job", "state")?,
             placement: w.placement.map(GangPlacement::try_from).transpose().map_err(|e| e.at("placement"))?,
             submitted_at: ViewVersion(w.submitted_at),
+            proposals: w.proposals.into_iter().map(ProposalId).collect(),
         };
         validate::check_job(&job)?;
         Ok(job)
@@ -688,6 +690,8 @@ impl From<&ViewSnapshot> for v1::ViewSnapshot {
             jobs: s.jobs.iter().map(Into::into).collect(),
             quotas: s.quotas.clone(),
             next_job: s.next_job,
+            ended: s.ended.iter().map(|j| j.0).collect(),
+            ended_jobs_kept: s.ended_jobs_kept,
         }
     }
 }
@@ -708,6 +712,8 @@ impl TryFrom<v1::ViewSnapshot> for ViewSnapshot {
             jobs: convert_all(w.jobs, "jobs")?,
             quotas: w.quotas,
             next_job: w.next_job,
+            ended: w.ended.into_iter().map(JobId).collect(),
+            ended_jobs_kept: w.ended_jobs_kept,
         };
         validate::check_snapshot(&s)?;
         Ok(s)

@@ -13,7 +13,7 @@ use crate::error::WireError;
 use std::collections::HashSet;
 use tessera_view::cluster_spec::MAX_SERVERS;
 use tessera_view::mask::format_indices;
-use tessera_view::{CoreMask, CpuDemand, FieldError, Job, JobSpec, Predictor, Topology, ViewSnapshot};
+use tessera_view::{CoreMask, CpuDemand, FieldError, Job, JobSpec, JobState, Predictor, Topology, ViewSnapshot};
 
 const SNAPSHOT: &str = "ViewSnapshot";
 
@@ -206,10 +206,12 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
         if !job_ids.insert(job.id) {
             return Err(at(WireError::invalid("Job", "id", format!("{} appears twice", job.id))));
         }
-        let Some(p) = &job.placement else { continue };
-        if !proposals.insert(p.proposal) {
-            return Err(at(WireError::invalid("GangPlacement", "proposal", format!("{} placed two jobs", p.proposal))));
+        for p in &job.proposals {
+            if !proposals.insert(*p) {
+                return Err(at(WireError::invalid("Job", "proposals", format!("{p} was applied for two jobs"))));
+            }
         }
+        let Some(p) = &job.placement else { continue };
         for (k, m) in p.members.iter().enumerate() {
             let at = |e: WireError| at(e.at(format!("placement.members[{k}]")));
             let i = m.server.index();
@@ -278,6 +280,22 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
             .at(format!("servers[{i}]")));
         }
     }
+    let mut ended = HashSet::with_capacity(s.ended.len());
+    for (i, id) in s.ended.iter().enumerate() {
+        let job = s.jobs.iter().find(|j| j.id == *id);
+        if !ended.insert(*id) || !job.is_some_and(|j| matches!(j.state, JobState::Finished | JobState::Failed)) {
+            return Err(WireError::invalid(
+                SNAPSHOT,
+                "ended",
+                format!("ended[{i}] = {id} is repeated, unknown or not an ended job"),
+            ));
+        }
+    }
+    if let Some(j) =
+        s.jobs.iter().find(|j| matches!(j.state, JobState::Finished | JobState::Failed) && !ended.contains(&j.id))
+    {
+        return Err(WireError::invalid(SNAPSHOT, "ended", format!("{} has ended but is not listed", j.id)));
+    }
     Ok(())
 }
 
@@ -293,6 +311,13 @@ pub fn check_job(job: &Job) -> Result<(), WireError> {
         }
         (None, false) => Ok(()),
         (Some(p), true) => {
+            if job.proposals.last() != Some(&p.proposal) {
+                return Err(WireError::invalid(
+                    "Job",
+                    "proposals",
+                    format!("the placement's {} is not the last applied proposal", p.proposal),
+                ));
+            }
             if p.members.len() != job.spec.members as usize {
                 return Err(WireError::invalid(
                     "GangPlacement",

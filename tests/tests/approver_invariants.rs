@@ -226,6 +226,14 @@ fn predict(view: &ClusterView, layout: &Layout, p: &Proposal) -> Expect {
     if let Some(&owner) = held_proposals(view).get(&p.id) {
         return if owner == p.job { Expect::AlreadyApplied } else { rej(Rejection::ProposalIdReused { other: owner }) };
     }
+    // An id applied before whose placement has ended is spent: never applied again.
+    if let Some(owner) = view.jobs().into_iter().find(|j| j.proposals.contains(&p.id)) {
+        return if owner.id == p.job {
+            rej(Rejection::ProposalSpent)
+        } else {
+            rej(Rejection::ProposalIdReused { other: owner.id })
+        };
+    }
     let Some(job) = view.job(p.job) else { return rej(Rejection::UnknownJob) };
     if job.state != JobState::Pending {
         return rej(Rejection::JobNotPending { state: job.state.as_str().to_string() });
@@ -961,14 +969,11 @@ impl World {
                 // No false refusals: a gang the shared fit function can build on the empty
                 // cluster within the job's tolerance and quota does fit.
                 let within_quota = self.view.quotas().get(&spec.tenant).is_none_or(|q| spec.total_gpus() <= *q);
-                // Known core bug, left out here so this property keeps guarding the rest (see
-                // `never_fits_counts_nvlink_groups_within_a_socket_tolerance`).
-                let known_bug = spec.tolerate == LocalityLevel::Socket && why.starts_with("no single socket");
                 for _ in 0..4 {
                     if let Some(ms) = plan_gang(&self.layout, &self.pristine, &spec, rng, true) {
                         let level = gang_level(&self.layout, &self.pristine, &ms);
                         ensure!(
-                            !within_quota || level > spec.tolerate || known_bug,
+                            !within_quota || level > spec.tolerate,
                             "refused as never fitting ({why}), yet {ms:?} fits the empty cluster at {level}: {spec:?}"
                         );
                     }
@@ -1426,9 +1431,7 @@ fn run_scenario(p: &Params) -> Result<Stats> {
     w.op_checkpoint();
     let replica_at = rng.random_range(0..p.ops);
     for i in 0..p.ops {
-        // Only while no ended job is forgotten: `from_snapshot` loses the order in which jobs
-        // ended (see `replica_from_snapshot_forgets_the_same_ended_jobs`).
-        if i == replica_at && p.ended_kept.is_none() {
+        if i == replica_at {
             w.start_replica()?;
         }
         w.step(&mut rng).with_context(|| format!("op #{i}"))?;
@@ -1835,11 +1838,10 @@ fn large_gangs_are_checked_for_overlap_too() {
 }
 
 /// A replica rebuilt from a snapshot must stay identical to the view it was taken from when both
-/// apply the same commands. `ClusterView::from_snapshot` rebuilds the queue of ended jobs in
+/// apply the same commands. Regression: `from_snapshot` once rebuilt the queue of ended jobs in
 /// job-id order instead of the order the jobs ended, so once more than `ended_jobs_kept` jobs
-/// have ended the two forget different jobs and their state hashes diverge.
+/// had ended the two forgot different jobs and their state hashes diverged.
 #[test]
-#[ignore = "core bug: from_snapshot rebuilds the ended-jobs queue in id order, not end order"]
 fn replica_from_snapshot_forgets_the_same_ended_jobs() {
     let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
     let mut view = ClusterView::from_spec(&spec).with_limits(DEFAULT_CHANGE_LOG, 2);
@@ -1860,12 +1862,10 @@ fn replica_from_snapshot_forgets_the_same_ended_jobs() {
     assert_eq!(replica.state_hash(), view.state_hash(), "replica diverged");
 }
 
-/// `Proposal::id` is documented as "the approver applies a proposal id at most once" (and
-/// `approver.rs` as "idempotent on the proposal id"). The view forgets a proposal id as soon as
-/// its gang is freed (`free_placement` removes it from `applied`), so a late retry of an accepted
-/// proposal, arriving after its server went down and came back, is applied a second time.
+/// Regression: the approver applies a proposal id at most once. The view once forgot an id when
+/// its gang was freed, so a late retry of an accepted proposal, arriving after its server went
+/// down and came back, was applied a second time. Now it is refused as spent.
 #[test]
-#[ignore = "core bug: a proposal id is forgotten when its gang is freed, so a late retry is applied again"]
 fn a_proposal_id_is_applied_at_most_once() {
     let mut view = seed_view(2, 2);
     let spec = JobSpec::simple("j", 1, 8);
@@ -1889,16 +1889,18 @@ fn a_proposal_id_is_applied_at_most_once() {
     // The scheduler never saw the first answer and retries the same proposal.
     let (h, v) = (view.state_hash(), view.version());
     let d = decide(&mut view, &p);
-    assert!(!matches!(d, Decision::Accepted { .. }), "proposal id applied twice: {d:?}");
+    assert!(
+        matches!(&d, Decision::Rejected { reason: Rejection::ProposalSpent, .. }),
+        "proposal id applied twice: {d:?}"
+    );
     assert_eq!((view.state_hash(), view.version()), (h, v));
 }
 
-/// `ClusterView::never_fits` sizes an intra-server tolerance by `Topology::max_group(level)`,
-/// the groups of that level alone. But a gang whose devices share an NVLink group is at
-/// `pcie-switch`, tighter than `socket`: on `dgx-h100` (one 8-GPU NVLink group, 4-GPU sockets)
-/// a 6-GPU job tolerating `socket` fits at `pcie-switch`, yet is refused as never fitting.
+/// Regression: `never_fits` once sized an intra-server tolerance by that level's groups alone.
+/// A gang whose devices share an NVLink group is at `pcie-switch`, tighter than `socket`: on
+/// `dgx-h100` (one 8-GPU NVLink group, 4-GPU sockets) a 6-GPU job tolerating `socket` fits at
+/// `pcie-switch`, and must be admitted.
 #[test]
-#[ignore = "core bug: never_fits ignores tighter levels' (NVLink) groups for a socket tolerance"]
 fn never_fits_counts_nvlink_groups_within_a_socket_tolerance() {
     let spec = ClusterSpec::uniform(Topology::preset("dgx-h100").expect("preset"), 1, 1, 1);
     let mut view = ClusterView::from_spec(&spec);
@@ -1914,4 +1916,28 @@ fn never_fits_counts_nvlink_groups_within_a_socket_tolerance() {
     assert_eq!(level, LocalityLevel::PcieSwitch);
     let out = view.apply(&Command::Submit(job));
     assert!(matches!(out, Outcome::Submitted(Ok(_))), "refused a job that fits: {out:?}");
+}
+
+/// Regression: `never_fits` once checked one member's cores and memory, so gangs whose members
+/// cannot share a server for cores or memory were admitted to wait forever.
+#[test]
+fn never_fits_counts_every_members_cores_and_memory() {
+    // One seed-8gpu server (32 cores, 384 GiB) per rack.
+    let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 4, 1, 4);
+    let mut view = ClusterView::from_spec(&spec);
+    let mut mem = JobSpec::simple("mem", 2, 2);
+    mem.memory_mib_per_gpu = Some(98_305); // 2 members x 2 GPUs x 98,305 MiB > 393,216 MiB
+    mem.tolerate = LocalityLevel::Server;
+    assert!(view.never_fits(&mem).is_some_and(|w| w.contains("cores and memory")), "{:?}", view.never_fits(&mem));
+    mem.tolerate = LocalityLevel::Rack;
+    assert!(view.never_fits(&mem).is_some(), "one server per rack cannot hold both members");
+    mem.tolerate = LocalityLevel::Any;
+    assert!(view.never_fits(&mem).is_none(), "two servers anywhere can");
+    let mut cpu = JobSpec::simple("cpu", 2, 1);
+    cpu.cpu = CpuDemand::Fixed { cores_per_gpu: 20 };
+    cpu.tolerate = LocalityLevel::Rack;
+    assert!(view.never_fits(&cpu).is_some(), "two 20-core members never share a 32-core server");
+    cpu.tolerate = LocalityLevel::IbDomain;
+    assert!(view.never_fits(&cpu).is_none());
+    assert!(matches!(view.apply(&Command::Submit(cpu)), Outcome::Submitted(Ok(_))));
 }

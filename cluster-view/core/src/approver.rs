@@ -26,10 +26,14 @@ impl ClusterView {
     /// Validates and, if valid, applies a proposal. Idempotent on the proposal id.
     pub fn propose(&mut self, p: &Proposal) -> Decision {
         if let Some(&owner) = self.applied.get(&p.id) {
-            if owner == p.job {
+            if owner != p.job {
+                return self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]);
+            }
+            let current = self.jobs.get(&p.job).and_then(|j| j.placement.as_ref()).map(|pl| pl.proposal);
+            if current == Some(p.id) {
                 return Decision::AlreadyApplied { job: p.job, proposal: p.id, version: self.version };
             }
-            return self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]);
+            return self.reject(p, Rejection::ProposalSpent, &[]);
         }
         match self.validate(p) {
             Ok(level) => {
@@ -148,6 +152,7 @@ impl ClusterView {
         let job = self.jobs.get_mut(&p.job).expect("validated job exists");
         job.state = JobState::Placed;
         job.placement = Some(GangPlacement { proposal: p.id, members: p.members.clone(), level, placed_at: version });
+        job.proposals.push(p.id);
         let (tenant, total) = (job.spec.tenant.clone(), job.spec.total_gpus());
         *self.tenant_used.entry(tenant).or_default() += total;
         self.applied.insert(p.id, p.job);

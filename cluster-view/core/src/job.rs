@@ -422,6 +422,9 @@ pub struct Job {
     pub placement: Option<GangPlacement>,
     /// The view version at which it was submitted.
     pub submitted_at: ViewVersion,
+    /// Every proposal id ever applied for this job, oldest first. The approver applies an id
+    /// at most once: a late retry of a spent id is refused, never re-applied.
+    pub proposals: Vec<crate::ProposalId>,
 }
 
 #[cfg(test)]

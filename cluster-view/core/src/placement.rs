@@ -64,6 +64,10 @@ pub enum Rejection {
         /// The job it was used for.
         other: JobId,
     },
+    /// The proposal id was applied before for this job and that placement has since ended
+    /// (released, or failed with a server); plan again under a new id.
+    #[error("proposal was applied before and its placement has ended; propose again with a new id")]
+    ProposalSpent,
     /// The gang is not whole.
     #[error("gang has {got} members, job needs {expected}")]
     WrongMemberCount {
@@ -226,6 +230,7 @@ impl Rejection {
             Rejection::UnknownJob => "unknown_job",
             Rejection::JobNotPending { .. } => "job_not_pending",
             Rejection::ProposalIdReused { .. } => "proposal_id_reused",
+            Rejection::ProposalSpent => "proposal_spent",
             Rejection::WrongMemberCount { .. } => "wrong_member_count",
             Rejection::UnknownServer { .. } => "unknown_server",
             Rejection::DevicesOutOfRange { .. } => "devices_out_of_range",

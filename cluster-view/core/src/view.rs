@@ -109,6 +109,10 @@ pub struct ViewSnapshot {
     pub quotas: BTreeMap<String, u32>,
     /// The next job id.
     pub next_job: u64,
+    /// Ended jobs still kept, in the order they ended (the oldest is forgotten first).
+    pub ended: Vec<JobId>,
+    /// How many ended jobs are kept.
+    pub ended_jobs_kept: u64,
 }
 
 /// The cluster view. See the crate docs for its invariants.
@@ -364,7 +368,17 @@ impl ClusterView {
         let id = JobId(self.next_job);
         self.next_job += 1;
         self.bump();
-        self.jobs.insert(id, Job { id, spec, state: JobState::Pending, placement: None, submitted_at: self.version });
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                spec,
+                state: JobState::Pending,
+                placement: None,
+                submitted_at: self.version,
+                proposals: Vec::new(),
+            },
+        );
         self.note(Change::Job(id));
         Ok(id)
     }
@@ -382,17 +396,21 @@ impl ClusterView {
             let t = &self.topologies[cs.topology as usize];
             spec.gpu_type.as_ref().is_none_or(|want| *want == t.device_type)
         };
-        let fits_member = |cs: &ConfigSet| {
+        // Members of this job one server of `cs` can host at once (devices, cores, memory).
+        let per_server = |cs: &ConfigSet| -> u64 {
             let t = &self.topologies[cs.topology as usize];
             let req = fit::member_request(spec, t);
-            t.devices >= g && t.cores() >= req.min_cores && t.memory_mib >= req.memory_mib
+            let by_gpus = (t.devices / g) as u64;
+            let by_cores = if req.min_cores == 0 { u64::MAX } else { (t.cores() / req.min_cores) as u64 };
+            let by_mem = if req.memory_mib == 0 { u64::MAX } else { (t.memory_mib / req.memory_mib) as u64 };
+            by_gpus.min(by_cores).min(by_mem)
         };
         let candidates: Vec<&ConfigSet> = self.config_sets.iter().filter(|cs| typed(cs)).collect();
         if candidates.is_empty() {
             let ty = spec.gpu_type.as_deref().unwrap_or("any");
             return Some(format!("no server has GPU type `{ty}`"));
         }
-        let usable: Vec<&ConfigSet> = candidates.into_iter().filter(|cs| fits_member(cs)).collect();
+        let usable: Vec<&ConfigSet> = candidates.into_iter().filter(|cs| per_server(cs) > 0).collect();
         if usable.is_empty() {
             return Some(format!(
                 "no server of the requested type can host one member ({g} GPUs with its cores and memory)"
@@ -400,23 +418,27 @@ impl ClusterView {
         }
         let level = spec.tolerate;
         if level.is_intra_server() {
+            // The whole gang in one server, inside one group of some level up to the tolerance
+            // (an NVLink group may be larger than a socket).
             let ok = usable.iter().any(|cs| {
                 let t = &self.topologies[cs.topology as usize];
-                let group = t.max_group(level);
-                group >= total && self.servers_in(cs.id) > 0
+                let group =
+                    LocalityLevel::ALL.iter().filter(|l| **l <= level).map(|l| t.max_group(*l)).max().unwrap_or(0);
+                group >= total && per_server(cs) >= spec.members as u64 && self.servers_in(cs.id) > 0
             });
-            return (!ok).then(|| format!("no single {level} holds {total} GPUs; tolerate a looser level"));
+            return (!ok).then(|| {
+                format!("no single {level} holds {total} GPUs with their cores and memory; tolerate a looser level")
+            });
         }
         // Member slots per domain at the tolerated level.
         let mut slots: HashMap<u32, u64> = HashMap::new();
         for cs in &usable {
-            let t = &self.topologies[cs.topology as usize];
             let key = match level {
                 LocalityLevel::Rack => cs.rack,
                 LocalityLevel::IbDomain => cs.ib_domain,
                 _ => 0,
             };
-            *slots.entry(key).or_default() += self.servers_in(cs.id) * (t.devices / g) as u64;
+            *slots.entry(key).or_default() += self.servers_in(cs.id) * per_server(cs);
         }
         let best = slots.values().copied().max().unwrap_or(0);
         (best < spec.members as u64).then(|| {
@@ -545,6 +567,8 @@ impl ClusterView {
             jobs: self.jobs().into_iter().cloned().collect(),
             quotas: self.quotas.clone(),
             next_job: self.next_job,
+            ended: self.ended.iter().copied().collect(),
+            ended_jobs_kept: self.ended_kept as u64,
         }
     }
 
@@ -553,16 +577,15 @@ impl ClusterView {
     pub fn from_snapshot(s: ViewSnapshot) -> ClusterView {
         let mut tenant_used: HashMap<String, u32> = HashMap::new();
         let mut applied = HashMap::new();
-        let mut ended = VecDeque::new();
         for j in &s.jobs {
-            if let Some(p) = &j.placement {
+            if j.placement.is_some() {
                 *tenant_used.entry(j.spec.tenant.clone()).or_default() += j.spec.total_gpus();
-                applied.insert(p.proposal, j.id);
             }
-            if matches!(j.state, JobState::Finished | JobState::Failed) {
-                ended.push_back(j.id);
+            for &p in &j.proposals {
+                applied.insert(p, j.id);
             }
         }
+        let ended: VecDeque<JobId> = s.ended.iter().copied().collect();
         let count = s.servers.len();
         ClusterView {
             version: s.version,
@@ -576,7 +599,7 @@ impl ClusterView {
             server_versions: vec![s.version; count],
             jobs: s.jobs.into_iter().map(|j| (j.id, j)).collect(),
             ended,
-            ended_kept: DEFAULT_ENDED_JOBS_KEPT,
+            ended_kept: s.ended_jobs_kept.min(usize::MAX as u64) as usize,
             next_job: s.next_job,
             applied,
             quotas: s.quotas,
@@ -604,8 +627,15 @@ impl ClusterView {
             h.u64(r.config_set.0 as u64);
             h.u64(r.health as u64);
         }
+        h.u64(self.ended_kept as u64);
+        for j in &self.ended {
+            h.u64(j.0);
+        }
         for j in self.jobs() {
             h.u64(j.id.0);
+            for p in &j.proposals {
+                h.u64(p.0);
+            }
             h.str(j.state.as_str());
             h.u64(j.submitted_at.0);
             if let Some(p) = &j.placement {
@@ -652,7 +682,6 @@ impl ClusterView {
         let Some(p) = j.placement.take() else { return };
         let total = j.spec.total_gpus();
         let tenant = j.spec.tenant.clone();
-        self.applied.remove(&p.proposal);
         for m in &p.members {
             let r = &mut self.servers[m.server.index()];
             assert_eq!(r.free_gpus & m.gpus, 0, "{job}: releasing devices that are already free on {}", m.server);
@@ -676,7 +705,11 @@ impl ClusterView {
         self.ended.push_back(job);
         while self.ended.len() > self.ended_kept {
             if let Some(old) = self.ended.pop_front() {
-                self.jobs.remove(&old);
+                if let Some(j) = self.jobs.remove(&old) {
+                    for p in &j.proposals {
+                        self.applied.remove(p);
+                    }
+                }
             }
         }
     }
