@@ -401,8 +401,8 @@ impl ClusterView {
             let t = &self.topologies[cs.topology as usize];
             let req = fit::member_request(spec, t);
             let by_gpus = (t.devices / g) as u64;
-            let by_cores = if req.min_cores == 0 { u64::MAX } else { (t.cores() / req.min_cores) as u64 };
-            let by_mem = if req.memory_mib == 0 { u64::MAX } else { (t.memory_mib / req.memory_mib) as u64 };
+            let by_cores = t.cores().checked_div(req.min_cores).map_or(u64::MAX, u64::from);
+            let by_mem = t.memory_mib.checked_div(req.memory_mib).map_or(u64::MAX, u64::from);
             by_gpus.min(by_cores).min(by_mem)
         };
         let candidates: Vec<&ConfigSet> = self.config_sets.iter().filter(|cs| typed(cs)).collect();
