@@ -217,34 +217,25 @@ impl LocalView {
         &self.topologies[self.config_sets[cs.index()].topology as usize]
     }
 
-    /// Used fraction of the GPUs of up servers with topology index `t`.
-    pub fn utilization(&self, t: usize) -> f64 {
-        let (total, free) = self.load[t];
-        if total == 0 { 1.0 } else { 1.0 - free as f64 / total as f64 }
-    }
-
     /// Used fraction of the GPUs of up servers of the given device type (all types if `None`).
     pub fn utilization_of_type(&self, device_type: Option<&str>) -> f64 {
-        let (mut total, mut free) = (0u64, 0u64);
-        for (t, topo) in self.topologies.iter().enumerate() {
-            if device_type.is_none_or(|d| d == topo.device_type) {
-                total += self.load[t].0;
-                free += self.load[t].1;
-            }
-        }
+        let (total, free) = self.sum_by_type(device_type, &self.load);
         if total == 0 { 1.0 } else { 1.0 - free as f64 / total as f64 }
     }
 
     /// Fraction of up servers of the given device type (all if `None`) with every device free.
     pub fn whole_free_fraction(&self, device_type: Option<&str>) -> f64 {
-        let (mut up, mut whole) = (0u64, 0u64);
-        for (t, topo) in self.topologies.iter().enumerate() {
-            if device_type.is_none_or(|d| d == topo.device_type) {
-                up += self.whole[t].0;
-                whole += self.whole[t].1;
-            }
-        }
+        let (up, whole) = self.sum_by_type(device_type, &self.whole);
         if up == 0 { 0.0 } else { whole as f64 / up as f64 }
+    }
+
+    /// Sums per-topology counter pairs over the topologies of a device type.
+    fn sum_by_type(&self, device_type: Option<&str>, per_topology: &[(u64, u64)]) -> (u64, u64) {
+        self.topologies
+            .iter()
+            .zip(per_topology)
+            .filter(|(t, _)| device_type.is_none_or(|d| d == t.device_type))
+            .fold((0, 0), |(a, b), (_, &(x, y))| (a + x, b + y))
     }
 
     /// Replaces one server's record (from a delta, a rejection or a watch event).

@@ -93,22 +93,9 @@ pub fn find_placement(
     Err(SearchError::NoFit { allowed })
 }
 
-/// The level a set of members achieves on `view` (the approver computes the same).
+/// The level a set of members achieves on `view`, by the approver's own rule.
 fn achieved_level(view: &LocalView, members: &[MemberPlacement]) -> LocalityLevel {
-    let first = members[0];
-    let cs_of = |m: &MemberPlacement| &view.config_sets()[view.servers()[m.server.index()].config_set.index()];
-    if members.iter().all(|m| m.server == first.server) {
-        let all = members.iter().fold(0, |a, m| a | m.gpus);
-        return view.topology_of(cs_of(&first).id).level_of(all);
-    }
-    let c0 = cs_of(&first);
-    if members.iter().all(|m| cs_of(m).rack == c0.rack) {
-        LocalityLevel::Rack
-    } else if members.iter().all(|m| cs_of(m).ib_domain == c0.ib_domain) {
-        LocalityLevel::IbDomain
-    } else {
-        LocalityLevel::Any
-    }
+    tessera_view::approver::gang_level(view.topologies(), view.config_sets(), view.servers(), members)
 }
 
 struct Ctx<'a> {

@@ -15,7 +15,7 @@
 //! * A [`Rejection`] travels as its [`Rejection::code`], its `Display` text and
 //!   [`Rejection::is_conflict`]; the structured reason is not rebuilt. A wire `Decision`
 //!   therefore converts to a [`RemoteDecision`], which mirrors [`Decision`] with a
-//!   [`RemoteRejection`] in place of the [`Rejection`]; `RemoteDecision::from(&decision)` puts a
+//!   [`RemoteRejection`] in place of the [`Rejection`]; `remote(&decision)` puts a
 //!   local decision in the same form.
 //!
 //! `ServerRecord` and `ViewDelta` are checked structurally only: whether a record's masks fit its
@@ -555,96 +555,13 @@ impl fmt::Display for RemoteRejection {
     }
 }
 
-/// The approver's answer as received over the wire: [`Decision`] with a [`RemoteRejection`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RemoteDecision {
-    /// Committed: every member holds its resources.
-    Accepted {
-        /// The job.
-        job: JobId,
-        /// The proposal.
-        proposal: ProposalId,
-        /// The level achieved.
-        level: LocalityLevel,
-        /// The version that contains it.
-        version: ViewVersion,
-    },
-    /// This proposal id was committed before (a retry); nothing changed.
-    AlreadyApplied {
-        /// The job.
-        job: JobId,
-        /// The proposal.
-        proposal: ProposalId,
-        /// The current version.
-        version: ViewVersion,
-    },
-    /// Refused; nothing changed.
-    Rejected {
-        /// The job.
-        job: JobId,
-        /// The proposal.
-        proposal: ProposalId,
-        /// Why.
-        reason: RemoteRejection,
-        /// Current records of every server whose state conflicted.
-        fresh: Vec<(ServerId, ServerRecord)>,
-        /// The current version.
-        version: ViewVersion,
-    },
-}
+/// The approver's answer as received over the wire: a [`Decision`] whose reason is a
+/// [`RemoteRejection`] (the core [`Rejection`] cannot be rebuilt from its code and message).
+pub type RemoteDecision = Decision<RemoteRejection>;
 
-impl RemoteDecision {
-    /// Whether the job now holds the proposed placement.
-    pub fn is_placed(&self) -> bool {
-        matches!(self, RemoteDecision::Accepted { .. } | RemoteDecision::AlreadyApplied { .. })
-    }
-
-    /// The job.
-    pub fn job(&self) -> JobId {
-        match self {
-            RemoteDecision::Accepted { job, .. }
-            | RemoteDecision::AlreadyApplied { job, .. }
-            | RemoteDecision::Rejected { job, .. } => *job,
-        }
-    }
-
-    /// The proposal.
-    pub fn proposal(&self) -> ProposalId {
-        match self {
-            RemoteDecision::Accepted { proposal, .. }
-            | RemoteDecision::AlreadyApplied { proposal, .. }
-            | RemoteDecision::Rejected { proposal, .. } => *proposal,
-        }
-    }
-
-    /// The view version after the decision.
-    pub fn version(&self) -> ViewVersion {
-        match self {
-            RemoteDecision::Accepted { version, .. }
-            | RemoteDecision::AlreadyApplied { version, .. }
-            | RemoteDecision::Rejected { version, .. } => *version,
-        }
-    }
-}
-
-impl From<&Decision> for RemoteDecision {
-    fn from(d: &Decision) -> Self {
-        match d {
-            Decision::Accepted { job, proposal, level, version } => {
-                RemoteDecision::Accepted { job: *job, proposal: *proposal, level: *level, version: *version }
-            }
-            Decision::AlreadyApplied { job, proposal, version } => {
-                RemoteDecision::AlreadyApplied { job: *job, proposal: *proposal, version: *version }
-            }
-            Decision::Rejected { job, proposal, reason, fresh, version } => RemoteDecision::Rejected {
-                job: *job,
-                proposal: *proposal,
-                reason: reason.into(),
-                fresh: fresh.clone(),
-                version: *version,
-            },
-        }
-    }
+/// A local decision in the shape a client receives.
+pub fn remote(d: &Decision) -> RemoteDecision {
+    d.clone().map_reason(|r| RemoteRejection::from(&r))
 }
 
 impl TryFrom<v1::Decision> for RemoteDecision {
@@ -653,17 +570,17 @@ impl TryFrom<v1::Decision> for RemoteDecision {
         use v1::decision::Outcome;
         let (job, proposal, version) = (JobId(w.job), ProposalId(w.proposal), ViewVersion(w.version));
         Ok(match required(w.outcome, "Decision", "outcome")? {
-            Outcome::Accepted(a) => RemoteDecision::Accepted {
+            Outcome::Accepted(a) => Decision::Accepted {
                 job,
                 proposal,
                 level: locality(a.level, "Decision.Accepted", "level").map_err(|e| e.at("accepted"))?,
                 version,
             },
-            Outcome::AlreadyApplied(_) => RemoteDecision::AlreadyApplied { job, proposal, version },
+            Outcome::AlreadyApplied(_) => Decision::AlreadyApplied { job, proposal, version },
             Outcome::Rejected(r) => {
                 let at = |e: WireError| e.at("rejected");
                 let reason = required(r.reason, "Decision.Rejected", "reason").map_err(at)?;
-                RemoteDecision::Rejected {
+                Decision::Rejected {
                     job,
                     proposal,
                     reason: RemoteRejection::try_from(reason).map_err(|e| at(e.at("reason")))?,
@@ -871,11 +788,11 @@ mod tests {
     fn decisions_round_trip_as_remote_decisions() {
         let (_, decisions) = busy_view();
         for d in &decisions {
-            let remote = RemoteDecision::try_from(wire_trip(&v1::Decision::from(d))).expect("valid decision");
-            assert_eq!(remote, RemoteDecision::from(d));
-            assert_eq!(remote.is_placed(), d.is_placed());
+            let got = RemoteDecision::try_from(wire_trip(&v1::Decision::from(d))).expect("valid decision");
+            assert_eq!(got, remote(d));
+            assert_eq!(got.is_placed(), d.is_placed());
         }
-        let Some(RemoteDecision::Rejected { reason, fresh, .. }) = decisions.last().map(RemoteDecision::from) else {
+        let Some(Decision::Rejected { reason, fresh, .. }) = decisions.last().map(remote) else {
             panic!("the last decision is a rejection");
         };
         assert_eq!(reason.code, "devices_busy");

@@ -33,7 +33,7 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/tessera.v1.rs"));
 }
 
-pub use convert::{RemoteDecision, RemoteRejection};
+pub use convert::{RemoteDecision, RemoteRejection, remote};
 pub use error::WireError;
 /// The protobuf runtime, re-exported for `Message::encode` / `decode`.
 pub use prost;

@@ -7,11 +7,14 @@
 //! decision carries the fresh state of every stale server at once. Apply takes every member or
 //! none: nothing is written until every member has passed.
 
+use crate::config_set::ConfigSet;
 use crate::fit;
 use crate::ids::ServerId;
 use crate::job::JobState;
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, GangPlacement, MemberPlacement, Proposal, Rejection};
+use crate::server::ServerRecord;
+use crate::topology::Topology;
 use crate::view::{Change, ClusterView};
 use std::collections::HashMap;
 
@@ -116,23 +119,7 @@ impl ClusterView {
 
     /// The locality level a set of members achieves.
     pub fn gang_level(&self, members: &[MemberPlacement]) -> LocalityLevel {
-        let Some(first) = members.first() else {
-            return LocalityLevel::PcieSwitch;
-        };
-        if members.iter().all(|m| m.server == first.server) {
-            let all = members.iter().fold(0u64, |a, m| a | m.gpus);
-            let cs = self.servers[first.server.index()].config_set;
-            return self.topology_of(cs).level_of(all);
-        }
-        let cs_of = |m: &MemberPlacement| &self.config_sets[self.servers[m.server.index()].config_set.index()];
-        let c0 = cs_of(first);
-        if members.iter().all(|m| cs_of(m).rack == c0.rack) {
-            LocalityLevel::Rack
-        } else if members.iter().all(|m| cs_of(m).ib_domain == c0.ib_domain) {
-            LocalityLevel::IbDomain
-        } else {
-            LocalityLevel::Any
-        }
+        gang_level(&self.topologies, &self.config_sets, &self.servers, members)
     }
 
     fn commit(&mut self, p: &Proposal, level: LocalityLevel) {
@@ -184,6 +171,31 @@ impl ClusterView {
             fresh: ids.into_iter().map(|s| (s, self.servers[s.index()])).collect(),
             version: self.version,
         }
+    }
+}
+
+/// The locality level `members` achieve: one server → the tightest intra-server group holding
+/// all their devices; several → `rack`, `ib-domain` or `any`. Shared by the approver and the
+/// schedulers' search so both name levels alike.
+pub fn gang_level(
+    topologies: &[Topology],
+    config_sets: &[ConfigSet],
+    servers: &[ServerRecord],
+    members: &[MemberPlacement],
+) -> LocalityLevel {
+    let Some(first) = members.first() else { return LocalityLevel::PcieSwitch };
+    let cs_of = |m: &MemberPlacement| &config_sets[servers[m.server.index()].config_set.index()];
+    let c0 = cs_of(first);
+    if members.iter().all(|m| m.server == first.server) {
+        let all = members.iter().fold(0u64, |a, m| a | m.gpus);
+        return topologies[c0.topology as usize].level_of(all);
+    }
+    if members.iter().all(|m| cs_of(m).rack == c0.rack) {
+        LocalityLevel::Rack
+    } else if members.iter().all(|m| cs_of(m).ib_domain == c0.ib_domain) {
+        LocalityLevel::IbDomain
+    } else {
+        LocalityLevel::Any
     }
 }
 

@@ -250,9 +250,10 @@ impl Rejection {
     }
 }
 
-/// The approver's answer to a proposal.
+/// The approver's answer to a proposal. `R` is the rejection reason: [`Rejection`] where the
+/// approver runs, or a wire form of it (code and message) on a client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Decision {
+pub enum Decision<R = Rejection> {
     /// Committed: every member holds its resources.
     Accepted {
         /// The job.
@@ -280,7 +281,7 @@ pub enum Decision {
         /// The proposal.
         proposal: ProposalId,
         /// Why (the first problem found).
-        reason: Rejection,
+        reason: R,
         /// Current records of every server whose state conflicted, then (for conflicts) of the
         /// servers changed since the proposal's `based_on` version, up to
         /// [`crate::approver::FRESH_CAP`]: the scheduler retries without re-reading the view.
@@ -290,9 +291,49 @@ pub enum Decision {
     },
 }
 
-impl Decision {
+impl<R> Decision<R> {
     /// Whether the job now holds the proposed placement.
     pub fn is_placed(&self) -> bool {
         matches!(self, Decision::Accepted { .. } | Decision::AlreadyApplied { .. })
+    }
+
+    /// The job.
+    pub fn job(&self) -> JobId {
+        match self {
+            Decision::Accepted { job, .. } | Decision::AlreadyApplied { job, .. } | Decision::Rejected { job, .. } => {
+                *job
+            }
+        }
+    }
+
+    /// The proposal.
+    pub fn proposal(&self) -> ProposalId {
+        match self {
+            Decision::Accepted { proposal, .. }
+            | Decision::AlreadyApplied { proposal, .. }
+            | Decision::Rejected { proposal, .. } => *proposal,
+        }
+    }
+
+    /// The view version after the decision.
+    pub fn version(&self) -> ViewVersion {
+        match self {
+            Decision::Accepted { version, .. }
+            | Decision::AlreadyApplied { version, .. }
+            | Decision::Rejected { version, .. } => *version,
+        }
+    }
+
+    /// The same decision with its rejection reason converted.
+    pub fn map_reason<S>(self, f: impl FnOnce(R) -> S) -> Decision<S> {
+        match self {
+            Decision::Accepted { job, proposal, level, version } => {
+                Decision::Accepted { job, proposal, level, version }
+            }
+            Decision::AlreadyApplied { job, proposal, version } => Decision::AlreadyApplied { job, proposal, version },
+            Decision::Rejected { job, proposal, reason, fresh, version } => {
+                Decision::Rejected { job, proposal, reason: f(reason), fresh, version }
+            }
+        }
     }
 }
