@@ -97,6 +97,9 @@ pub enum ViewError {
     /// No server with this id or name exists.
     #[error("unknown server {0}")]
     UnknownServer(String),
+    /// The job spec is malformed (specs built in code rather than parsed from a file).
+    #[error("invalid job spec: {0}")]
+    InvalidSpec(FieldError),
     /// The job spec cannot be placed on this cluster at all; the message says why.
     #[error("job can never fit this cluster: {0}")]
     NeverFits(String),

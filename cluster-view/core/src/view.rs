@@ -350,6 +350,7 @@ impl ClusterView {
 
     /// Admits a job as pending, or refuses it with the reason it can never fit.
     pub fn submit(&mut self, spec: JobSpec) -> Result<JobId, ViewError> {
+        spec.validate().map_err(ViewError::InvalidSpec)?;
         let key = ShapeKey::of(&spec);
         let verdict = match self.fit_memo.get(&key) {
             Some(v) => v.clone(),
@@ -385,6 +386,9 @@ impl ClusterView {
 
     /// Why `spec` could never be placed on this cluster even if it were empty, if so.
     pub fn never_fits(&self, spec: &JobSpec) -> Option<String> {
+        if let Err(e) = spec.validate() {
+            return Some(e.to_string());
+        }
         let g = spec.gpus_per_member;
         let total = spec.total_gpus();
         if let Some(q) = self.quotas.get(&spec.tenant) {
@@ -722,5 +726,26 @@ fn index_of(v: &mut Vec<String>, name: &str) -> u32 {
             v.push(name.to_string());
             (v.len() - 1) as u32
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_built_in_code_are_validated_not_trusted() {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let mut view = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
+        let before = view.state_hash();
+        for bad in [JobSpec::simple("zero-gpus", 1, 0), JobSpec::simple("zero-members", 0, 1)] {
+            assert!(matches!(view.submit(bad.clone()), Err(ViewError::InvalidSpec(_))), "{bad:?}");
+            assert!(view.never_fits(&bad).is_some());
+        }
+        let mut loose = JobSpec::simple("inverted", 1, 1);
+        loose.prefer = LocalityLevel::Rack;
+        loose.tolerate = LocalityLevel::Socket;
+        assert!(matches!(view.submit(loose), Err(ViewError::InvalidSpec(e)) if e.field == "locality.tolerate"));
+        assert_eq!(view.state_hash(), before, "refused submissions change nothing");
     }
 }
