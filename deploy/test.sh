@@ -10,7 +10,9 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== tests"
-cargo test --workspace --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== benchmarks compile (criterion; run them with 'cargo bench')"
 cargo bench --workspace --locked --no-run
@@ -20,3 +22,6 @@ cargo build --release --locked -p tessera
 "$CARGO_TARGET_DIR/release/tessera" bench placement --servers 16000 --gpus-per-server 8 --jobs 100000 --json
 
 echo "== all checks passed in $(( $(date +%s) - start )) s"
+# One closing line with the totals over every test binary (cargo prints one line per binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
