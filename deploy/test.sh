@@ -15,7 +15,7 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== benchmarks compile (criterion; run them with 'cargo bench')"
-cargo bench --workspace --locked --no-run
+cargo bench -p tessera-view -p tessera-scheduler --locked --no-run
 
 echo "== placement benchmark at full size (its own independent double-allocation check must pass)"
 cargo build --release --locked -p tessera

@@ -136,7 +136,7 @@ pub struct PlacementReport {
 /// A server model with `gpus` devices: 2 sockets (1 if `gpus` is 2 or less), PCIe switches of
 /// two GPUs, 16 cores per socket, 384 GiB of memory.
 pub fn bench_topology(gpus: u32) -> Result<Topology, String> {
-    if !(2..=64).contains(&gpus) || gpus % 2 != 0 {
+    if !(2..=64).contains(&gpus) || !gpus.is_multiple_of(2) {
         return Err(format!("--gpus-per-server must be even and in 2..=64, got {gpus}"));
     }
     if gpus == 8 {
@@ -185,6 +185,16 @@ fn percentile_us(sorted_ns: &[u32], p: f64) -> f64 {
 pub fn run(cfg: &PlacementBench, sampler: &PhillySampler) -> Result<PlacementReport, String> {
     if cfg.servers == 0 || cfg.jobs == 0 || cfg.schedulers == 0 {
         return Err("--servers, --jobs and --schedulers must be at least 1".into());
+    }
+    if cfg.servers as u64 > tessera_view::cluster_spec::MAX_SERVERS
+        || cfg.jobs > 10_000_000
+        || cfg.schedulers > 1_000_000
+        || cfg.lag > 1 << 32
+    {
+        return Err(format!(
+            "out of range: --servers <= {}, --jobs <= 10000000, --schedulers <= 1000000, --lag <= 2^32",
+            tessera_view::cluster_spec::MAX_SERVERS
+        ));
     }
     if !(cfg.load > 0.0 && cfg.load.is_finite()) {
         return Err(format!("--load must be a positive number, got {}", cfg.load));

@@ -238,21 +238,45 @@ impl LocalView {
             .fold((0, 0), |(a, b), (_, &(x, y))| (a + x, b + y))
     }
 
-    /// Replaces one server's record (from a delta, a rejection or a watch event).
-    pub fn apply_server(&mut self, s: ServerId, rec: ServerRecord) {
-        let Some(old) = self.servers.get(s.index()) else { return };
+    /// Replaces one server's record (from a delta, a rejection or a watch event). A record
+    /// that cannot belong to that server (unknown server, another configuration set, devices,
+    /// cores or memory beyond its topology) is refused and the copy left unchanged.
+    pub fn apply_server(&mut self, s: ServerId, rec: ServerRecord) -> bool {
+        let Some(old) = self.servers.get(s.index()) else { return false };
         if *old == rec {
-            return;
+            return true;
+        }
+        let topo = self.topology_of(old.config_set);
+        if rec.config_set != old.config_set
+            || rec.free_gpus & !topo.all_devices() != 0
+            || !rec.free_cores.is_subset_of(topo.all_cores())
+            || rec.free_memory_mib > topo.memory_mib
+        {
+            return false;
         }
         self.remove(s);
         self.servers[s.index()] = rec;
         self.insert(s);
+        true
     }
 
-    /// Applies a delta; returns false (and changes nothing) if it does not start at or before
-    /// this copy's version.
+    /// Applies a delta; returns false (and changes nothing) unless it starts at or before this
+    /// copy's version and ends at or after it (an older delta would roll records back), and
+    /// every record fits its server.
     pub fn apply_delta(&mut self, d: &ViewDelta) -> bool {
-        if d.from > self.version {
+        if d.from > self.version || d.to < self.version {
+            return false;
+        }
+        let fits = d.servers.iter().all(|(s, r)| {
+            self.servers.get(s.index()).is_some_and(|old| {
+                let t = self.topology_of(old.config_set);
+                r.config_set == old.config_set
+                    && r.free_gpus & !t.all_devices() == 0
+                    && r.free_cores.is_subset_of(t.all_cores())
+                    && r.free_memory_mib <= t.memory_mib
+            })
+        });
+        if !fits {
             return false;
         }
         for &(s, r) in &d.servers {

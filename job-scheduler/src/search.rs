@@ -21,8 +21,6 @@ use tessera_view::fit::{self, FitMode, MemberRequest};
 use tessera_view::{JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord, Topology};
 use thiserror::Error;
 
-/// Servers probed per bucket before moving to the next bucket.
-const PROBES_PER_BUCKET: usize = 8;
 /// Domains tried for an inter-server gang before giving up at that level.
 const DOMAINS_TRIED: usize = 8;
 
@@ -142,7 +140,9 @@ impl Ctx<'_> {
             let req = fit::member_request(self.spec, topo);
             let n = bucket.servers.len();
             let start = (self.salt % n as u64) as usize;
-            for i in 0..n.min(PROBES_PER_BUCKET) {
+            // Every server of the bucket has the GPUs; cores or memory may still be short, so
+            // probe on (usually the first probe fits) rather than report a false no-fit.
+            for i in 0..n {
                 let s = bucket.servers[(start + i) % n];
                 if let Some(m) = plan_on_server(topo, self.record(s), s, &req, self.spec.members, level, self.mode) {
                     return Some(m);

@@ -251,15 +251,15 @@ fn predict(view: &ClusterView, layout: &Layout, p: &Proposal) -> Expect {
             return rej(Rejection::UnknownServer { member, server: m.server });
         };
         let topo = layout.topo(rec);
-        if let Some(want) = &spec.gpu_type {
-            if *want != topo.device_type {
-                return rej(Rejection::WrongGpuType {
-                    member,
-                    server: m.server,
-                    expected: want.clone(),
-                    got: topo.device_type.clone(),
-                });
-            }
+        if let Some(want) = &spec.gpu_type
+            && *want != topo.device_type
+        {
+            return rej(Rejection::WrongGpuType {
+                member,
+                server: m.server,
+                expected: want.clone(),
+                got: topo.device_type.clone(),
+            });
         }
         let req = fit::member_request(spec, topo);
         let outside = m.gpus & !all_devices(topo);
@@ -456,12 +456,11 @@ fn plan_gang(
                 continue;
             }
             let cs = layout.cs(&rec);
-            if let Some((rack, ib)) = anchor {
-                if (bound == LocalityLevel::Rack && cs.rack != rack)
-                    || (bound == LocalityLevel::IbDomain && cs.ib_domain != ib)
-                {
-                    continue;
-                }
+            if let Some((rack, ib)) = anchor
+                && ((bound == LocalityLevel::Rack && cs.rack != rack)
+                    || (bound == LocalityLevel::IbDomain && cs.ib_domain != ib))
+            {
+                continue;
             }
             let topo = layout.topo(&rec);
             let req = fit::member_request(spec, topo);

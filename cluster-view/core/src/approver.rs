@@ -28,23 +28,31 @@ const FRESH_SCAN: usize = 4 * FRESH_CAP;
 impl ClusterView {
     /// Validates and, if valid, applies a proposal. Idempotent on the proposal id.
     pub fn propose(&mut self, p: &Proposal) -> Decision {
-        if let Some(&owner) = self.applied.get(&p.id) {
-            if owner != p.job {
-                return self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]);
-            }
-            let current = self.jobs.get(&p.job).and_then(|j| j.placement.as_ref()).map(|pl| pl.proposal);
-            if current == Some(p.id) {
-                return Decision::AlreadyApplied { job: p.job, proposal: p.id, version: self.version };
-            }
-            return self.reject(p, Rejection::ProposalSpent, &[]);
-        }
-        match self.validate(p) {
+        match self.precheck(p) {
             Ok(level) => {
                 self.commit(p, level);
                 Decision::Accepted { job: p.job, proposal: p.id, level, version: self.version }
             }
-            Err((reason, stale)) => self.reject(p, reason, &stale),
+            Err(decision) => decision,
         }
+    }
+
+    /// Everything [`ClusterView::propose`] decides, without applying: `Ok(level)` if the
+    /// proposal would be accepted now, else the decision it would get (already applied, or
+    /// rejected with its fresh records). The replicated leader pre-checks with this before
+    /// spending a log entry; apply re-checks on every replica.
+    pub fn precheck(&self, p: &Proposal) -> Result<LocalityLevel, Decision> {
+        if let Some(&owner) = self.applied.get(&p.id) {
+            if owner != p.job {
+                return Err(self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]));
+            }
+            let current = self.jobs.get(&p.job).and_then(|j| j.placement.as_ref()).map(|pl| pl.proposal);
+            if current == Some(p.id) {
+                return Err(Decision::AlreadyApplied { job: p.job, proposal: p.id, version: self.version });
+            }
+            return Err(self.reject(p, Rejection::ProposalSpent, &[]));
+        }
+        self.validate(p).map_err(|(reason, stale)| self.reject(p, reason, &stale))
     }
 
     /// Checks a proposal without applying it. On success returns the gang's locality level; on
@@ -69,15 +77,15 @@ impl ClusterView {
                 return fail(Rejection::UnknownServer { member, server: m.server });
             };
             let topo = self.topology_of(rec.config_set);
-            if let Some(want) = &spec.gpu_type {
-                if *want != topo.device_type {
-                    return fail(Rejection::WrongGpuType {
-                        member,
-                        server: m.server,
-                        expected: want.clone(),
-                        got: topo.device_type.clone(),
-                    });
-                }
+            if let Some(want) = &spec.gpu_type
+                && *want != topo.device_type
+            {
+                return fail(Rejection::WrongGpuType {
+                    member,
+                    server: m.server,
+                    expected: want.clone(),
+                    got: topo.device_type.clone(),
+                });
             }
             let req = fit::member_request(spec, topo);
             if let Err(r) = fit::check_member_shape(topo, m, &req, member) {
@@ -157,10 +165,10 @@ impl ClusterView {
                 if *v <= p.based_on || ids.len() >= FRESH_CAP {
                     break;
                 }
-                if let Change::Server(s) = c {
-                    if !ids.contains(s) {
-                        ids.push(*s);
-                    }
+                if let Change::Server(s) = c
+                    && !ids.contains(s)
+                {
+                    ids.push(*s);
                 }
             }
         }

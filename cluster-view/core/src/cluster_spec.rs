@@ -24,6 +24,8 @@ use std::path::Path;
 
 /// The most servers one view holds.
 pub const MAX_SERVERS: u64 = 1 << 24;
+/// The most configuration sets (`[[racks]]` entries) one view holds: ids are 16 bits.
+pub const MAX_CONFIG_SETS: usize = u16::MAX as usize;
 
 /// One group of identical servers in one rack.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,6 +99,9 @@ impl ClusterSpec {
             if r.servers == 0 {
                 return Err(SpecError::invalid(file, f("servers"), "must be at least 1"));
             }
+            if i >= MAX_CONFIG_SETS {
+                return Err(SpecError::invalid(file, "racks", format!("more than {MAX_CONFIG_SETS} entries")));
+            }
             total += r.servers as u64;
             if total > MAX_SERVERS {
                 return Err(SpecError::invalid(
@@ -133,14 +138,14 @@ impl ClusterSpec {
                     ));
                 }
             };
-            if let Some(prev) = ib_of_rack.get(&r.name) {
-                if prev != &r.ib_domain {
-                    return Err(SpecError::invalid(
-                        file,
-                        f("ib_domain"),
-                        format!("rack `{}` is already in IB domain `{prev}`, not `{}`", r.name, r.ib_domain),
-                    ));
-                }
+            if let Some(prev) = ib_of_rack.get(&r.name)
+                && prev != &r.ib_domain
+            {
+                return Err(SpecError::invalid(
+                    file,
+                    f("ib_domain"),
+                    format!("rack `{}` is already in IB domain `{prev}`, not `{}`", r.name, r.ib_domain),
+                ));
             }
             ib_of_rack.insert(r.name.clone(), r.ib_domain.clone());
             let t = spec.add_topology(topo).map_err(|m| SpecError::invalid(file, f("topology"), m))?;
@@ -185,7 +190,8 @@ impl ClusterSpec {
     /// A cluster of `servers` identical servers, `servers_per_rack` to a rack and
     /// `racks_per_ib_domain` racks to an InfiniBand domain (used by benchmarks and tests).
     pub fn uniform(topology: Topology, servers: u32, servers_per_rack: u32, racks_per_ib_domain: u32) -> ClusterSpec {
-        let per_rack = servers_per_rack.max(1);
+        // Configuration-set ids are 16 bits: widen racks rather than overflow them.
+        let per_rack = servers_per_rack.max(1).max(servers.div_ceil(MAX_CONFIG_SETS as u32));
         let per_ib = racks_per_ib_domain.max(1);
         let mut groups = Vec::new();
         let mut left = servers;

@@ -88,6 +88,9 @@ pub fn check(view: &ClusterView) -> Report {
         let t = view.topology_of(r.config_set);
         let want_gpus = t.all_devices() & !held_gpus[i];
         let want_cores = t.all_cores().without(held_cores[i]);
+        if held_mem[i] > t.memory_mib as u64 {
+            rep.violations.push(format!("server#{i}: jobs hold {} MiB of {} MiB", held_mem[i], t.memory_mib));
+        }
         let want_mem = (t.memory_mib as u64).saturating_sub(held_mem[i]);
         if r.free_gpus != want_gpus || r.free_cores != want_cores || r.free_memory_mib as u64 != want_mem {
             rep.violations.push(format!(

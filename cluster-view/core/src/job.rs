@@ -319,6 +319,9 @@ impl JobSpec {
     /// `cpu.cores_per_gpu`, ...
     pub fn validate(&self) -> Result<(), FieldError> {
         let bad = |field: &str, msg: String| Err(FieldError::new(field, msg));
+        if self.tenant.trim().is_empty() {
+            return Err(FieldError::new("tenant", "must not be empty (omit it for `default`)"));
+        }
         if self.name.trim().is_empty() {
             return bad("name", "must not be empty".into());
         }

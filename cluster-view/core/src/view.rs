@@ -367,7 +367,7 @@ impl ClusterView {
             return Err(ViewError::NeverFits(why));
         }
         let id = JobId(self.next_job);
-        self.next_job += 1;
+        self.next_job = self.next_job.checked_add(1).ok_or(ViewError::NeverFits("job ids are exhausted".into()))?;
         self.bump();
         self.jobs.insert(
             id,
@@ -391,10 +391,10 @@ impl ClusterView {
         }
         let g = spec.gpus_per_member;
         let total = spec.total_gpus();
-        if let Some(q) = self.quotas.get(&spec.tenant) {
-            if total > *q {
-                return Some(format!("{total} GPUs exceed tenant `{}`'s quota of {q}", spec.tenant));
-            }
+        if let Some(q) = self.quotas.get(&spec.tenant)
+            && total > *q
+        {
+            return Some(format!("{total} GPUs exceed tenant `{}`'s quota of {q}", spec.tenant));
         }
         let typed = |cs: &ConfigSet| {
             let t = &self.topologies[cs.topology as usize];
@@ -665,10 +665,10 @@ impl ClusterView {
     }
 
     pub(crate) fn note(&mut self, c: Change) {
-        if self.log.len() >= self.log_cap {
-            if let Some((v, _)) = self.log.pop_front() {
-                self.log_floor = self.log_floor.max(v);
-            }
+        if self.log.len() >= self.log_cap
+            && let Some((v, _)) = self.log.pop_front()
+        {
+            self.log_floor = self.log_floor.max(v);
         }
         self.log.push_back((self.version, c));
     }
@@ -708,11 +708,11 @@ impl ClusterView {
         self.note(Change::Job(job));
         self.ended.push_back(job);
         while self.ended.len() > self.ended_kept {
-            if let Some(old) = self.ended.pop_front() {
-                if let Some(j) = self.jobs.remove(&old) {
-                    for p in &j.proposals {
-                        self.applied.remove(p);
-                    }
+            if let Some(old) = self.ended.pop_front()
+                && let Some(j) = self.jobs.remove(&old)
+            {
+                for p in &j.proposals {
+                    self.applied.remove(p);
                 }
             }
         }

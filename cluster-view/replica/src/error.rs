@@ -1,0 +1,47 @@
+//! The replica's error type. Variants say what the caller should do.
+
+use thiserror::Error;
+
+/// Errors of a replica.
+#[derive(Debug, Error)]
+pub enum ReplicaError {
+    /// This replica does not lead; send writes to `leader_hint` (0 if unknown).
+    #[error("not the leader (leader hint: replica {leader_hint})")]
+    NotLeader {
+        /// The leader as this replica knows it, 0 if unknown.
+        leader_hint: u64,
+    },
+    /// The data directory belongs to another cluster or replica; refuse to start.
+    #[error(
+        "data directory {dir} belongs to cluster `{found_cluster}` replica {found_replica}, not cluster `{cluster}` replica {replica}"
+    )]
+    WrongDataDir {
+        /// The directory.
+        dir: String,
+        /// The cluster this replica was started for.
+        cluster: String,
+        /// Its replica id.
+        replica: u64,
+        /// The cluster recorded in the directory.
+        found_cluster: String,
+        /// The replica id recorded in the directory.
+        found_replica: u64,
+    },
+    /// RocksDB failed.
+    #[error("storage: {0}")]
+    Storage(#[from] rocksdb::Error),
+    /// Raft refused an operation.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// Stored or received bytes could not be decoded (corruption or a version mismatch).
+    #[error("decode {what}: {why}")]
+    Decode {
+        /// What was being decoded.
+        what: &'static str,
+        /// Why it failed.
+        why: String,
+    },
+    /// Too many proposals wait for commit; retry after a backoff.
+    #[error("too many proposals in flight ({0}); retry later")]
+    Busy(usize),
+}

@@ -1,0 +1,587 @@
+//! [`Replica`]: one replica of the cluster view, driven by its owner.
+//!
+//! The replica does no network I/O and reads no clock. Its owner (a server task, or the
+//! deterministic simulator in the tests) calls [`Replica::tick`] on a timer,
+//! [`Replica::step`] with each message from a peer, [`Replica::propose_gang`] and
+//! [`Replica::propose`] for client writes, and [`Replica::on_ready`], which persists to RocksDB,
+//! applies committed entries to the [`ClusterView`] and returns the messages to send. Outcomes
+//! of this replica's own proposals come back from [`Replica::take_outcomes`], keyed by ticket.
+//!
+//! **Approver on the leader.** A gang proposal is pre-checked against the applied view plus
+//! the resources of gangs already in flight (accepted by the pre-check, not yet applied); a
+//! conflict is answered at once, with no log entry. Accepted proposals wait in a batch that the
+//! next `on_ready` writes as one log entry. Apply re-validates every proposal on every replica
+//! with the same code ([`ClusterView::propose`]), so a pre-check that passed on stale
+//! reservations can still be refused at apply, deterministically everywhere.
+
+use crate::codec::{self, SnapshotData};
+use crate::error::ReplicaError;
+use crate::logger::raft_logger;
+use crate::storage::RocksStorage;
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, Message, Snapshot};
+use raft::{RawNode, StateRole};
+use std::collections::HashMap;
+use std::path::Path;
+use tessera_view::placement::Rejection;
+use tessera_view::{
+    ClusterView, Command, CoreMask, Decision, JobId, MemberPlacement, Outcome, Proposal, ServerId, ServerRecord,
+};
+
+/// A client's handle on a proposal made through this replica.
+pub type Ticket = u64;
+
+/// Settings of one replica.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// This replica's id (non-zero).
+    pub id: u64,
+    /// Every voter's id at bootstrap, this one included.
+    pub peers: Vec<u64>,
+    /// Cluster name; a data dir written for another cluster is refused.
+    pub cluster: String,
+    /// Ticks without a leader before an election.
+    pub election_tick: usize,
+    /// Ticks between leader heartbeats.
+    pub heartbeat_tick: usize,
+    /// fsync every write (on in production; off only in simulation tests).
+    pub sync: bool,
+    /// Take a snapshot and compact the log after this many applied entries.
+    pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot for followers slightly behind.
+    pub keep_entries: u64,
+    /// Most proposals waiting for commit on the leader.
+    pub max_in_flight: usize,
+    /// Most gang proposals in one log entry.
+    pub max_batch: usize,
+    /// Draw election timeouts from this seed instead of raft-rs's thread-local randomness, so
+    /// that a simulation replays exactly (tests only).
+    pub election_seed: Option<u64>,
+}
+
+impl ReplicaConfig {
+    /// Defaults for replica `id` of a cluster of `peers`.
+    pub fn new(id: u64, peers: Vec<u64>, cluster: &str) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            peers,
+            cluster: cluster.to_string(),
+            election_tick: 10,
+            heartbeat_tick: 2,
+            sync: true,
+            snapshot_every: 10_000,
+            keep_entries: 1_000,
+            max_in_flight: 65_536,
+            max_batch: 1_024,
+            election_seed: None,
+        }
+    }
+}
+
+/// What a client gets back for a proposal.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// Applied: the outcome of the command.
+    Applied(Outcome),
+    /// Decided without a log entry (a pre-check conflict or an idempotent retry).
+    Immediate(Decision),
+    /// The outcome is unknown: the entry was overwritten after a leadership change, or this
+    /// replica caught up by snapshot past it. Retrying a gang proposal under the same id is safe
+    /// (the approver answers `AlreadyApplied` if it did commit).
+    Dropped,
+}
+
+/// Resources held by gangs in flight on one server.
+#[derive(Clone, Copy, Debug, Default)]
+struct Reserved {
+    gpus: u64,
+    cores: CoreMask,
+    memory_mib: u64,
+}
+
+/// One replica.
+pub struct Replica {
+    cfg: ReplicaConfig,
+    node: RawNode<RocksStorage>,
+    view: ClusterView,
+    applied: u64,
+    next_ticket: Ticket,
+    outcomes: Vec<(Ticket, Answer)>,
+    batch: Vec<(Ticket, Proposal)>,
+    in_flight: HashMap<Ticket, Vec<MemberPlacement>>,
+    in_flight_jobs: HashMap<JobId, Ticket>,
+    reserved: HashMap<ServerId, Reserved>,
+    was_leader: bool,
+    /// Entries this replica proposed and has not applied yet: (index, term, tickets).
+    proposed: std::collections::VecDeque<(u64, u64, Vec<Ticket>)>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.cfg.id)
+            .field("term", &self.node.raft.term)
+            .field("leader", &self.node.raft.leader_id)
+            .field("applied", &self.applied)
+            .finish()
+    }
+}
+
+impl Replica {
+    /// Opens the replica stored in `dir`. A new directory is bootstrapped with `initial` (the
+    /// view every replica of the cluster starts from) and the configured peers as voters; an
+    /// existing one recovers from its snapshot and log alone.
+    pub fn open(
+        cfg: ReplicaConfig,
+        dir: &Path,
+        initial: impl FnOnce() -> ClusterView,
+    ) -> Result<Replica, ReplicaError> {
+        let mut store = RocksStorage::open(dir, &cfg.cluster, cfg.id, cfg.sync)?;
+        if store.is_empty() {
+            let cs = ConfState { voters: cfg.peers.clone(), ..Default::default() };
+            let data = codec::encode_snapshot(&SnapshotData { applied: 0, view: initial().snapshot() });
+            store.bootstrap(cs, data)?;
+        }
+        let (meta, data) = store.latest_snapshot();
+        let snap = codec::decode_snapshot(data)?;
+        let applied = meta.index;
+        let view = ClusterView::from_snapshot(snap.view);
+        let raft_cfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_tick,
+            heartbeat_tick: cfg.heartbeat_tick,
+            applied,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        raft_cfg.validate()?;
+        let node = RawNode::new(&raft_cfg, store, &raft_logger(cfg.id))?;
+        tracing::info!(replica = cfg.id, applied, "replica opened");
+        let mut replica = Replica {
+            cfg,
+            node,
+            view,
+            applied,
+            next_ticket: 1,
+            outcomes: Vec::new(),
+            batch: Vec::new(),
+            in_flight: HashMap::new(),
+            in_flight_jobs: HashMap::new(),
+            reserved: HashMap::new(),
+            was_leader: false,
+            proposed: std::collections::VecDeque::new(),
+        };
+        replica.seed_election_timeout();
+        Ok(replica)
+    }
+
+    /// This replica's id.
+    pub fn id(&self) -> u64 {
+        self.cfg.id
+    }
+
+    /// The applied view (what followers serve reads from), at [`Replica::applied_index`].
+    pub fn view(&self) -> &ClusterView {
+        &self.view
+    }
+
+    /// The raft index the view reflects.
+    pub fn applied_index(&self) -> u64 {
+        self.applied
+    }
+
+    /// Whether this replica leads.
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// The leader as this replica knows it (0 if none).
+    pub fn leader_id(&self) -> u64 {
+        self.node.raft.leader_id
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// Entries in the log (bounded by compaction).
+    pub fn log_len(&self) -> usize {
+        self.node.store().entry_count()
+    }
+
+    /// Advances the logical clock by one tick.
+    pub fn tick(&mut self) {
+        self.node.tick();
+        self.seed_election_timeout();
+    }
+
+    /// With `election_seed`, replaces raft-rs's random election timeout by one derived from
+    /// (seed, replica, term, role): different across replicas and terms, identical on replay.
+    fn seed_election_timeout(&mut self) {
+        let Some(seed) = self.cfg.election_seed else { return };
+        let r = &mut self.node.raft;
+        let mut h = tessera_view::hash::StateHasher::default();
+        h.u64(seed);
+        h.u64(self.cfg.id);
+        h.u64(r.term);
+        h.u64(r.state as u64);
+        let (lo, hi) = (self.cfg.election_tick, 2 * self.cfg.election_tick);
+        let t = lo + (h.finish() % (hi - lo) as u64) as usize;
+        if r.randomized_election_timeout() != t {
+            r.set_randomized_election_timeout(t);
+        }
+    }
+
+    /// Starts an election now (tests and leader transfer).
+    pub fn campaign(&mut self) -> Result<(), ReplicaError> {
+        self.node.campaign()?;
+        self.seed_election_timeout();
+        Ok(())
+    }
+
+    /// Takes a message from a peer. Malformed or unknown-peer messages are dropped with a log
+    /// line: a peer cannot make this replica fail.
+    pub fn step(&mut self, msg: Message) {
+        if let Err(e) = self.node.step(msg) {
+            tracing::debug!(replica = self.cfg.id, error = %e, "dropped raft message");
+        }
+        self.seed_election_timeout();
+    }
+
+    /// The transport's report on a snapshot message sent to `to`: delivered or not. Without a
+    /// failure report the leader keeps that follower paused, waiting for the snapshot.
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        let status = if delivered { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+        self.node.report_snapshot(to, status);
+    }
+
+    /// The transport could not reach `to`; raft slows its replication to that peer.
+    pub fn report_unreachable(&mut self, to: u64) {
+        self.node.report_unreachable(to);
+    }
+
+    /// Decodes and takes a message from a peer's bytes.
+    pub fn step_bytes(&mut self, bytes: &[u8]) -> Result<(), ReplicaError> {
+        let m = Message::parse_from_bytes(bytes)
+            .map_err(|e| ReplicaError::Decode { what: "raft message", why: e.to_string() })?;
+        self.step(m);
+        Ok(())
+    }
+
+    fn ticket(&mut self) -> Ticket {
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        t
+    }
+
+    fn check_leader(&self) -> Result<(), ReplicaError> {
+        if !self.is_leader() {
+            return Err(ReplicaError::NotLeader { leader_hint: self.leader_id() });
+        }
+        if self.in_flight.len() + self.batch.len() >= self.cfg.max_in_flight {
+            return Err(ReplicaError::Busy(self.cfg.max_in_flight));
+        }
+        Ok(())
+    }
+
+    /// Proposes any command as its own log entry.
+    pub fn propose(&mut self, cmd: &Command) -> Result<Ticket, ReplicaError> {
+        self.check_leader()?;
+        let t = self.ticket();
+        self.node
+            .propose(codec::encode_context(self.cfg.id, self.node.store().boot(), &[t]), codec::encode_command(cmd))?;
+        self.track(vec![t]);
+        Ok(t)
+    }
+
+    /// Pre-checks a gang proposal and queues it for the next batch entry. A decision reached
+    /// without the log (conflict with applied or in-flight state, idempotent retry) comes back
+    /// from [`Replica::take_outcomes`] at once as [`Answer::Immediate`].
+    pub fn propose_gang(&mut self, p: Proposal) -> Result<Ticket, ReplicaError> {
+        self.check_leader()?;
+        let t = self.ticket();
+        if let Err(d) = self.view.precheck(&p) {
+            self.outcomes.push((t, Answer::Immediate(d)));
+            return Ok(t);
+        }
+        if self.in_flight_jobs.contains_key(&p.job) {
+            let d = Decision::Rejected {
+                job: p.job,
+                proposal: p.id,
+                reason: Rejection::JobNotPending { state: "being placed by another proposal".into() },
+                fresh: Vec::new(),
+                version: self.view.version(),
+            };
+            self.outcomes.push((t, Answer::Immediate(d)));
+            return Ok(t);
+        }
+        if let Some(d) = self.conflicts_in_flight(&p) {
+            self.outcomes.push((t, Answer::Immediate(d)));
+            return Ok(t);
+        }
+        for m in &p.members {
+            let r = self.reserved.entry(m.server).or_default();
+            r.gpus |= m.gpus;
+            r.cores = r.cores.or(m.cores);
+            r.memory_mib += m.memory_mib as u64;
+        }
+        self.in_flight_jobs.insert(p.job, t);
+        self.in_flight.insert(t, p.members.clone());
+        self.batch.push((t, p));
+        Ok(t)
+    }
+
+    /// A rejection if `p` claims what gangs in flight hold; its fresh records show the servers
+    /// net of those reservations.
+    fn conflicts_in_flight(&self, p: &Proposal) -> Option<Decision> {
+        let mut stale: Vec<(ServerId, ServerRecord)> = Vec::new();
+        let mut first: Option<Rejection> = None;
+        let mut claimed: HashMap<ServerId, u64> = HashMap::new();
+        for m in &p.members {
+            let Some(r) = self.reserved.get(&m.server) else { continue };
+            let rec = self.view.server(m.server).copied()?;
+            let mem = claimed.entry(m.server).or_default();
+            *mem += m.memory_mib as u64;
+            let reason = if m.gpus & r.gpus != 0 {
+                Some(Rejection::DevicesBusy { server: m.server, mask: m.gpus & r.gpus })
+            } else if m.cores.intersects(r.cores) {
+                Some(Rejection::CoresBusy { server: m.server, mask: m.cores.and(r.cores) })
+            } else if *mem + r.memory_mib > rec.free_memory_mib as u64 {
+                let free = (rec.free_memory_mib as u64).saturating_sub(r.memory_mib) as u32;
+                Some(Rejection::MemoryShort { server: m.server, free, asked: m.memory_mib })
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                first.get_or_insert(reason);
+                let mut net = rec;
+                net.free_gpus &= !r.gpus;
+                net.free_cores = net.free_cores.without(r.cores);
+                net.free_memory_mib = (rec.free_memory_mib as u64).saturating_sub(r.memory_mib) as u32;
+                stale.push((m.server, net));
+            }
+        }
+        first.map(|reason| Decision::Rejected {
+            job: p.job,
+            proposal: p.id,
+            reason,
+            fresh: stale,
+            version: self.view.version(),
+        })
+    }
+
+    fn release_in_flight(&mut self, t: Ticket) {
+        let Some(members) = self.in_flight.remove(&t) else { return };
+        self.in_flight_jobs.retain(|_, v| *v != t);
+        for m in members {
+            if let Some(r) = self.reserved.get_mut(&m.server) {
+                r.gpus &= !m.gpus;
+                r.cores = r.cores.without(m.cores);
+                r.memory_mib = r.memory_mib.saturating_sub(m.memory_mib as u64);
+                if r.gpus == 0 && r.cores.is_empty() && r.memory_mib == 0 {
+                    self.reserved.remove(&m.server);
+                }
+            }
+        }
+    }
+
+    /// Remembers where the entry just proposed sits in the log.
+    fn track(&mut self, tickets: Vec<Ticket>) {
+        let index = self.node.raft.raft_log.last_index();
+        self.proposed.push_back((index, self.node.raft.term, tickets));
+    }
+
+    fn drop_tickets(&mut self, tickets: Vec<Ticket>) {
+        for t in tickets {
+            self.release_in_flight(t);
+            self.outcomes.push((t, Answer::Dropped));
+        }
+    }
+
+    /// Settles tracked proposals at or before `index`: one of ours at `index` with the same
+    /// `term` is the entry being applied (returns true: report its outcome); any other was
+    /// replaced by another entry, or jumped over by a snapshot, so its outcome is unknown.
+    fn settle(&mut self, index: u64, term: Option<u64>) -> bool {
+        let mut ours = false;
+        while let Some(&(i, t, _)) = self.proposed.front() {
+            if i > index {
+                break;
+            }
+            let (_, _, tickets) = self.proposed.pop_front().unwrap_or_default();
+            if i == index && term == Some(t) {
+                ours = true;
+            } else {
+                self.drop_tickets(tickets);
+            }
+        }
+        ours
+    }
+
+    /// Outcomes of this replica's proposals decided since the last call.
+    pub fn take_outcomes(&mut self) -> Vec<(Ticket, Answer)> {
+        std::mem::take(&mut self.outcomes)
+    }
+
+    /// Log entries this replica proposed whose fate is not settled yet, plus batched gangs.
+    pub fn proposed_unsettled(&self) -> usize {
+        self.proposed.len() + self.batch.len()
+    }
+
+    /// Index and term of each proposed entry not settled yet (diagnostics).
+    pub fn unsettled(&self) -> Vec<(u64, u64)> {
+        self.proposed.iter().map(|(i, t, _)| (*i, *t)).collect()
+    }
+
+    /// Proposals accepted by the pre-check and not yet applied.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn flush_batch(&mut self) {
+        while !self.batch.is_empty() {
+            let n = self.batch.len().min(self.cfg.max_batch);
+            let chunk: Vec<(Ticket, Proposal)> = self.batch.drain(..n).collect();
+            let tickets: Vec<Ticket> = chunk.iter().map(|(t, _)| *t).collect();
+            let cmd = Command::Propose(chunk.into_iter().map(|(_, p)| p).collect());
+            let boot = self.node.store().boot();
+            match self.node.propose(codec::encode_context(self.cfg.id, boot, &tickets), codec::encode_command(&cmd)) {
+                Ok(()) => self.track(tickets),
+                Err(e) => {
+                    tracing::warn!(replica = self.cfg.id, error = %e, proposals = tickets.len(), "batch dropped");
+                    self.drop_tickets(tickets);
+                }
+            }
+        }
+    }
+
+    /// Writes pending batches, then handles raft's ready state: persists, applies, and returns
+    /// the messages to send to peers.
+    pub fn on_ready(&mut self) -> Result<Vec<Message>, ReplicaError> {
+        self.flush_batch();
+        self.on_role_change();
+        if !self.node.has_ready() {
+            return Ok(Vec::new());
+        }
+        let mut rd = self.node.ready();
+        let mut out = rd.take_messages();
+        if *rd.snapshot() != Snapshot::default() {
+            let snap = rd.snapshot().clone();
+            self.node.mut_store().apply_snapshot(&snap)?;
+            let data = codec::decode_snapshot(snap.get_data())?;
+            self.view = ClusterView::from_snapshot(data.view);
+            self.applied = snap.get_metadata().index;
+            let _ = self.settle(self.applied, None);
+            tracing::info!(replica = self.cfg.id, index = self.applied, "installed snapshot");
+        }
+        self.apply(rd.take_committed_entries())?;
+        self.node.mut_store().append(rd.entries())?;
+        if let Some(hs) = rd.hs() {
+            self.node.mut_store().set_hard_state(hs.clone())?;
+        }
+        out.extend(rd.take_persisted_messages());
+        let mut light = self.node.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.node.mut_store().set_commit(commit)?;
+        }
+        out.extend(light.take_messages());
+        self.apply(light.take_committed_entries())?;
+        self.node.advance_apply_to(self.applied);
+        self.maybe_compact()?;
+        Ok(out)
+    }
+
+    /// On losing leadership, answer every pending proposal `Dropped` (outcome unknown: an
+    /// entry may still commit under the next leader, or never) and forget reservations;
+    /// entries that do commit are re-validated at apply like any other.
+    fn on_role_change(&mut self) {
+        let leader = self.is_leader();
+        if self.was_leader && !leader {
+            let mut tickets: Vec<Ticket> = self.batch.drain(..).map(|(t, _)| t).collect();
+            tickets.extend(self.proposed.drain(..).flat_map(|(_, _, t)| t));
+            for t in tickets {
+                self.outcomes.push((t, Answer::Dropped));
+            }
+            self.reserved.clear();
+            self.in_flight.clear();
+            self.in_flight_jobs.clear();
+        }
+        self.was_leader = leader;
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>) -> Result<(), ReplicaError> {
+        for e in entries {
+            if e.index <= self.applied {
+                continue;
+            }
+            self.applied = e.index;
+            let ours = self.settle(e.index, Some(e.term));
+            match e.get_entry_type() {
+                EntryType::EntryNormal => {
+                    if e.data.is_empty() {
+                        continue;
+                    }
+                    let ctx = codec::decode_context(&e.context);
+                    let cmd = match codec::decode_command(&e.data) {
+                        Ok(c) => c,
+                        Err(err) => {
+                            // Every replica decodes the same bytes the same way: skipping keeps
+                            // replicas identical.
+                            tracing::error!(replica = self.cfg.id, index = e.index, error = %err, "undecodable entry skipped");
+                            continue;
+                        }
+                    };
+                    let outcome = self.view.apply(&cmd);
+                    let Some((origin, boot, tickets)) = ctx else { continue };
+                    if !ours || origin != self.cfg.id || boot != self.node.store().boot() {
+                        continue;
+                    }
+                    match outcome {
+                        Outcome::Decided(ds) if ds.len() == tickets.len() && tickets.len() > 1 => {
+                            for (t, d) in tickets.into_iter().zip(ds) {
+                                self.release_in_flight(t);
+                                self.outcomes.push((t, Answer::Applied(Outcome::Decided(vec![d]))));
+                            }
+                        }
+                        other => {
+                            for t in &tickets {
+                                self.release_in_flight(*t);
+                            }
+                            if let Some(&t) = tickets.first() {
+                                self.outcomes.push((t, Answer::Applied(other)));
+                            }
+                        }
+                    }
+                }
+                EntryType::EntryConfChange => {
+                    let cc = ConfChange::parse_from_bytes(&e.data)
+                        .map_err(|err| ReplicaError::Decode { what: "conf change", why: err.to_string() })?;
+                    let cs = self.node.apply_conf_change(&cc)?;
+                    self.node.mut_store().set_conf_state(cs)?;
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let cc = ConfChangeV2::parse_from_bytes(&e.data)
+                        .map_err(|err| ReplicaError::Decode { what: "conf change", why: err.to_string() })?;
+                    let cs = self.node.apply_conf_change(&cc)?;
+                    self.node.mut_store().set_conf_state(cs)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn maybe_compact(&mut self) -> Result<(), ReplicaError> {
+        let (meta, _) = self.node.store().latest_snapshot();
+        if self.applied < meta.index + self.cfg.snapshot_every {
+            return Ok(());
+        }
+        let data = codec::encode_snapshot(&SnapshotData { applied: self.applied, view: self.view.snapshot() });
+        let (applied, keep) = (self.applied, self.cfg.keep_entries);
+        self.node.mut_store().compact(applied, data, keep)?;
+        tracing::info!(replica = self.cfg.id, index = applied, "snapshot taken, log compacted");
+        Ok(())
+    }
+}

@@ -1,0 +1,390 @@
+//! Raft storage on RocksDB: the log, hard state, conf state and the latest snapshot.
+//!
+//! Layout (one RocksDB instance per replica, default column family):
+//!
+//! | key | value |
+//! |---|---|
+//! | `e` + index (8 bytes, big-endian) | a log entry (raft protobuf) |
+//! | `hs` | hard state |
+//! | `cs` | conf state |
+//! | `sm` | metadata of the latest snapshot (index, term, conf state) |
+//! | `sd` | data of the latest snapshot (the view at that index) |
+//! | `pt` | term of the entry just before the log's first (raft asks for it) |
+//! | `id` | `cluster-name/replica-id`, written once; a mismatch refuses to open |
+//! | `bt` | how many times this replica has been opened (its incarnation) |
+//!
+//! The log may start before the snapshot's index: compaction snapshots the applied state and
+//! keeps a tail of older entries, so a follower a little behind catches up from the log rather
+//! than by a whole snapshot (as etcd does). Entries are also cached in memory (write-through),
+//! so `Storage` reads never touch the disk; compaction bounds the cache. Writes are synced when `sync` is set: a replica
+//! acknowledges nothing it has not persisted.
+
+use crate::error::ReplicaError;
+use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+use std::path::Path;
+
+const K_HARD: &[u8] = b"hs";
+const K_CONF: &[u8] = b"cs";
+const K_SNAP_META: &[u8] = b"sm";
+const K_SNAP_DATA: &[u8] = b"sd";
+const K_ID: &[u8] = b"id";
+const K_PREV_TERM: &[u8] = b"pt";
+const K_BOOT: &[u8] = b"bt";
+
+fn entry_key(index: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = b'e';
+    k[1..].copy_from_slice(&index.to_be_bytes());
+    k
+}
+
+fn decode<M: protobuf::Message>(what: &'static str, bytes: &[u8]) -> Result<M, ReplicaError> {
+    M::parse_from_bytes(bytes).map_err(|e| ReplicaError::Decode { what, why: e.to_string() })
+}
+
+fn encode(m: &impl protobuf::Message) -> Vec<u8> {
+    // Writing a well-formed in-memory message to a Vec cannot fail.
+    m.write_to_bytes().unwrap_or_default()
+}
+
+/// Raft storage for one replica.
+pub struct RocksStorage {
+    db: DB,
+    sync: bool,
+    hard: HardState,
+    conf: ConfState,
+    snap_meta: SnapshotMetadata,
+    snap_data: Vec<u8>,
+    /// Index of `entries[0]` (or `snapshot index + 1` when empty); never above that.
+    first_idx: u64,
+    /// The log, contiguous from `first_idx`.
+    entries: Vec<Entry>,
+    /// Term of the entry at `first_idx - 1`.
+    prev_term: u64,
+    /// This opening's incarnation number (1 for the first).
+    boot: u64,
+}
+
+impl std::fmt::Debug for RocksStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStorage")
+            .field("first_index", &self.first())
+            .field("last_index", &self.last())
+            .field("snapshot_index", &self.snap_meta.index)
+            .finish()
+    }
+}
+
+impl RocksStorage {
+    /// Opens (or creates) the storage in `dir` for replica `replica` of cluster `cluster`.
+    /// A directory written by another cluster or replica is refused.
+    pub fn open(dir: &Path, cluster: &str, replica: u64, sync: bool) -> Result<RocksStorage, ReplicaError> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        let db = DB::open(&opts, dir)?;
+        let id = format!("{cluster}/{replica}");
+        match db.get(K_ID)? {
+            None => {
+                let mut wo = WriteOptions::default();
+                wo.set_sync(true);
+                db.put_opt(K_ID, id.as_bytes(), &wo)?;
+            }
+            Some(found) if found == id.as_bytes() => {}
+            Some(found) => {
+                let found = String::from_utf8_lossy(&found).into_owned();
+                let (fc, fr) = found.rsplit_once('/').unwrap_or((found.as_str(), "0"));
+                return Err(ReplicaError::WrongDataDir {
+                    dir: dir.display().to_string(),
+                    cluster: cluster.to_string(),
+                    replica,
+                    found_cluster: fc.to_string(),
+                    found_replica: fr.parse().unwrap_or(0),
+                });
+            }
+        }
+        let hard = match db.get(K_HARD)? {
+            Some(b) => decode("hard state", &b)?,
+            None => HardState::default(),
+        };
+        let conf = match db.get(K_CONF)? {
+            Some(b) => decode("conf state", &b)?,
+            None => ConfState::default(),
+        };
+        let snap_meta: SnapshotMetadata = match db.get(K_SNAP_META)? {
+            Some(b) => decode("snapshot metadata", &b)?,
+            None => SnapshotMetadata::default(),
+        };
+        let snap_data = db.get(K_SNAP_DATA)?.unwrap_or_default();
+        let mut entries: Vec<Entry> = Vec::new();
+        for item in db.iterator(IteratorMode::From(&entry_key(0), Direction::Forward)) {
+            let (k, v) = item?;
+            if k.first() != Some(&b'e') {
+                break;
+            }
+            let e: Entry = decode("log entry", &v)?;
+            if let Some(prev) = entries.last()
+                && e.index != prev.index + 1
+            {
+                return Err(ReplicaError::Decode {
+                    what: "log",
+                    why: format!("gap: index {} follows {}", e.index, prev.index),
+                });
+            }
+            entries.push(e);
+        }
+        let first_idx = entries.first().map_or(snap_meta.index + 1, |e| e.index);
+        if first_idx > snap_meta.index + 1 {
+            return Err(ReplicaError::Decode {
+                what: "log",
+                why: format!("log starts at {first_idx}, after the snapshot at {}", snap_meta.index),
+            });
+        }
+        let prev_term = if first_idx == snap_meta.index + 1 {
+            snap_meta.term
+        } else {
+            match db.get(K_PREV_TERM)? {
+                Some(b) if b.len() == 8 => u64::from_be_bytes(b[..8].try_into().unwrap_or([0; 8])),
+                _ => {
+                    return Err(ReplicaError::Decode {
+                        what: "log",
+                        why: "missing term before the first entry".into(),
+                    });
+                }
+            }
+        };
+        let boot = match db.get(K_BOOT)? {
+            Some(b) if b.len() == 8 => u64::from_be_bytes(b[..8].try_into().unwrap_or([0; 8])) + 1,
+            _ => 1,
+        };
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        db.put_opt(K_BOOT, boot.to_be_bytes(), &wo)?;
+        Ok(RocksStorage { db, sync, hard, conf, snap_meta, snap_data, first_idx, entries, prev_term, boot })
+    }
+
+    fn write_opts(&self) -> WriteOptions {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(self.sync);
+        wo
+    }
+
+    fn first(&self) -> u64 {
+        self.first_idx
+    }
+
+    fn last(&self) -> u64 {
+        (self.first_idx + self.entries.len() as u64).saturating_sub(1).max(self.snap_meta.index)
+    }
+
+    /// This opening's incarnation number: entries a replica proposed in an earlier life carry
+    /// another one, so their outcomes are not reported to this life's clients.
+    pub fn boot(&self) -> u64 {
+        self.boot
+    }
+
+    /// Whether this storage has never held any state (a brand new replica).
+    pub fn is_empty(&self) -> bool {
+        self.last() == 0 && self.hard == HardState::default() && self.conf == ConfState::default()
+    }
+
+    /// The hard state.
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard
+    }
+
+    /// The conf state.
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf
+    }
+
+    /// The latest snapshot's metadata and data.
+    pub fn latest_snapshot(&self) -> (&SnapshotMetadata, &[u8]) {
+        (&self.snap_meta, &self.snap_data)
+    }
+
+    /// Writes the bootstrap state of a new replica: the voters and the initial view as the
+    /// snapshot at index 0.
+    pub fn bootstrap(&mut self, cs: ConfState, data: Vec<u8>) -> Result<(), ReplicaError> {
+        let mut meta = SnapshotMetadata::default();
+        meta.set_conf_state(cs.clone());
+        let mut batch = WriteBatch::default();
+        batch.put(K_CONF, encode(&cs));
+        batch.put(K_SNAP_META, encode(&meta));
+        batch.put(K_SNAP_DATA, &data);
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.write_opt(batch, &wo)?;
+        self.conf = cs;
+        self.snap_meta = meta;
+        self.snap_data = data;
+        Ok(())
+    }
+
+    /// Appends entries (overwriting a conflicting suffix) and persists them.
+    pub fn append(&mut self, ents: &[Entry]) -> Result<(), ReplicaError> {
+        let Some(first) = ents.first() else { return Ok(()) };
+        if first.index < self.first() || first.index > self.last() + 1 {
+            return Err(ReplicaError::Decode {
+                what: "append",
+                why: format!("entries start at {} but the log holds {}..={}", first.index, self.first(), self.last()),
+            });
+        }
+        let mut batch = WriteBatch::default();
+        // Remove the overwritten suffix from disk.
+        let new_last = ents[ents.len() - 1].index;
+        for i in (new_last + 1)..=self.last() {
+            batch.delete(entry_key(i));
+        }
+        for e in ents {
+            batch.put(entry_key(e.index), encode(e));
+        }
+        self.db.write_opt(batch, &self.write_opts())?;
+        self.entries.truncate((first.index - self.first()) as usize);
+        self.entries.extend_from_slice(ents);
+        Ok(())
+    }
+
+    /// Persists the hard state.
+    pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), ReplicaError> {
+        self.db.put_opt(K_HARD, encode(&hs), &self.write_opts())?;
+        self.hard = hs;
+        Ok(())
+    }
+
+    /// Persists the commit index alone.
+    pub fn set_commit(&mut self, commit: u64) -> Result<(), ReplicaError> {
+        let mut hs = self.hard.clone();
+        hs.commit = commit;
+        self.set_hard_state(hs)
+    }
+
+    /// Persists the conf state.
+    pub fn set_conf_state(&mut self, cs: ConfState) -> Result<(), ReplicaError> {
+        self.db.put_opt(K_CONF, encode(&cs), &self.write_opts())?;
+        self.conf = cs;
+        Ok(())
+    }
+
+    /// Installs a snapshot received from the leader: replaces the log and the snapshot.
+    pub fn apply_snapshot(&mut self, snap: &Snapshot) -> Result<(), ReplicaError> {
+        let meta = snap.get_metadata();
+        if meta.index < self.snap_meta.index {
+            return Err(ReplicaError::Raft(raft::Error::Store(StorageError::SnapshotOutOfDate)));
+        }
+        let mut batch = WriteBatch::default();
+        for i in self.first()..=self.last() {
+            batch.delete(entry_key(i));
+        }
+        let mut hs = self.hard.clone();
+        hs.term = hs.term.max(meta.term);
+        hs.commit = meta.index;
+        batch.put(K_SNAP_META, encode(meta));
+        batch.put(K_SNAP_DATA, snap.get_data());
+        batch.put(K_HARD, encode(&hs));
+        batch.put(K_CONF, encode(meta.get_conf_state()));
+        self.db.write_opt(batch, &self.write_opts())?;
+        self.entries.clear();
+        self.first_idx = meta.index + 1;
+        self.prev_term = meta.term;
+        self.hard = hs;
+        self.conf = meta.get_conf_state().clone();
+        self.snap_meta = meta.clone();
+        self.snap_data = snap.get_data().to_vec();
+        Ok(())
+    }
+
+    /// Records `data`, the applied state at `index` (an index in the log), as the latest
+    /// snapshot, then drops the log before `index + 1 - keep`: the last `keep` entries up to the
+    /// snapshot stay for followers slightly behind.
+    pub fn compact(&mut self, index: u64, data: Vec<u8>, keep: u64) -> Result<(), ReplicaError> {
+        if index <= self.snap_meta.index || index > self.last() || index < self.first() {
+            return Ok(());
+        }
+        let mut meta = SnapshotMetadata { index, term: raft::Storage::term(self, index)?, ..Default::default() };
+        meta.set_conf_state(self.conf.clone());
+        let new_first = (index + 1).saturating_sub(keep).max(self.first_idx);
+        let drop = (new_first - self.first_idx) as usize;
+        let prev_term = raft::Storage::term(self, new_first - 1)?;
+        let mut batch = WriteBatch::default();
+        batch.put(K_SNAP_META, encode(&meta));
+        batch.put(K_SNAP_DATA, &data);
+        batch.put(K_PREV_TERM, prev_term.to_be_bytes());
+        for e in &self.entries[..drop] {
+            batch.delete(entry_key(e.index));
+        }
+        self.db.write_opt(batch, &self.write_opts())?;
+        self.entries.drain(..drop);
+        self.first_idx = new_first;
+        self.prev_term = prev_term;
+        self.snap_meta = meta;
+        self.snap_data = data;
+        Ok(())
+    }
+
+    /// Entries held in the log.
+    pub fn entry_count(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl raft::Storage for RocksStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState { hard_state: self.hard.clone(), conf_state: self.conf.clone() })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last() + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let lo = (low - self.first()) as usize;
+        let hi = (high - self.first()) as usize;
+        let mut out = self.entries[lo..hi].to_vec();
+        raft::util::limit_size(&mut out, max_size.into());
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx >= self.first() && idx < self.first() + self.entries.len() as u64 {
+            return Ok(self.entries[(idx - self.first()) as usize].term);
+        }
+        if idx == self.snap_meta.index {
+            return Ok(self.snap_meta.term);
+        }
+        if idx + 1 == self.first() {
+            return Ok(self.prev_term);
+        }
+        if idx < self.first() {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        Err(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.first())
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.snap_meta.index < request_index || self.snap_data.is_empty() {
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+        }
+        let mut s = Snapshot::default();
+        s.set_metadata(self.snap_meta.clone());
+        s.set_data(self.snap_data.clone().into());
+        Ok(s)
+    }
+}
