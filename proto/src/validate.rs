@@ -13,7 +13,7 @@ use crate::error::WireError;
 use std::collections::HashSet;
 use tessera_view::cluster_spec::MAX_SERVERS;
 use tessera_view::mask::format_indices;
-use tessera_view::{CoreMask, CpuDemand, FieldError, Job, JobSpec, JobState, Predictor, Topology, ViewSnapshot};
+use tessera_view::{CoreMask, CpuDemand, FieldError, Job, JobId, JobSpec, JobState, Predictor, Topology, ViewSnapshot};
 
 const SNAPSHOT: &str = "ViewSnapshot";
 
@@ -280,10 +280,11 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
             .at(format!("servers[{i}]")));
         }
     }
+    let state_of: std::collections::HashMap<JobId, JobState> = s.jobs.iter().map(|j| (j.id, j.state)).collect();
     let mut ended = HashSet::with_capacity(s.ended.len());
     for (i, id) in s.ended.iter().enumerate() {
-        let job = s.jobs.iter().find(|j| j.id == *id);
-        if !ended.insert(*id) || !job.is_some_and(|j| matches!(j.state, JobState::Finished | JobState::Failed)) {
+        let job = state_of.get(id).map(|&state| (id, state));
+        if !ended.insert(*id) || !job.is_some_and(|(_, st)| matches!(st, JobState::Finished | JobState::Failed)) {
             return Err(WireError::invalid(
                 SNAPSHOT,
                 "ended",

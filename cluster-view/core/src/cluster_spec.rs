@@ -87,6 +87,7 @@ impl ClusterSpec {
         }
         let mut spec = ClusterSpec { name: raw.name, topologies: Vec::new(), groups: Vec::new(), quotas: raw.quotas };
         let mut ib_of_rack: BTreeMap<String, String> = BTreeMap::new();
+        let mut seen_groups: std::collections::HashSet<(String, usize)> = std::collections::HashSet::new();
         let mut total: u64 = 0;
         for (i, r) in raw.racks.iter().enumerate() {
             let f = |name: &str| format!("racks[{i}].{name}");
@@ -149,7 +150,7 @@ impl ClusterSpec {
             }
             ib_of_rack.insert(r.name.clone(), r.ib_domain.clone());
             let t = spec.add_topology(topo).map_err(|m| SpecError::invalid(file, f("topology"), m))?;
-            if spec.groups.iter().any(|g| g.rack == r.name && g.topology == t) {
+            if !seen_groups.insert((r.name.clone(), t)) {
                 return Err(SpecError::invalid(
                     file,
                     f("name"),

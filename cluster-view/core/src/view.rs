@@ -183,13 +183,15 @@ impl ClusterView {
     pub fn from_spec(spec: &ClusterSpec) -> ClusterView {
         let mut racks: Vec<String> = Vec::new();
         let mut ibs: Vec<String> = Vec::new();
+        let mut rack_ix: HashMap<String, u32> = HashMap::new();
+        let mut ib_ix: HashMap<String, u32> = HashMap::new();
         let mut config_sets = Vec::new();
         let mut servers = Vec::new();
         let mut names = Vec::new();
         let mut per_rack: HashMap<String, u32> = HashMap::new();
         for (i, g) in spec.groups.iter().enumerate() {
-            let rack = index_of(&mut racks, &g.rack);
-            let ib = index_of(&mut ibs, &g.ib_domain);
+            let rack = index_of(&mut racks, &mut rack_ix, &g.rack);
+            let ib = index_of(&mut ibs, &mut ib_ix, &g.ib_domain);
             let topo = &spec.topologies[g.topology];
             let id = ConfigSetId(i as u16);
             config_sets.push(ConfigSet {
@@ -719,14 +721,14 @@ impl ClusterView {
     }
 }
 
-fn index_of(v: &mut Vec<String>, name: &str) -> u32 {
-    match v.iter().position(|x| x == name) {
-        Some(i) => i as u32,
-        None => {
-            v.push(name.to_string());
-            (v.len() - 1) as u32
-        }
+fn index_of(v: &mut Vec<String>, ix: &mut HashMap<String, u32>, name: &str) -> u32 {
+    if let Some(&i) = ix.get(name) {
+        return i;
     }
+    v.push(name.to_string());
+    let i = (v.len() - 1) as u32;
+    ix.insert(name.to_string(), i);
+    i
 }
 
 #[cfg(test)]
