@@ -242,22 +242,28 @@ impl LocalView {
     /// that cannot belong to that server (unknown server, another configuration set, devices,
     /// cores or memory beyond its topology) is refused and the copy left unchanged.
     pub fn apply_server(&mut self, s: ServerId, rec: ServerRecord) -> bool {
-        let Some(old) = self.servers.get(s.index()) else { return false };
-        if *old == rec {
-            return true;
-        }
-        let topo = self.topology_of(old.config_set);
-        if rec.config_set != old.config_set
-            || rec.free_gpus & !topo.all_devices() != 0
-            || !rec.free_cores.is_subset_of(topo.all_cores())
-            || rec.free_memory_mib > topo.memory_mib
-        {
+        if !self.fits(s, &rec) {
             return false;
+        }
+        if self.servers[s.index()] == rec {
+            return true;
         }
         self.remove(s);
         self.servers[s.index()] = rec;
         self.insert(s);
         true
+    }
+
+    /// Whether `rec` can be server `s`'s record: a known server, its configuration set, and no
+    /// device, core or memory beyond its topology.
+    fn fits(&self, s: ServerId, rec: &ServerRecord) -> bool {
+        self.servers.get(s.index()).is_some_and(|old| {
+            let t = self.topology_of(old.config_set);
+            rec.config_set == old.config_set
+                && rec.free_gpus & !t.all_devices() == 0
+                && rec.free_cores.is_subset_of(t.all_cores())
+                && rec.free_memory_mib <= t.memory_mib
+        })
     }
 
     /// Applies a delta; returns false (and changes nothing) unless it starts at or before this
@@ -267,16 +273,7 @@ impl LocalView {
         if d.from > self.version || d.to < self.version {
             return false;
         }
-        let fits = d.servers.iter().all(|(s, r)| {
-            self.servers.get(s.index()).is_some_and(|old| {
-                let t = self.topology_of(old.config_set);
-                r.config_set == old.config_set
-                    && r.free_gpus & !t.all_devices() == 0
-                    && r.free_cores.is_subset_of(t.all_cores())
-                    && r.free_memory_mib <= t.memory_mib
-            })
-        });
-        if !fits {
+        if !d.servers.iter().all(|(s, r)| self.fits(*s, r)) {
             return false;
         }
         for &(s, r) in &d.servers {

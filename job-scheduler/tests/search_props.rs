@@ -183,3 +183,40 @@ fn spread_and_pack_choose_differently() {
     assert_eq!(pack.members[0].gpus, 0b10);
     assert_eq!(spread.members[0].server, ServerId(1));
 }
+
+/// Regression: records that decode fine but cannot belong to the server (devices beyond the
+/// topology, an unknown configuration set) once panicked the local view, and a delta older than
+/// the copy rolled it back.
+#[test]
+fn local_view_refuses_impossible_records_and_stale_deltas() {
+    let topo = Topology::preset("seed-8gpu").expect("preset");
+    let mut view = ClusterView::from_spec(&ClusterSpec::uniform(topo.clone(), 4, 2, 1));
+    let mut local = LocalView::of_view(&view);
+    let mut bad = *view.server(ServerId(0)).expect("server");
+    bad.free_gpus = u64::MAX;
+    assert!(!local.apply_server(ServerId(0), bad));
+    bad.free_gpus = 0;
+    bad.config_set = tessera_view::ConfigSetId(999);
+    assert!(!local.apply_server(ServerId(0), bad));
+    assert!(!local.apply_server(ServerId(77), *view.server(ServerId(0)).expect("server")));
+    local.check_index().expect("index intact");
+    // v0 -> v1 and v1 -> v2 deltas; replaying the first after the second must be refused.
+    let place = |view: &mut ClusterView, id: u64| {
+        let job = view.submit(JobSpec::simple("j", 1, 8)).expect("fits");
+        let spec = view.job(job).expect("job").spec.clone();
+        let f =
+            find_placement(&LocalView::of_view(view), &Overlay::default(), &spec, LocalityLevel::Any, FitMode::Pack, 0)
+                .expect("fits");
+        assert!(
+            view.propose(&Proposal { id: ProposalId(id), job, members: f.members, based_on: view.version() })
+                .is_placed()
+        );
+    };
+    let v0 = view.version();
+    place(&mut view, 1);
+    let old = view.delta_since(v0).expect("delta");
+    place(&mut view, 2);
+    assert!(local.apply_delta(&view.delta_since(v0).expect("delta")));
+    assert!(!local.apply_delta(&old), "a delta ending before the copy's version must be refused");
+    assert_eq!(local.servers(), view.servers());
+}
