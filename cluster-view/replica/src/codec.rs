@@ -7,6 +7,7 @@
 
 use crate::error::ReplicaError;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tessera_view::{Command, ViewSnapshot};
 
 /// The payload of a raft snapshot: the view at an applied index.
@@ -16,16 +17,19 @@ pub struct SnapshotData {
     pub applied: u64,
     /// The view.
     pub view: ViewSnapshot,
+    /// Replica addresses announced by applied membership changes.
+    #[serde(default)]
+    pub addrs: BTreeMap<u64, String>,
 }
 
-/// Encodes a command for a log entry.
-pub fn encode_command(c: &Command) -> Vec<u8> {
+/// Encodes the commands of one log entry.
+pub fn encode_commands(c: &[Command]) -> Vec<u8> {
     serde_json::to_vec(c).unwrap_or_default()
 }
 
-/// Decodes a log entry's command.
-pub fn decode_command(b: &[u8]) -> Result<Command, ReplicaError> {
-    serde_json::from_slice(b).map_err(|e| ReplicaError::Decode { what: "command", why: e.to_string() })
+/// Decodes a log entry's commands.
+pub fn decode_commands(b: &[u8]) -> Result<Vec<Command>, ReplicaError> {
+    serde_json::from_slice(b).map_err(|e| ReplicaError::Decode { what: "commands", why: e.to_string() })
 }
 
 /// Encodes snapshot data.

@@ -19,7 +19,7 @@ use crate::error::ReplicaError;
 use crate::logger::raft_logger;
 use crate::storage::RocksStorage;
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, ConfState, Entry, EntryType, Message, Snapshot};
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
 use std::collections::HashMap;
 use std::path::Path;
@@ -89,6 +89,17 @@ pub enum Answer {
     /// replica caught up by snapshot past it. Retrying a gang proposal under the same id is safe
     /// (the approver answers `AlreadyApplied` if it did commit).
     Dropped,
+    /// A linearizable read may be served: this replica has applied at least `index`, the
+    /// commit index the leader confirmed (with a quorum) after the read was asked.
+    ReadReady {
+        /// The confirmed commit index.
+        index: u64,
+    },
+    /// A membership change was applied: the voters after it.
+    Membership {
+        /// Voter ids.
+        voters: Vec<u64>,
+    },
 }
 
 /// Resources held by gangs in flight on one server.
@@ -107,7 +118,12 @@ pub struct Replica {
     applied: u64,
     next_ticket: Ticket,
     outcomes: Vec<(Ticket, Answer)>,
-    batch: Vec<(Ticket, Proposal)>,
+    /// Commands waiting for the next entry; gangs are `Command::Propose` of one proposal.
+    batch: Vec<(Ticket, Command)>,
+    /// Linearizable reads waiting for their index to be applied: (index, ticket).
+    reads: Vec<(u64, Ticket)>,
+    /// Addresses of replicas, as announced in applied membership changes.
+    addrs: std::collections::BTreeMap<u64, String>,
     in_flight: HashMap<Ticket, Vec<MemberPlacement>>,
     in_flight_jobs: HashMap<JobId, Ticket>,
     reserved: HashMap<ServerId, Reserved>,
@@ -138,13 +154,20 @@ impl Replica {
     ) -> Result<Replica, ReplicaError> {
         let mut store = RocksStorage::open(dir, &cfg.cluster, cfg.id, cfg.sync)?;
         if store.is_empty() {
+            // With no peers the replica joins a running cluster: no voters until the leader's
+            // log or snapshot tells it the membership.
             let cs = ConfState { voters: cfg.peers.clone(), ..Default::default() };
-            let data = codec::encode_snapshot(&SnapshotData { applied: 0, view: initial().snapshot() });
+            let data = codec::encode_snapshot(&SnapshotData {
+                applied: 0,
+                view: initial().snapshot(),
+                addrs: Default::default(),
+            });
             store.bootstrap(cs, data)?;
         }
         let (meta, data) = store.latest_snapshot();
         let snap = codec::decode_snapshot(data)?;
         let applied = meta.index;
+        let addrs = snap.addrs;
         let view = ClusterView::from_snapshot(snap.view);
         let raft_cfg = raft::Config {
             id: cfg.id,
@@ -168,6 +191,8 @@ impl Replica {
             next_ticket: 1,
             outcomes: Vec::new(),
             batch: Vec::new(),
+            reads: Vec::new(),
+            addrs,
             in_flight: HashMap::new(),
             in_flight_jobs: HashMap::new(),
             reserved: HashMap::new(),
@@ -288,14 +313,56 @@ impl Replica {
         Ok(())
     }
 
-    /// Proposes any command as its own log entry.
-    pub fn propose(&mut self, cmd: &Command) -> Result<Ticket, ReplicaError> {
+    /// Queues any command for the next log entry (commands are batched like gangs). A gang
+    /// proposal should go through [`Replica::propose_gang`] for the leader's pre-check.
+    pub fn propose(&mut self, cmd: Command) -> Result<Ticket, ReplicaError> {
+        if let Command::Propose(ps) = cmd {
+            // Several gangs through the generic path: one ticket answers for all of them.
+            self.check_leader()?;
+            let t = self.ticket();
+            self.batch.push((t, Command::Propose(ps)));
+            return Ok(t);
+        }
         self.check_leader()?;
         let t = self.ticket();
-        self.node
-            .propose(codec::encode_context(self.cfg.id, self.node.store().boot(), &[t]), codec::encode_command(cmd))?;
+        self.batch.push((t, cmd));
+        Ok(t)
+    }
+
+    /// Asks for a linearizable read: [`Answer::ReadReady`] comes back once the leader has
+    /// confirmed its commit index with a quorum and this replica has applied up to it. Works
+    /// on followers (raft forwards the request to the leader); a read asked while no leader is
+    /// known may never be answered, so the owner bounds the wait.
+    pub fn read_index(&mut self) -> Ticket {
+        let t = self.ticket();
+        self.node.read_index(t.to_be_bytes().to_vec());
+        t
+    }
+
+    /// Proposes a membership change; `addr` (the new replica's address) travels in the change
+    /// and is recorded by every replica when applied. Answered with [`Answer::Membership`].
+    pub fn propose_membership(&mut self, add: bool, id: u64, addr: &str) -> Result<Ticket, ReplicaError> {
+        self.check_leader()?;
+        let t = self.ticket();
+        let mut cc = ConfChange::default();
+        cc.set_change_type(if add { ConfChangeType::AddNode } else { ConfChangeType::RemoveNode });
+        cc.node_id = id;
+        cc.context = addr.as_bytes().to_vec().into();
+        self.node.propose_conf_change(codec::encode_context(self.cfg.id, self.node.store().boot(), &[t]), cc)?;
         self.track(vec![t]);
         Ok(t)
+    }
+
+    /// Current voters.
+    pub fn voters(&self) -> Vec<u64> {
+        let mut v = self.node.store().conf_state().voters.clone();
+        v.sort_unstable();
+        v
+    }
+
+    /// Addresses of replicas announced by applied membership changes.
+    pub fn announced_addrs(&self) -> &std::collections::BTreeMap<u64, String> {
+        &self.addrs
     }
 
     /// Pre-checks a gang proposal and queues it for the next batch entry. A decision reached
@@ -331,7 +398,7 @@ impl Replica {
         }
         self.in_flight_jobs.insert(p.job, t);
         self.in_flight.insert(t, p.members.clone());
-        self.batch.push((t, p));
+        self.batch.push((t, Command::Propose(vec![p])));
         Ok(t)
     }
 
@@ -441,17 +508,54 @@ impl Replica {
         self.in_flight.len()
     }
 
+    /// Writes queued commands as log entries of at most `max_batch` commands (a gang counts
+    /// as one). In each entry the gangs form one `Command::Propose`, first, then the other
+    /// commands in arrival order; the context lists the tickets in the order of the outcomes.
     fn flush_batch(&mut self) {
         while !self.batch.is_empty() {
-            let n = self.batch.len().min(self.cfg.max_batch);
-            let chunk: Vec<(Ticket, Proposal)> = self.batch.drain(..n).collect();
-            let tickets: Vec<Ticket> = chunk.iter().map(|(t, _)| *t).collect();
-            let cmd = Command::Propose(chunk.into_iter().map(|(_, p)| p).collect());
+            let mut size = 0;
+            let mut n = 0;
+            for (_, c) in &self.batch {
+                let w = match c {
+                    Command::Propose(ps) => ps.len().max(1),
+                    _ => 1,
+                };
+                if n > 0 && size + w > self.cfg.max_batch {
+                    break;
+                }
+                size += w;
+                n += 1;
+            }
+            let chunk: Vec<(Ticket, Command)> = self.batch.drain(..n).collect();
+            let mut gangs: Vec<Proposal> = Vec::new();
+            let mut gang_tickets: Vec<Ticket> = Vec::new();
+            let mut others: Vec<Command> = Vec::new();
+            let mut other_tickets: Vec<Ticket> = Vec::new();
+            for (t, c) in chunk {
+                match c {
+                    Command::Propose(mut ps) if ps.len() == 1 => {
+                        gangs.append(&mut ps);
+                        gang_tickets.push(t);
+                    }
+                    c => {
+                        others.push(c);
+                        other_tickets.push(t);
+                    }
+                }
+            }
+            let mut cmds = Vec::with_capacity(others.len() + 1);
+            if !gangs.is_empty() {
+                cmds.push(Command::Propose(gangs));
+            }
+            cmds.extend(others);
+            let mut tickets = gang_tickets;
+            tickets.extend(other_tickets);
             let boot = self.node.store().boot();
-            match self.node.propose(codec::encode_context(self.cfg.id, boot, &tickets), codec::encode_command(&cmd)) {
+            let ctx = codec::encode_context(self.cfg.id, boot, &tickets);
+            match self.node.propose(ctx, codec::encode_commands(&cmds)) {
                 Ok(()) => self.track(tickets),
                 Err(e) => {
-                    tracing::warn!(replica = self.cfg.id, error = %e, proposals = tickets.len(), "batch dropped");
+                    tracing::warn!(replica = self.cfg.id, error = %e, commands = tickets.len(), "batch dropped");
                     self.drop_tickets(tickets);
                 }
             }
@@ -468,20 +572,24 @@ impl Replica {
         }
         let mut rd = self.node.ready();
         let mut out = rd.take_messages();
+        for rs in rd.take_read_states() {
+            if let Ok(b) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                self.reads.push((rs.index, u64::from_be_bytes(b)));
+            }
+        }
         if *rd.snapshot() != Snapshot::default() {
             let snap = rd.snapshot().clone();
             self.node.mut_store().apply_snapshot(&snap)?;
             let data = codec::decode_snapshot(snap.get_data())?;
             self.view = ClusterView::from_snapshot(data.view);
+            self.addrs = data.addrs;
             self.applied = snap.get_metadata().index;
             let _ = self.settle(self.applied, None);
             tracing::info!(replica = self.cfg.id, index = self.applied, "installed snapshot");
         }
         self.apply(rd.take_committed_entries())?;
-        self.node.mut_store().append(rd.entries())?;
-        if let Some(hs) = rd.hs() {
-            self.node.mut_store().set_hard_state(hs.clone())?;
-        }
+        let hs = rd.hs().cloned();
+        self.node.mut_store().persist(rd.entries(), hs)?;
         out.extend(rd.take_persisted_messages());
         let mut light = self.node.advance(rd);
         if let Some(commit) = light.commit_index() {
@@ -490,8 +598,23 @@ impl Replica {
         out.extend(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.node.advance_apply_to(self.applied);
+        self.answer_reads();
         self.maybe_compact()?;
         Ok(out)
+    }
+
+    /// Answers the linearizable reads whose confirmed index is applied.
+    fn answer_reads(&mut self) {
+        let applied = self.applied;
+        let mut i = 0;
+        while i < self.reads.len() {
+            if self.reads[i].0 <= applied {
+                let (index, t) = self.reads.swap_remove(i);
+                self.outcomes.push((t, Answer::ReadReady { index }));
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// On losing leadership, answer every pending proposal `Dropped` (outcome unknown: an
@@ -524,8 +647,7 @@ impl Replica {
                     if e.data.is_empty() {
                         continue;
                     }
-                    let ctx = codec::decode_context(&e.context);
-                    let cmd = match codec::decode_command(&e.data) {
+                    let cmds = match codec::decode_commands(&e.data) {
                         Ok(c) => c,
                         Err(err) => {
                             // Every replica decodes the same bytes the same way: skipping keeps
@@ -534,24 +656,27 @@ impl Replica {
                             continue;
                         }
                     };
-                    let outcome = self.view.apply(&cmd);
-                    let Some((origin, boot, tickets)) = ctx else { continue };
-                    if !ours || origin != self.cfg.id || boot != self.node.store().boot() {
-                        continue;
-                    }
-                    match outcome {
-                        Outcome::Decided(ds) if ds.len() == tickets.len() && tickets.len() > 1 => {
-                            for (t, d) in tickets.into_iter().zip(ds) {
-                                self.release_in_flight(t);
-                                self.outcomes.push((t, Answer::Applied(Outcome::Decided(vec![d]))));
+                    let ctx = codec::decode_context(&e.context).filter(|(origin, boot, _)| {
+                        ours && *origin == self.cfg.id && *boot == self.node.store().boot()
+                    });
+                    let mut tickets = ctx.map(|(_, _, t)| t).unwrap_or_default().into_iter();
+                    for cmd in &cmds {
+                        let outcome = self.view.apply(cmd);
+                        match (cmd, outcome) {
+                            // A batch of single gangs: one ticket per decision.
+                            (Command::Propose(ps), Outcome::Decided(ds)) if ps.len() == ds.len() && ps.len() > 1 => {
+                                for d in ds {
+                                    if let Some(t) = tickets.next() {
+                                        self.release_in_flight(t);
+                                        self.outcomes.push((t, Answer::Applied(Outcome::Decided(vec![d]))));
+                                    }
+                                }
                             }
-                        }
-                        other => {
-                            for t in &tickets {
-                                self.release_in_flight(*t);
-                            }
-                            if let Some(&t) = tickets.first() {
-                                self.outcomes.push((t, Answer::Applied(other)));
+                            (_, outcome) => {
+                                if let Some(t) = tickets.next() {
+                                    self.release_in_flight(t);
+                                    self.outcomes.push((t, Answer::Applied(outcome)));
+                                }
                             }
                         }
                     }
@@ -559,8 +684,38 @@ impl Replica {
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(&e.data)
                         .map_err(|err| ReplicaError::Decode { what: "conf change", why: err.to_string() })?;
-                    let cs = self.node.apply_conf_change(&cc)?;
+                    match cc.get_change_type() {
+                        ConfChangeType::RemoveNode => {
+                            self.addrs.remove(&cc.node_id);
+                        }
+                        _ => {
+                            if let Ok(addr) = std::str::from_utf8(&cc.context)
+                                && !addr.is_empty()
+                            {
+                                self.addrs.insert(cc.node_id, addr.to_string());
+                            }
+                        }
+                    }
+                    let cs = match self.node.apply_conf_change(&cc) {
+                        Ok(cs) => cs,
+                        Err(err) => {
+                            // Deterministic on every replica (e.g. removing the last voter).
+                            tracing::warn!(replica = self.cfg.id, error = %err, "membership change refused");
+                            self.node.store().conf_state().clone()
+                        }
+                    };
+                    let mut voters = cs.voters.clone();
+                    voters.sort_unstable();
                     self.node.mut_store().set_conf_state(cs)?;
+                    tracing::info!(replica = self.cfg.id, ?voters, "membership changed");
+                    if let Some((origin, boot, tickets)) = codec::decode_context(&e.context)
+                        && ours
+                        && origin == self.cfg.id
+                        && boot == self.node.store().boot()
+                        && let Some(&t) = tickets.first()
+                    {
+                        self.outcomes.push((t, Answer::Membership { voters }));
+                    }
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&e.data)
@@ -578,7 +733,11 @@ impl Replica {
         if self.applied < meta.index + self.cfg.snapshot_every {
             return Ok(());
         }
-        let data = codec::encode_snapshot(&SnapshotData { applied: self.applied, view: self.view.snapshot() });
+        let data = codec::encode_snapshot(&SnapshotData {
+            applied: self.applied,
+            view: self.view.snapshot(),
+            addrs: self.addrs.clone(),
+        });
         let (applied, keep) = (self.applied, self.cfg.keep_entries);
         self.node.mut_store().compact(applied, data, keep)?;
         tracing::info!(replica = self.cfg.id, index = applied, "snapshot taken, log compacted");

@@ -224,7 +224,18 @@ impl RocksStorage {
 
     /// Appends entries (overwriting a conflicting suffix) and persists them.
     pub fn append(&mut self, ents: &[Entry]) -> Result<(), ReplicaError> {
-        let Some(first) = ents.first() else { return Ok(()) };
+        self.persist(ents, None)
+    }
+
+    /// Appends entries (overwriting a conflicting suffix) and records the hard state, in one
+    /// write with one fsync: the durable step of a raft ready.
+    pub fn persist(&mut self, ents: &[Entry], hs: Option<HardState>) -> Result<(), ReplicaError> {
+        let Some(first) = ents.first() else {
+            if let Some(hs) = hs {
+                self.set_hard_state(hs)?;
+            }
+            return Ok(());
+        };
         if first.index < self.first() || first.index > self.last() + 1 {
             return Err(ReplicaError::Decode {
                 what: "append",
@@ -240,9 +251,15 @@ impl RocksStorage {
         for e in ents {
             batch.put(entry_key(e.index), encode(e));
         }
+        if let Some(hs) = &hs {
+            batch.put(K_HARD, encode(hs));
+        }
         self.db.write_opt(batch, &self.write_opts())?;
         self.entries.truncate((first.index - self.first()) as usize);
         self.entries.extend_from_slice(ents);
+        if let Some(hs) = hs {
+            self.hard = hs;
+        }
         Ok(())
     }
 
@@ -253,11 +270,16 @@ impl RocksStorage {
         Ok(())
     }
 
-    /// Persists the commit index alone.
+    /// Records the commit index alone, without an fsync: a commit index lost in a crash is
+    /// learnt again from the leader (raft only needs term and vote to be durable).
     pub fn set_commit(&mut self, commit: u64) -> Result<(), ReplicaError> {
         let mut hs = self.hard.clone();
         hs.commit = commit;
-        self.set_hard_state(hs)
+        let mut wo = WriteOptions::default();
+        wo.set_sync(false);
+        self.db.put_opt(K_HARD, encode(&hs), &wo)?;
+        self.hard = hs;
+        Ok(())
     }
 
     /// Persists the conf state.
