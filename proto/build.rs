@@ -1,4 +1,5 @@
-//! Compiles `proto/tessera/v1/*.proto` into Rust with prost-build.
+//! Compiles `proto/tessera/v1/*.proto` into Rust: messages with prost-build, gRPC services
+//! with tonic-prost-build.
 //!
 //! `protoc` comes from the `PROTOC` environment variable when it is set, and otherwise from the
 //! vendored binary of `protoc-bin-vendored`, so a build needs no system protobuf install.
@@ -6,7 +7,7 @@
 use std::error::Error;
 
 const PROTO_ROOT: &str = "proto";
-const PROTOS: &[&str] = &["proto/tessera/v1/view.proto"];
+const PROTOS: &[&str] = &["proto/tessera/v1/view.proto", "proto/tessera/v1/service.proto"];
 
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
@@ -18,6 +19,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     // Deterministic order (and encoding) for map fields such as the tenant quotas.
     config.btree_map(["."]);
-    config.compile_protos(PROTOS, &[PROTO_ROOT])?;
+    // Messages with prost, services (client and server stubs) with tonic.
+    tonic_prost_build::configure().compile_with_config(config, PROTOS, &[PROTO_ROOT])?;
     Ok(())
 }

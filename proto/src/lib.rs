@@ -1,11 +1,13 @@
 //! # tessera-proto: Tessera's wire types
 //!
 //! Protobuf messages (compiled with prost from `proto/tessera/v1/view.proto`) for the cluster
-//! view of [`tessera_view`], and conversions between the two. No gRPC services yet.
+//! view of [`tessera_view`], the gRPC services (`View` for clients, `Raft` between replicas,
+//! compiled with tonic from `proto/tessera/v1/service.proto`), and conversions between the
+//! wire and core types.
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`v1`] | the generated messages of package `tessera.v1` |
+//! | [`v1`] | the generated messages of package `tessera.v1`; `v1::view_server`/`v1::view_client` and `v1::raft_server`/`v1::raft_client` for the services |
 //! | [`convert`] | core to wire (`From`, infallible), wire to core (`TryFrom`, validating), [`RemoteDecision`] |
 //! | [`validate`] | checks restoring the core types' guarantees on outside values (topologies, specs, snapshots) |
 //! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
@@ -37,3 +39,5 @@ pub use convert::{RemoteDecision, RemoteRejection, remote};
 pub use error::WireError;
 /// The protobuf runtime, re-exported for `Message::encode` / `decode`.
 pub use prost;
+/// The gRPC runtime the services are generated for.
+pub use tonic;
