@@ -1,0 +1,276 @@
+//! [`ViewClient`]: a gRPC client of the view that finds and follows the leader.
+//!
+//! Writes go to the replica believed to lead. A follower's answer carries the leader's address
+//! (metadata `tessera-leader`) and the client retries there; an unreachable replica or one
+//! that knows no leader makes it try the next address after a short, growing backoff. Every
+//! call is bounded by the client's deadline.
+//!
+//! Retrying is safe for proposals (the approver is idempotent on the proposal id), releases and
+//! cancels (a second one is refused as the job is no longer live) and reads. A job submission
+//! retried after an unknown outcome may admit the job twice.
+
+use crate::error::LEADER_KEY;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tessera_proto::v1;
+use tessera_proto::v1::view_client::ViewClient as Grpc;
+use thiserror::Error;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// Why a call failed.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// No address given.
+    #[error("no view address given (use --view or TESSERA_VIEW)")]
+    NoAddress,
+    /// An address is malformed.
+    #[error("bad view address `{0}`: {1}")]
+    BadAddress(String, String),
+    /// The replica answered with an error that retrying will not fix.
+    #[error("{addr}: {} ({:?})", .status.message(), .status.code())]
+    Status {
+        /// The replica.
+        addr: String,
+        /// Its answer.
+        status: Box<Status>,
+    },
+    /// No replica answered usefully before the deadline.
+    #[error("no view replica answered within {waited_ms} ms (tried {tried}); last error: {last}")]
+    Unavailable {
+        /// Addresses tried.
+        tried: String,
+        /// How long.
+        waited_ms: u64,
+        /// The last error seen.
+        last: String,
+    },
+}
+
+impl ClientError {
+    /// The gRPC status, when a replica answered.
+    pub fn status(&self) -> Option<&Status> {
+        match self {
+            ClientError::Status { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+}
+
+/// A leader-following client.
+#[derive(Clone, Debug)]
+pub struct ViewClient {
+    addrs: Vec<String>,
+    current: String,
+    channels: HashMap<String, Channel>,
+    deadline: Duration,
+    max_message: usize,
+}
+
+impl ViewClient {
+    /// A client of the replicas at `addrs` (host:port, tried in order).
+    pub fn new(addrs: Vec<String>) -> Result<ViewClient, ClientError> {
+        let addrs: Vec<String> = addrs
+            .into_iter()
+            .map(|a| a.trim().trim_start_matches("http://").to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
+        let current = addrs.first().cloned().ok_or(ClientError::NoAddress)?;
+        for a in &addrs {
+            Endpoint::from_shared(format!("http://{a}"))
+                .map_err(|e| ClientError::BadAddress(a.clone(), e.to_string()))?;
+        }
+        Ok(ViewClient {
+            addrs,
+            current,
+            channels: HashMap::new(),
+            deadline: Duration::from_secs(10),
+            max_message: 1 << 30,
+        })
+    }
+
+    /// Parses a comma-separated address list.
+    pub fn from_list(list: &str) -> Result<ViewClient, ClientError> {
+        ViewClient::new(list.split(',').map(str::to_string).collect())
+    }
+
+    /// Sets how long one call may take, retries included.
+    pub fn with_deadline(mut self, d: Duration) -> ViewClient {
+        self.deadline = d;
+        self
+    }
+
+    /// The replica the last call went to (the leader, after a successful write).
+    pub fn current(&self) -> &str {
+        &self.current
+    }
+
+    fn grpc(&mut self, addr: &str) -> Result<Grpc<Channel>, ClientError> {
+        let ch = match self.channels.get(addr) {
+            Some(c) => c.clone(),
+            None => {
+                let ep = Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|e| ClientError::BadAddress(addr.to_string(), e.to_string()))?
+                    .connect_timeout(Duration::from_millis(500))
+                    .timeout(self.deadline)
+                    .tcp_nodelay(true);
+                let c = ep.connect_lazy();
+                self.channels.insert(addr.to_string(), c.clone());
+                c
+            }
+        };
+        Ok(Grpc::new(ch).max_decoding_message_size(self.max_message).max_encoding_message_size(self.max_message))
+    }
+
+    fn next_addr(&mut self) {
+        let i = self.addrs.iter().position(|a| *a == self.current).map_or(0, |i| (i + 1) % self.addrs.len());
+        self.current = self.addrs[i].clone();
+    }
+
+    /// Runs `call` against the leader, following hints and retrying unavailability until the
+    /// deadline.
+    pub async fn call<T, F, Fut>(&mut self, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Grpc<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let start = Instant::now();
+        let mut backoff = Duration::from_millis(10);
+        let mut tried: Vec<String> = Vec::new();
+        loop {
+            let addr = self.current.clone();
+            if !tried.contains(&addr) {
+                tried.push(addr.clone());
+            }
+            let g = self.grpc(&addr)?;
+            let status = match call(g).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => s,
+            };
+            let hint = status.metadata().get(LEADER_KEY).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let retry = matches!(status.code(), Code::Unavailable | Code::Unknown | Code::ResourceExhausted);
+            if !retry {
+                return Err(ClientError::Status { addr, status: Box::new(status) });
+            }
+            if start.elapsed() >= self.deadline {
+                return Err(ClientError::Unavailable {
+                    tried: tried.join(", "),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                    last: format!("{addr}: {}", status.message()),
+                });
+            }
+            match hint {
+                Some(h) if h != addr => {
+                    if !self.addrs.contains(&h) {
+                        self.addrs.push(h.clone());
+                    }
+                    self.current = h;
+                    continue;
+                }
+                _ => self.next_addr(),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// The status of the replica at `addr` (no retries elsewhere).
+    pub async fn status_of(&mut self, addr: &str) -> Result<v1::StatusResponse, ClientError> {
+        let mut g = self.grpc(addr)?;
+        g.status(v1::StatusRequest {})
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| ClientError::Status { addr: addr.to_string(), status: Box::new(s) })
+    }
+
+    /// The status of the first replica that answers.
+    pub async fn status(&mut self) -> Result<v1::StatusResponse, ClientError> {
+        self.call(|mut g| async move { g.status(v1::StatusRequest {}).await }).await
+    }
+
+    /// Waits (up to the deadline) until some replica reports a leader; returns its status.
+    pub async fn wait_for_leader(&mut self) -> Result<v1::StatusResponse, ClientError> {
+        let start = Instant::now();
+        let mut last = String::from("no answer");
+        while start.elapsed() < self.deadline {
+            for a in self.addrs.clone() {
+                match self.status_of(&a).await {
+                    Ok(s) if s.leader != 0 && !s.leader_addr.is_empty() => {
+                        self.current = s.leader_addr.clone();
+                        return Ok(s);
+                    }
+                    Ok(_) => last = format!("{a}: no leader yet"),
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(ClientError::Unavailable {
+            tried: self.addrs.join(", "),
+            waited_ms: start.elapsed().as_millis() as u64,
+            last,
+        })
+    }
+
+    /// Gang proposals, one result each.
+    pub async fn propose(&mut self, proposals: Vec<v1::Proposal>) -> Result<Vec<v1::ProposeResult>, ClientError> {
+        let req = v1::ProposeRequest { proposals };
+        let r = self.call(|mut g| {
+            let req = req.clone();
+            async move { g.propose(req).await }
+        });
+        Ok(r.await?.results)
+    }
+
+    /// Submits jobs; one result each.
+    pub async fn submit(&mut self, specs: Vec<v1::JobSpec>) -> Result<Vec<v1::SubmitResult>, ClientError> {
+        let req = v1::SubmitJobRequest { specs };
+        let r = self.call(|mut g| {
+            let req = req.clone();
+            async move { g.submit_job(req).await }
+        });
+        Ok(r.await?.results)
+    }
+
+    /// Releases a job's resources.
+    pub async fn release(&mut self, job: u64, failed: bool) -> Result<u64, ClientError> {
+        let r = self.call(|mut g| async move { g.release(v1::ReleaseRequest { job, failed }).await });
+        Ok(r.await?.version)
+    }
+
+    /// Cancels a job.
+    pub async fn cancel(&mut self, job: u64) -> Result<u64, ClientError> {
+        let r = self.call(|mut g| async move { g.cancel_job(v1::CancelJobRequest { job }).await });
+        Ok(r.await?.version)
+    }
+
+    /// One job.
+    pub async fn job(&mut self, job: u64, linearizable: bool) -> Result<v1::GetJobResponse, ClientError> {
+        self.call(|mut g| async move { g.get_job(v1::GetJobRequest { job, linearizable }).await }).await
+    }
+
+    /// The whole view from the replica at `addr`.
+    pub async fn snapshot_of(&mut self, addr: &str, linearizable: bool) -> Result<v1::SnapshotResponse, ClientError> {
+        let mut g = self.grpc(addr)?;
+        g.snapshot(v1::ReadRequest { linearizable })
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| ClientError::Status { addr: addr.to_string(), status: Box::new(s) })
+    }
+
+    /// Adds a replica.
+    pub async fn add_replica(&mut self, id: u64, addr: &str) -> Result<Vec<u64>, ClientError> {
+        let addr = addr.to_string();
+        let r = self.call(|mut g| {
+            let addr = addr.clone();
+            async move { g.add_replica(v1::AddReplicaRequest { id, addr }).await }
+        });
+        Ok(r.await?.voters)
+    }
+
+    /// Removes a replica.
+    pub async fn remove_replica(&mut self, id: u64) -> Result<Vec<u64>, ClientError> {
+        let r = self.call(|mut g| async move { g.remove_replica(v1::RemoveReplicaRequest { id }).await });
+        Ok(r.await?.voters)
+    }
+}

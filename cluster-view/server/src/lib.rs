@@ -1,0 +1,172 @@
+//! # tessera-view-server: the cluster view as a replicated gRPC service
+//!
+//! One process per replica (`tessera view serve`): a [`tessera_replica::Replica`] driven by one
+//! OS thread ([`node`]), the `View` gRPC service for schedulers, agents and operators
+//! ([`service`]), raft messages to and from peers over gRPC ([`transport`]), and a client that
+//! follows the leader ([`client`]).
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`config`] | [`ServeConfig`]: the TOML file and its defaults |
+//! | [`node`] | the driver thread: requests in, ready rounds (persist, apply, send), answers out; leases |
+//! | [`service`] | the `View` service: request checks, conversions, leader hints |
+//! | [`transport`] | per-peer raft streams and the `Raft` service |
+//! | [`client`] | [`ViewClient`]: leader-following, retrying gRPC client |
+//! | [`error`] | [`NodeError`] (→ gRPC status), [`ServeError`] |
+
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod node;
+pub mod service;
+pub mod transport;
+
+pub use client::{ClientError, ViewClient};
+pub use config::ServeConfig;
+pub use error::{LEADER_KEY, NodeError, ServeError};
+
+use node::{Driver, DriverConfig, PeerSenders};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tessera_proto::v1;
+use tessera_replica::{Replica, ReplicaConfig};
+use tessera_view::{ClusterSpec, ClusterView};
+
+/// The identity replicas agree on: the cluster's name and the hash of the view it starts from,
+/// so replicas started from different cluster specs refuse each other (and each other's data
+/// directories) instead of diverging.
+pub fn cluster_identity(name: &str, initial: &ClusterView) -> String {
+    format!("{name}@{:016x}", initial.state_hash())
+}
+
+/// Runs one replica until `shutdown` resolves or the replica fails.
+pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+    cfg.validate()?;
+    let spec = ClusterSpec::from_file(&cfg.cluster_spec)
+        .map_err(|e| ServeError::Config { file: cfg.cluster_spec.display().to_string(), message: e.to_string() })?;
+    let initial = ClusterView::from_spec(&spec);
+    let identity = cluster_identity(&cfg.cluster, &initial);
+    let mut peers = cfg.peer_map()?;
+    peers.insert(cfg.id, cfg.advertised());
+    let voters: Vec<u64> = if cfg.join { Vec::new() } else { peers.keys().copied().collect() };
+    let rcfg = ReplicaConfig {
+        id: cfg.id,
+        peers: voters,
+        cluster: identity.clone(),
+        election_tick: cfg.election_tick,
+        heartbeat_tick: cfg.heartbeat_tick,
+        sync: cfg.sync,
+        snapshot_every: cfg.snapshot_every,
+        keep_entries: cfg.keep_entries,
+        max_in_flight: cfg.max_in_flight,
+        max_batch: cfg.max_batch,
+        election_seed: None,
+    };
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| ServeError::Config {
+        file: cfg.data_dir.display().to_string(),
+        message: format!("cannot create the data directory: {e}"),
+    })?;
+    let replica = Replica::open(rcfg, &cfg.data_dir, move || initial)?;
+    let senders: PeerSenders = Arc::new(RwLock::new(HashMap::new()));
+    let dcfg = DriverConfig {
+        tick: Duration::from_millis(cfg.tick_ms),
+        timeout: Duration::from_millis(cfg.request_timeout_ms),
+        lease: Duration::from_millis(cfg.server_lease_ms),
+        queue: 65_536,
+        peer_queue: 8_192,
+    };
+    // Peer tasks are spawned from the driver thread through the runtime handle.
+    let rt = tokio::runtime::Handle::current();
+    let (spawn_tx, mut spawn_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, String)>();
+    let (driver, handle) = Driver::new(
+        replica,
+        dcfg.clone(),
+        peers,
+        senders.clone(),
+        Box::new(move |id, addr| {
+            let _ = spawn_tx.send((id, addr));
+        }),
+    );
+    {
+        let senders = senders.clone();
+        let handle = handle.clone();
+        let identity = identity.clone();
+        let me = cfg.id;
+        rt.spawn(async move {
+            let mut tasks: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
+            while let Some((id, addr)) = spawn_rx.recv().await {
+                let (tx, rx) = tokio::sync::mpsc::channel(dcfg.peer_queue);
+                if let Ok(mut s) = senders.write() {
+                    s.insert(id, tx);
+                }
+                if let Some(old) = tasks.remove(&id) {
+                    old.abort();
+                }
+                tracing::info!(replica = me, peer = id, addr, "raft transport to peer");
+                let t = tokio::spawn(transport::run_peer(identity.clone(), me, id, addr, rx, handle.clone()));
+                tasks.insert(id, t);
+            }
+        });
+    }
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<String>();
+    std::thread::Builder::new()
+        .name(format!("replica-{}", cfg.id))
+        .spawn(move || {
+            if let Err(e) = driver.run() {
+                tracing::error!(error = %e, "replica failed");
+                let _ = fail_tx.send(e.to_string());
+            }
+        })
+        .map_err(|e| ServeError::Server {
+            addr: cfg.listen.to_string(),
+            why: format!("cannot start the driver: {e}"),
+        })?;
+
+    let view = service::ViewService {
+        node: handle.clone(),
+        cluster: identity.clone(),
+        watchers: Arc::new(AtomicUsize::new(0)),
+        max_watchers: cfg.max_watchers,
+    };
+    let raft = transport::RaftService { cluster: identity.clone(), id: cfg.id, node: handle.clone() };
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?;
+    tracing::info!(replica = cfg.id, addr = %cfg.listen, cluster = %identity, "serving");
+    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
+    let failed2 = failed.clone();
+    let stop = async move {
+        tokio::select! {
+            () = shutdown => {}
+            r = fail_rx => {
+                if let Ok(why) = r
+                    && let Ok(mut f) = failed2.lock()
+                {
+                    *f = Some(why);
+                }
+            }
+        }
+    };
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(
+            v1::view_server::ViewServer::new(view)
+                .max_decoding_message_size(cfg.max_request_bytes)
+                .max_encoding_message_size(usize::MAX),
+        )
+        .add_service(
+            v1::raft_server::RaftServer::new(raft)
+                .max_decoding_message_size(transport::MAX_RAFT_BYTES)
+                .max_encoding_message_size(transport::MAX_RAFT_BYTES),
+        )
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), stop)
+        .await
+        .map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?;
+    if let Some(why) = failed.lock().ok().and_then(|f| f.clone()) {
+        return Err(ServeError::Server { addr: cfg.listen.to_string(), why: format!("replica failed: {why}") });
+    }
+    Ok(())
+}

@@ -1,0 +1,624 @@
+//! The driver: one OS thread owns the [`Replica`] and runs its loop — take requests and raft
+//! messages, tick, handle the ready state (persist with one fsync, apply, send), answer.
+//!
+//! gRPC handlers talk to it through a bounded channel ([`NodeHandle`]) and wait on one-shot
+//! replies. The RocksDB writes block this thread only, never the async runtime. Requests
+//! drained together share one ready round, so many concurrent proposals share one fsync and one
+//! raft entry (group commit).
+
+use crate::error::NodeError;
+use protobuf::Message as _;
+use raft::eraftpb::{Message, MessageType};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tessera_proto::v1;
+use tessera_replica::{Answer, Replica, ReplicaError, Ticket};
+use tessera_view::{Command, Health, JobId, Outcome, Proposal, ServerId, Topology, ViewVersion};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// A reply to a request: the answer, or why there is none.
+pub type Reply<T> = oneshot::Sender<Result<T, NodeError>>;
+
+/// What a read asks for.
+#[derive(Debug)]
+pub enum ReadWhat {
+    /// The whole view.
+    Snapshot,
+    /// One job.
+    Job(JobId),
+}
+
+/// What a read returns.
+#[derive(Debug)]
+pub enum ReadOut {
+    /// The view and the raft index it reflects.
+    Snapshot(Box<v1::ViewSnapshot>, u64),
+    /// The job (if known) and the view version.
+    Job(Option<Box<v1::Job>>, u64),
+}
+
+/// A step of a watch.
+#[derive(Debug)]
+pub enum WatchStep {
+    /// The whole view (the asked-for changes are no longer held).
+    Snapshot(Box<v1::ViewSnapshot>),
+    /// The changes since the asked version.
+    Delta(v1::ViewDelta),
+}
+
+/// The replica's status.
+#[derive(Clone, Debug, Default)]
+pub struct NodeStatus {
+    /// This replica.
+    pub id: u64,
+    /// Role name.
+    pub role: String,
+    /// Leader id, 0 if unknown.
+    pub leader: u64,
+    /// Term.
+    pub term: u64,
+    /// Applied raft index.
+    pub applied: u64,
+    /// View version.
+    pub version: u64,
+    /// Voters.
+    pub voters: Vec<u64>,
+    /// Log entries held.
+    pub log_entries: u64,
+    /// State hash of the applied view.
+    pub state_hash: u64,
+}
+
+/// Requests to the driver.
+#[derive(Debug)]
+pub enum Req {
+    /// Gang proposals, each answered on its own.
+    Propose(Vec<(Proposal, Reply<(Answer, u64)>)>),
+    /// Any other command.
+    Command(Command, Reply<(Answer, u64)>),
+    /// A read.
+    Read {
+        /// Confirm with the leader first.
+        linearizable: bool,
+        /// What.
+        what: ReadWhat,
+        /// Where the answer goes.
+        reply: Reply<ReadOut>,
+    },
+    /// Changes after a version.
+    Delta(u64, Reply<WatchStep>),
+    /// Status.
+    Status(Reply<NodeStatus>),
+    /// A server registers: name and topology.
+    Register(String, Topology, Reply<(ServerId, u64)>),
+    /// A server renews its lease.
+    Heartbeat(ServerId, Reply<u64>),
+    /// Add (true) or remove a replica.
+    Membership(bool, u64, String, Reply<Vec<u64>>),
+    /// Raft messages from a peer.
+    Raft(Vec<Message>),
+    /// The transport could not reach a peer.
+    Unreachable(u64),
+    /// A snapshot message to a peer was sent (true) or failed.
+    SnapshotSent(u64, bool),
+}
+
+/// A cheap, cloneable handle on the driver.
+#[derive(Clone, Debug)]
+pub struct NodeHandle {
+    tx: SyncSender<Req>,
+    /// The applied view version, for watchers.
+    pub version: watch::Receiver<u64>,
+    /// Replica id → address (configured peers plus announced ones).
+    pub addrs: Arc<RwLock<BTreeMap<u64, String>>>,
+    /// Request timeout.
+    pub timeout: Duration,
+}
+
+impl NodeHandle {
+    /// Queues a request; a full queue answers `Busy` at once.
+    pub fn send(&self, req: Req) -> Result<(), NodeError> {
+        self.tx.try_send(req).map_err(|e| match e {
+            TrySendError::Full(_) => NodeError::Busy("request queue full".into()),
+            TrySendError::Disconnected(_) => NodeError::Stopped("driver thread ended".into()),
+        })
+    }
+
+    /// Sends a request built around a reply channel and waits for the answer (bounded by the
+    /// request timeout).
+    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, NodeError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx))?;
+        self.wait(rx).await
+    }
+
+    /// Waits for one reply, bounded by the request timeout.
+    pub async fn wait<T>(&self, rx: oneshot::Receiver<Result<T, NodeError>>) -> Result<T, NodeError> {
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(NodeError::Stopped("request dropped by the driver".into())),
+            Err(_) => Err(NodeError::Timeout(self.timeout.as_millis() as u64)),
+        }
+    }
+
+    /// The address of replica `id`, if known.
+    pub fn addr_of(&self, id: u64) -> Option<String> {
+        self.addrs.read().ok().and_then(|a| a.get(&id).cloned())
+    }
+
+    /// Whether `id` is a known replica (raft messages from others are refused).
+    pub fn knows(&self, id: u64) -> bool {
+        self.addrs.read().map(|a| a.contains_key(&id)).unwrap_or(false)
+    }
+}
+
+/// Settings of the driver loop.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// Raft tick.
+    pub tick: Duration,
+    /// Request timeout (pending requests older than twice this are failed).
+    pub timeout: Duration,
+    /// Server lease; zero disables leases.
+    pub lease: Duration,
+    /// Capacity of the request queue.
+    pub queue: usize,
+    /// Capacity of each peer's outgoing message queue.
+    pub peer_queue: usize,
+}
+
+enum Pending {
+    Answer(Reply<(Answer, u64)>),
+    Read(ReadWhat, Reply<ReadOut>),
+    Register(ServerId, Reply<(ServerId, u64)>),
+    Membership(Reply<Vec<u64>>),
+    /// The driver's own command (lease expiry): nobody waits.
+    Internal,
+}
+
+/// Peers' outgoing queues, created by the transport.
+pub type PeerSenders = Arc<RwLock<HashMap<u64, mpsc::Sender<Message>>>>;
+
+/// The driver's state.
+pub struct Driver {
+    replica: Replica,
+    cfg: DriverConfig,
+    rx: Receiver<Req>,
+    version_tx: watch::Sender<u64>,
+    addrs: Arc<RwLock<BTreeMap<u64, String>>>,
+    peers: PeerSenders,
+    /// Called with (id, address) for each replica whose address becomes known.
+    on_new_peer: Box<dyn FnMut(u64, String) + Send>,
+    pending: HashMap<Ticket, (Instant, Pending)>,
+    leases: HashMap<ServerId, Instant>,
+    was_leader: bool,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").field("replica", &self.replica).finish()
+    }
+}
+
+impl Driver {
+    /// A driver for `replica` and the handle to reach it.
+    pub fn new(
+        replica: Replica,
+        cfg: DriverConfig,
+        addrs: BTreeMap<u64, String>,
+        peers: PeerSenders,
+        on_new_peer: Box<dyn FnMut(u64, String) + Send>,
+    ) -> (Driver, NodeHandle) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(cfg.queue);
+        let (version_tx, version) = watch::channel(replica.view().version().0);
+        let mut all = addrs;
+        for (id, a) in replica.announced_addrs() {
+            all.insert(*id, a.clone());
+        }
+        let addrs = Arc::new(RwLock::new(all));
+        let handle = NodeHandle { tx, version, addrs: addrs.clone(), timeout: cfg.timeout };
+        let d = Driver {
+            replica,
+            cfg,
+            rx,
+            version_tx,
+            addrs,
+            peers,
+            on_new_peer,
+            pending: HashMap::new(),
+            leases: HashMap::new(),
+            was_leader: false,
+        };
+        (d, handle)
+    }
+
+    /// Runs until every handle is dropped; an error is a storage or raft failure the replica
+    /// cannot continue after.
+    pub fn run(mut self) -> Result<(), ReplicaError> {
+        let known: Vec<(u64, String)> = self.addrs.read().map(|a| a.clone().into_iter().collect()).unwrap_or_default();
+        for (id, a) in known {
+            if id != self.replica.id() {
+                (self.on_new_peer)(id, a);
+            }
+        }
+        let mut next_tick = Instant::now() + self.cfg.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(wait) {
+                Ok(req) => {
+                    self.handle(req);
+                    let mut n = 0;
+                    while let Ok(req) = self.rx.try_recv() {
+                        self.handle(req);
+                        n += 1;
+                        if n >= 16_384 {
+                            break;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                self.replica.tick();
+                next_tick += self.cfg.tick;
+                if next_tick < now {
+                    // Fell far behind (a long fsync, a paused process): do not burst ticks.
+                    next_tick = now + self.cfg.tick;
+                }
+                self.housekeeping(now);
+            }
+            let msgs = self.replica.on_ready()?;
+            self.send(msgs);
+            self.answer();
+            self.after_round();
+        }
+    }
+
+    fn status(&self) -> NodeStatus {
+        let r = &self.replica;
+        let role = if r.is_leader() {
+            "leader"
+        } else if r.leader_id() != 0 {
+            "follower"
+        } else {
+            "candidate"
+        };
+        NodeStatus {
+            id: r.id(),
+            role: role.into(),
+            leader: r.leader_id(),
+            term: r.term(),
+            applied: r.applied_index(),
+            version: r.view().version().0,
+            voters: r.voters(),
+            log_entries: r.log_len() as u64,
+            state_hash: r.view().state_hash(),
+        }
+    }
+
+    fn not_leader(&self) -> NodeError {
+        let leader = self.replica.leader_id();
+        let addr = self.addrs.read().ok().and_then(|a| a.get(&leader).cloned());
+        NodeError::NotLeader { leader, addr }
+    }
+
+    fn map_err(&self, e: ReplicaError) -> NodeError {
+        match e {
+            ReplicaError::NotLeader { .. } => self.not_leader(),
+            ReplicaError::Busy(n) => NodeError::Busy(format!("{n} proposals in flight")),
+            other => NodeError::Stopped(other.to_string()),
+        }
+    }
+
+    fn track(&mut self, r: Result<Ticket, ReplicaError>, p: Pending) -> Result<(), (NodeError, Pending)> {
+        match r {
+            Ok(t) => {
+                self.pending.insert(t, (Instant::now(), p));
+                Ok(())
+            }
+            Err(e) => Err((self.map_err(e), p)),
+        }
+    }
+
+    fn handle(&mut self, req: Req) {
+        match req {
+            Req::Propose(items) => {
+                for (p, reply) in items {
+                    let r = self.replica.propose_gang(p);
+                    if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Req::Command(cmd, reply) => {
+                let r = self.replica.propose(cmd);
+                if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
+                    let _ = reply.send(Err(e));
+                }
+            }
+            Req::Read { linearizable, what, reply } => {
+                if linearizable {
+                    let t = self.replica.read_index();
+                    self.pending.insert(t, (Instant::now(), Pending::Read(what, reply)));
+                } else {
+                    let _ = reply.send(Ok(self.read(&what)));
+                }
+            }
+            Req::Delta(from, reply) => {
+                let view = self.replica.view();
+                let step = match view.delta_since(ViewVersion(from)) {
+                    Some(d) => WatchStep::Delta(v1::ViewDelta::from(&d)),
+                    None => WatchStep::Snapshot(Box::new(v1::ViewSnapshot::from(&view.snapshot()))),
+                };
+                let _ = reply.send(Ok(step));
+            }
+            Req::Status(reply) => {
+                let _ = reply.send(Ok(self.status()));
+            }
+            Req::Register(name, topo, reply) => self.register(&name, &topo, reply),
+            Req::Heartbeat(server, reply) => {
+                let _ = reply.send(self.heartbeat(server));
+            }
+            Req::Membership(add, id, addr, reply) => {
+                let r = self.replica.propose_membership(add, id, &addr);
+                if let Err((e, Pending::Membership(reply))) = self.track(r, Pending::Membership(reply)) {
+                    let _ = reply.send(Err(e));
+                }
+            }
+            Req::Raft(msgs) => {
+                for m in msgs {
+                    self.replica.step(m);
+                }
+            }
+            Req::Unreachable(id) => self.replica.report_unreachable(id),
+            Req::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
+        }
+    }
+
+    fn read(&self, what: &ReadWhat) -> ReadOut {
+        let view = self.replica.view();
+        match what {
+            ReadWhat::Snapshot => {
+                ReadOut::Snapshot(Box::new(v1::ViewSnapshot::from(&view.snapshot())), self.replica.applied_index())
+            }
+            ReadWhat::Job(id) => ReadOut::Job(view.job(*id).map(|j| Box::new(v1::Job::from(j))), view.version().0),
+        }
+    }
+
+    fn lease_ms(&self) -> u64 {
+        self.cfg.lease.as_millis() as u64
+    }
+
+    fn register(&mut self, name: &str, topo: &Topology, reply: Reply<(ServerId, u64)>) {
+        if !self.replica.is_leader() {
+            let _ = reply.send(Err(self.not_leader()));
+            return;
+        }
+        let view = self.replica.view();
+        let Some(id) = view.server_id(name) else {
+            let _ = reply.send(Err(NodeError::NotFound(format!("server `{name}` is not in the cluster spec"))));
+            return;
+        };
+        let Some(rec) = view.server(id).copied() else {
+            let _ = reply.send(Err(NodeError::NotFound(format!("server `{name}` has no record"))));
+            return;
+        };
+        let want = view.topology_of(rec.config_set);
+        if let Some(diff) = topology_mismatch(want, topo) {
+            let _ = reply.send(Err(NodeError::Precondition(format!(
+                "server `{name}` reports a topology that differs from its configuration set `{}`: {diff}",
+                want.name
+            ))));
+            return;
+        }
+        if !self.cfg.lease.is_zero() {
+            self.leases.insert(id, Instant::now() + self.cfg.lease);
+        }
+        if rec.health == Health::Up {
+            let _ = reply.send(Ok((id, self.lease_ms())));
+            return;
+        }
+        let r = self.replica.propose(Command::SetHealth { server: id, health: Health::Up });
+        if let Err((e, Pending::Register(_, reply))) = self.track(r, Pending::Register(id, reply)) {
+            let _ = reply.send(Err(e));
+        }
+    }
+
+    fn heartbeat(&mut self, server: ServerId) -> Result<u64, NodeError> {
+        if !self.replica.is_leader() {
+            return Err(self.not_leader());
+        }
+        let Some(rec) = self.replica.view().server(server).copied() else {
+            return Err(NodeError::NotFound(format!("no server with id {server}")));
+        };
+        if rec.health == Health::Down {
+            return Err(NodeError::Precondition(format!(
+                "server {server} is down (its lease expired); register again"
+            )));
+        }
+        if !self.cfg.lease.is_zero() {
+            self.leases.insert(server, Instant::now() + self.cfg.lease);
+        }
+        Ok(self.lease_ms())
+    }
+
+    /// Expired requests and leases.
+    fn housekeeping(&mut self, now: Instant) {
+        let limit = self.cfg.timeout * 2;
+        let expired: Vec<Ticket> =
+            self.pending.iter().filter(|(_, (at, _))| now.duration_since(*at) > limit).map(|(t, _)| *t).collect();
+        for t in expired {
+            if let Some((_, p)) = self.pending.remove(&t) {
+                fail(p, NodeError::Timeout(limit.as_millis() as u64));
+            }
+        }
+        if self.cfg.lease.is_zero() || !self.replica.is_leader() {
+            return;
+        }
+        let gone: Vec<ServerId> = self.leases.iter().filter(|(_, d)| **d <= now).map(|(s, _)| *s).collect();
+        for s in gone {
+            self.leases.remove(&s);
+            tracing::warn!(server = s.0, "lease expired: marking the server down, its gangs go back to pending");
+            let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down });
+            let _ = self.track(r, Pending::Internal);
+        }
+    }
+
+    fn send(&mut self, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        let Ok(peers) = self.peers.read() else { return };
+        let mut failed_snapshots = Vec::new();
+        for m in msgs {
+            let to = m.to;
+            let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
+            match peers.get(&to) {
+                Some(tx) => {
+                    if tx.try_send(m).is_err() {
+                        // Queue full or peer task gone: raft will resend.
+                        if snapshot {
+                            failed_snapshots.push(to);
+                        }
+                    }
+                }
+                None => {
+                    tracing::debug!(to, "no transport to replica; message dropped");
+                    if snapshot {
+                        failed_snapshots.push(to);
+                    }
+                }
+            }
+        }
+        drop(peers);
+        for to in failed_snapshots {
+            self.replica.report_snapshot(to, false);
+        }
+    }
+
+    fn answer(&mut self) {
+        let version = self.replica.view().version().0;
+        for (t, a) in self.replica.take_outcomes() {
+            let Some((_, p)) = self.pending.remove(&t) else { continue };
+            match (p, a) {
+                (Pending::Answer(reply), a) => {
+                    let _ = reply.send(Ok((a, version)));
+                }
+                (Pending::Read(what, reply), Answer::ReadReady { .. }) => {
+                    let _ = reply.send(Ok(self.read(&what)));
+                }
+                (Pending::Register(id, reply), Answer::Applied(Outcome::HealthSet(Ok(_)))) => {
+                    let _ = reply.send(Ok((id, self.lease_ms())));
+                }
+                (Pending::Register(_, reply), Answer::Applied(Outcome::HealthSet(Err(e)))) => {
+                    let _ = reply.send(Err(NodeError::Precondition(e.to_string())));
+                }
+                (Pending::Membership(reply), Answer::Membership { voters }) => {
+                    let _ = reply.send(Ok(voters));
+                }
+                (p, Answer::Dropped) => fail(
+                    p,
+                    NodeError::Stopped(
+                        "leadership changed before the request committed; its outcome is unknown".into(),
+                    ),
+                ),
+                (p, other) => fail(p, NodeError::Stopped(format!("unexpected answer {other:?}"))),
+            }
+        }
+    }
+
+    fn after_round(&mut self) {
+        let v = self.replica.view().version().0;
+        if *self.version_tx.borrow() != v {
+            let _ = self.version_tx.send(v);
+        }
+        let leader = self.replica.is_leader();
+        if leader && !self.was_leader {
+            tracing::info!(replica = self.replica.id(), term = self.replica.term(), "became leader");
+            self.leases.clear();
+            if !self.cfg.lease.is_zero() {
+                // Every server that is up gets a full lease from the new leader.
+                let deadline = Instant::now() + self.cfg.lease;
+                for (i, s) in self.replica.view().servers().iter().enumerate() {
+                    if s.health != Health::Down {
+                        self.leases.insert(ServerId(i as u32), deadline);
+                    }
+                }
+            }
+        }
+        if !leader && self.was_leader {
+            tracing::info!(replica = self.replica.id(), "lost leadership");
+            self.leases.clear();
+        }
+        self.was_leader = leader;
+        let announced = self.replica.announced_addrs();
+        let mut new = Vec::new();
+        if let Ok(mut addrs) = self.addrs.write() {
+            for (id, a) in announced {
+                if addrs.get(id) != Some(a) {
+                    addrs.insert(*id, a.clone());
+                    new.push((*id, a.clone()));
+                }
+            }
+        }
+        for (id, a) in new {
+            if id != self.replica.id() {
+                (self.on_new_peer)(id, a);
+            }
+        }
+    }
+}
+
+fn fail(p: Pending, e: NodeError) {
+    match p {
+        Pending::Answer(r) => {
+            let _ = r.send(Err(e));
+        }
+        Pending::Read(_, r) => {
+            let _ = r.send(Err(e));
+        }
+        Pending::Register(_, r) => {
+            let _ = r.send(Err(e));
+        }
+        Pending::Membership(r) => {
+            let _ = r.send(Err(e));
+        }
+        Pending::Internal => {}
+    }
+}
+
+/// What differs between the configured topology and a discovered one (names aside).
+pub fn topology_mismatch(want: &Topology, got: &Topology) -> Option<String> {
+    let mut diffs = Vec::new();
+    if want.device_type != got.device_type {
+        diffs.push(format!("device type {} vs {}", got.device_type, want.device_type));
+    }
+    if want.devices != got.devices {
+        diffs.push(format!("{} devices vs {}", got.devices, want.devices));
+    }
+    if want.sockets != got.sockets {
+        diffs.push(format!("socket masks {:x?} vs {:x?}", got.sockets, want.sockets));
+    }
+    if want.pcie_switches != got.pcie_switches {
+        diffs.push(format!("PCIe switch masks {:x?} vs {:x?}", got.pcie_switches, want.pcie_switches));
+    }
+    if want.nvlink_groups != got.nvlink_groups {
+        diffs.push(format!("NVLink groups {:x?} vs {:x?}", got.nvlink_groups, want.nvlink_groups));
+    }
+    if want.cores_per_socket != got.cores_per_socket {
+        diffs.push(format!("{} cores per socket vs {}", got.cores_per_socket, want.cores_per_socket));
+    }
+    if want.memory_mib != got.memory_mib {
+        diffs.push(format!("{} MiB memory vs {}", got.memory_mib, want.memory_mib));
+    }
+    (!diffs.is_empty()).then(|| format!("{} (reported vs configured)", diffs.join(", ")))
+}
+
+/// Encodes a raft message (for the transport).
+pub fn encode_message(m: &Message) -> Vec<u8> {
+    m.write_to_bytes().unwrap_or_default()
+}

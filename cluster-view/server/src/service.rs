@@ -1,0 +1,295 @@
+//! The `View` gRPC service: converts and checks requests, asks the driver, converts answers.
+//!
+//! Every request is checked before it reaches the replica: counts bounded, wire values
+//! converted with the validating `TryFrom`s of tessera-proto (a malformed message is
+//! `INVALID_ARGUMENT` naming the field). Semantic refusals (an unknown job, server or device in a
+//! proposal) come back as decisions with a reason, from the approver itself.
+
+use crate::error::NodeError;
+use crate::node::{NodeHandle, ReadOut, ReadWhat, Req, WatchStep};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tessera_proto::v1;
+use tessera_replica::Answer;
+use tessera_view::{Command, Decision, JobId, JobSpec, Outcome, Proposal, ServerId, Topology, ViewError};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// Most proposals or job specs in one request.
+pub const MAX_ITEMS: usize = 1024;
+
+/// The service.
+#[derive(Debug)]
+pub struct ViewService {
+    /// The driver.
+    pub node: NodeHandle,
+    /// Cluster identity, for Status.
+    pub cluster: String,
+    /// Watch streams open now.
+    pub watchers: Arc<AtomicUsize>,
+    /// Most watch streams.
+    pub max_watchers: usize,
+}
+
+fn count(what: &str, n: usize) -> Result<(), Status> {
+    if n == 0 {
+        return Err(Status::invalid_argument(format!("no {what} in the request")));
+    }
+    if n > MAX_ITEMS {
+        return Err(Status::invalid_argument(format!("{n} {what} in one request; at most {MAX_ITEMS}")));
+    }
+    Ok(())
+}
+
+fn unknown_outcome(e: &NodeError) -> String {
+    format!("outcome unknown: {e}; retrying the same proposal id is safe")
+}
+
+fn view_error(e: ViewError) -> Status {
+    let msg = e.to_string();
+    match e {
+        ViewError::UnknownJob(_) | ViewError::UnknownServer(_) => Status::not_found(msg),
+        ViewError::InvalidSpec(_) | ViewError::NeverFits(_) => Status::invalid_argument(msg),
+        _ => Status::failed_precondition(msg),
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + Send>>;
+
+impl ViewService {
+    async fn command(&self, cmd: Command) -> Result<(Outcome, u64), Status> {
+        let (a, version) = self.node.ask(|r| Req::Command(cmd, r)).await?;
+        match a {
+            Answer::Applied(o) => Ok((o, version)),
+            other => Err(Status::unavailable(format!("outcome unknown ({other:?}); check the job's state"))),
+        }
+    }
+
+    async fn write_ended(&self, cmd: Command) -> Result<Response<v1::WriteResponse>, Status> {
+        match self.command(cmd).await? {
+            (Outcome::Ended(Ok(())), version) => Ok(Response::new(v1::WriteResponse { version })),
+            (Outcome::Ended(Err(e)), _) => Err(view_error(e)),
+            (o, _) => Err(Status::internal(format!("unexpected outcome {o:?}"))),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl v1::view_server::View for ViewService {
+    async fn status(&self, _req: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
+        let s = self.node.ask(Req::Status).await?;
+        Ok(Response::new(v1::StatusResponse {
+            replica: s.id,
+            cluster: self.cluster.clone(),
+            role: s.role,
+            leader: s.leader,
+            leader_addr: self.node.addr_of(s.leader).unwrap_or_default(),
+            term: s.term,
+            applied_index: s.applied,
+            version: s.version,
+            voters: s.voters,
+            log_entries: s.log_entries,
+            state_hash: s.state_hash,
+        }))
+    }
+
+    async fn snapshot(&self, req: Request<v1::ReadRequest>) -> Result<Response<v1::SnapshotResponse>, Status> {
+        let linearizable = req.into_inner().linearizable;
+        match self.node.ask(|reply| Req::Read { linearizable, what: ReadWhat::Snapshot, reply }).await? {
+            ReadOut::Snapshot(s, applied) => {
+                Ok(Response::new(v1::SnapshotResponse { snapshot: Some(*s), applied_index: applied }))
+            }
+            ReadOut::Job(..) => Err(Status::internal("wrong read answer")),
+        }
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let mut from = req.into_inner().from_version;
+        let n = self.watchers.fetch_add(1, Ordering::SeqCst);
+        if n >= self.max_watchers {
+            self.watchers.fetch_sub(1, Ordering::SeqCst);
+            return Err(Status::resource_exhausted(format!("{n} watch streams open; at most {}", self.max_watchers)));
+        }
+        let (tx, rx) = mpsc::channel(16);
+        let node = self.node.clone();
+        let watchers = self.watchers.clone();
+        tokio::spawn(async move {
+            let mut version = node.version.clone();
+            loop {
+                if *version.borrow_and_update() != from {
+                    let step = match node.ask(|r| Req::Delta(from, r)).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::from(e))).await;
+                            break;
+                        }
+                    };
+                    let ev = match step {
+                        WatchStep::Delta(d) => {
+                            from = d.to;
+                            v1::watch_event::Event::Delta(d)
+                        }
+                        WatchStep::Snapshot(s) => {
+                            from = s.version;
+                            v1::watch_event::Event::Snapshot(*s)
+                        }
+                    };
+                    // A slow reader blocks here; its next step covers everything since.
+                    if tx.send(Ok(v1::WatchEvent { event: Some(ev) })).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    changed = version.changed() => if changed.is_err() { break },
+                    () = tx.closed() => break,
+                }
+            }
+            watchers.fetch_sub(1, Ordering::SeqCst);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn propose(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let wire = req.into_inner().proposals;
+        count("proposals", wire.len())?;
+        let mut items = Vec::with_capacity(wire.len());
+        let mut waits = Vec::with_capacity(wire.len());
+        for (i, p) in wire.into_iter().enumerate() {
+            let p = Proposal::try_from(p).map_err(|e| Status::invalid_argument(format!("proposals[{i}]: {e}")))?;
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            items.push((p, tx));
+            waits.push(rx);
+        }
+        self.node.send(Req::Propose(items))?;
+        let mut results = Vec::with_capacity(waits.len());
+        for rx in waits {
+            let r = match self.node.wait(rx).await {
+                Ok((Answer::Applied(Outcome::Decided(ds)), _)) if ds.len() == 1 => {
+                    v1::ProposeResult { decision: Some(v1::Decision::from(&ds[0])), unknown: String::new() }
+                }
+                Ok((Answer::Immediate(d), _)) => {
+                    v1::ProposeResult { decision: Some(v1::Decision::from(&d)), unknown: String::new() }
+                }
+                Ok((other, _)) => v1::ProposeResult {
+                    decision: None,
+                    unknown: unknown_outcome(&NodeError::Stopped(format!("{other:?}"))),
+                },
+                // Every proposal of one request meets the same leader: refuse the request.
+                Err(e @ NodeError::NotLeader { .. }) => return Err(e.into()),
+                Err(e) => v1::ProposeResult { decision: None, unknown: unknown_outcome(&e) },
+            };
+            results.push(r);
+        }
+        Ok(Response::new(v1::ProposeResponse { results }))
+    }
+
+    async fn release(&self, req: Request<v1::ReleaseRequest>) -> Result<Response<v1::WriteResponse>, Status> {
+        let r = req.into_inner();
+        self.write_ended(Command::Release { job: JobId(r.job), failed: r.failed }).await
+    }
+
+    async fn submit_job(&self, req: Request<v1::SubmitJobRequest>) -> Result<Response<v1::SubmitJobResponse>, Status> {
+        let specs = req.into_inner().specs;
+        count("job specs", specs.len())?;
+        let mut core = Vec::with_capacity(specs.len());
+        for (i, s) in specs.into_iter().enumerate() {
+            core.push(JobSpec::try_from(s).map_err(|e| Status::invalid_argument(format!("specs[{i}]: {e}")))?);
+        }
+        let mut waits = Vec::with_capacity(core.len());
+        for spec in core {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.node.send(Req::Command(Command::Submit(spec), tx))?;
+            waits.push(rx);
+        }
+        let mut results = Vec::with_capacity(waits.len());
+        let mut version = 0;
+        for rx in waits {
+            let r = match self.node.wait(rx).await {
+                Ok((Answer::Applied(Outcome::Submitted(Ok(job))), v)) => {
+                    version = version.max(v);
+                    v1::SubmitResult { job: job.0, error: String::new() }
+                }
+                Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => {
+                    v1::SubmitResult { job: 0, error: e.to_string() }
+                }
+                Ok((other, _)) => v1::SubmitResult { job: 0, error: format!("outcome unknown ({other:?})") },
+                Err(e @ NodeError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
+                Err(e) => v1::SubmitResult { job: 0, error: format!("outcome unknown: {e}") },
+            };
+            results.push(r);
+        }
+        Ok(Response::new(v1::SubmitJobResponse { results, version }))
+    }
+
+    async fn cancel_job(&self, req: Request<v1::CancelJobRequest>) -> Result<Response<v1::WriteResponse>, Status> {
+        self.write_ended(Command::Cancel { job: JobId(req.into_inner().job) }).await
+    }
+
+    async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::GetJobResponse>, Status> {
+        let r = req.into_inner();
+        let what = ReadWhat::Job(JobId(r.job));
+        match self.node.ask(|reply| Req::Read { linearizable: r.linearizable, what, reply }).await? {
+            ReadOut::Job(Some(job), version) => Ok(Response::new(v1::GetJobResponse { job: Some(*job), version })),
+            ReadOut::Job(None, version) => Err(Status::not_found(format!(
+                "no job {} at version {version} (never submitted, or ended long ago)",
+                r.job
+            ))),
+            ReadOut::Snapshot(..) => Err(Status::internal("wrong read answer")),
+        }
+    }
+
+    async fn register_server(
+        &self,
+        req: Request<v1::RegisterServerRequest>,
+    ) -> Result<Response<v1::LeaseResponse>, Status> {
+        let r = req.into_inner();
+        if r.name.is_empty() {
+            return Err(Status::invalid_argument("server name is empty"));
+        }
+        let wire = r.topology.ok_or_else(|| Status::invalid_argument("topology is missing"))?;
+        let topo = Topology::try_from(wire).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let (server, lease_ms) = self.node.ask(|reply| Req::Register(r.name, topo, reply)).await?;
+        Ok(Response::new(v1::LeaseResponse { server: server.0, lease_ms }))
+    }
+
+    async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
+        let server = req.into_inner().server;
+        let lease_ms = self.node.ask(|reply| Req::Heartbeat(ServerId(server), reply)).await?;
+        Ok(Response::new(v1::LeaseResponse { server, lease_ms }))
+    }
+
+    async fn add_replica(
+        &self,
+        req: Request<v1::AddReplicaRequest>,
+    ) -> Result<Response<v1::MembershipResponse>, Status> {
+        let r = req.into_inner();
+        if r.id == 0 {
+            return Err(Status::invalid_argument("replica ids start at 1"));
+        }
+        if !r.addr.contains(':') || r.addr.len() > 256 {
+            return Err(Status::invalid_argument(format!("`{}` is not host:port", r.addr)));
+        }
+        let voters = self.node.ask(|reply| Req::Membership(true, r.id, r.addr, reply)).await?;
+        Ok(Response::new(v1::MembershipResponse { voters }))
+    }
+
+    async fn remove_replica(
+        &self,
+        req: Request<v1::RemoveReplicaRequest>,
+    ) -> Result<Response<v1::MembershipResponse>, Status> {
+        let id = req.into_inner().id;
+        let voters = self.node.ask(|reply| Req::Membership(false, id, String::new(), reply)).await?;
+        Ok(Response::new(v1::MembershipResponse { voters }))
+    }
+}
+
+/// Whether a decision committed the placement (accepted now or before).
+pub fn committed(d: &Decision) -> bool {
+    matches!(d, Decision::Accepted { .. } | Decision::AlreadyApplied { .. })
+}

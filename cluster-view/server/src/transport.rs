@@ -1,0 +1,171 @@
+//! Raft messages between replicas over gRPC: one long-lived client stream per peer
+//! (`Raft.Send`), fed by a bounded queue the driver fills without blocking.
+//!
+//! Messages are raft-rs `eraftpb.Message`s, protobuf-encoded, batched into `RaftBatch`es.
+//! Losing messages is fine (raft resends); the sender reports a failed connection to raft
+//! (`report_unreachable`) and the fate of each snapshot message (`report_snapshot`).
+//!
+//! Peers are trusted by cluster name and replica id only: raft-rs 0.7 decodes messages with
+//! rust-protobuf 2 (advisory RUSTSEC-2024-0437: hostile input can overflow the stack), so the
+//! raft port must be reachable by the replicas alone (a private network or mTLS in front).
+
+use crate::node::{NodeHandle, Req, encode_message};
+use protobuf::Message as _;
+use raft::eraftpb::{Message, MessageType};
+use std::time::Duration;
+use tessera_proto::v1;
+use tessera_proto::v1::raft_client::RaftClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Largest raft batch accepted or sent (snapshots of big views travel in one message).
+pub const MAX_RAFT_BYTES: usize = 1 << 30;
+
+/// Messages per batch.
+const BATCH: usize = 256;
+
+/// Runs the sender to peer `to` at `addr` until the driver drops its queue.
+pub async fn run_peer(
+    cluster: String,
+    me: u64,
+    to: u64,
+    addr: String,
+    mut rx: mpsc::Receiver<Message>,
+    node: NodeHandle,
+) {
+    let mut backoff = Duration::from_millis(20);
+    let mut first: Option<Message> = None;
+    loop {
+        let msg = match first.take() {
+            Some(m) => m,
+            None => match rx.recv().await {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        let endpoint = match Endpoint::from_shared(format!("http://{addr}")) {
+            Ok(e) => e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true),
+            Err(e) => {
+                tracing::error!(to, addr, error = %e, "bad peer address; raft messages to it are dropped");
+                return;
+            }
+        };
+        let channel = match endpoint.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(to, addr, error = %e, "peer unreachable");
+                lost(&node, to, std::slice::from_ref(&msg));
+                // Drop what queued up meanwhile: raft will send fresher messages.
+                while let Ok(m) = rx.try_recv() {
+                    lost(&node, to, std::slice::from_ref(&m));
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(20);
+        let mut client = RaftClient::new(channel)
+            .max_encoding_message_size(MAX_RAFT_BYTES)
+            .max_decoding_message_size(MAX_RAFT_BYTES);
+        let (tx, stream_rx) = mpsc::channel::<v1::RaftBatch>(64);
+        let call = tokio::spawn(async move { client.send(ReceiverStream::new(stream_rx)).await });
+        let mut next = Some(msg);
+        loop {
+            let m = match next.take() {
+                Some(m) => m,
+                None => match rx.recv().await {
+                    Some(m) => m,
+                    None => {
+                        call.abort();
+                        return;
+                    }
+                },
+            };
+            let mut batch = vec![m];
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
+            }
+            let rb = v1::RaftBatch {
+                cluster: cluster.clone(),
+                from: me,
+                to,
+                messages: batch.iter().map(encode_message).collect(),
+            };
+            if tx.send(rb).await.is_err() {
+                lost(&node, to, &batch);
+                break;
+            }
+            for m in &batch {
+                if m.get_msg_type() == MessageType::MsgSnapshot {
+                    let _ = node.send(Req::SnapshotSent(to, true));
+                }
+            }
+        }
+        if let Ok(Err(status)) = call.await {
+            tracing::debug!(to, addr, %status, "raft stream ended");
+        }
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+fn lost(node: &NodeHandle, to: u64, msgs: &[Message]) {
+    let _ = node.send(Req::Unreachable(to));
+    for m in msgs {
+        if m.get_msg_type() == MessageType::MsgSnapshot {
+            let _ = node.send(Req::SnapshotSent(to, false));
+        }
+    }
+}
+
+/// The receiving side: `Raft.Send`.
+#[derive(Debug)]
+pub struct RaftService {
+    /// Cluster identity.
+    pub cluster: String,
+    /// This replica.
+    pub id: u64,
+    /// The driver.
+    pub node: NodeHandle,
+}
+
+#[tonic::async_trait]
+impl v1::raft_server::Raft for RaftService {
+    async fn send(&self, req: Request<Streaming<v1::RaftBatch>>) -> Result<Response<v1::RaftAck>, Status> {
+        let mut stream = req.into_inner();
+        while let Some(b) = stream.message().await? {
+            if b.cluster != self.cluster {
+                return Err(Status::permission_denied(format!(
+                    "raft batch for cluster `{}`, this replica belongs to `{}`",
+                    b.cluster, self.cluster
+                )));
+            }
+            if b.to != self.id {
+                return Err(Status::invalid_argument(format!("raft batch for replica {}, this is {}", b.to, self.id)));
+            }
+            if !self.node.knows(b.from) {
+                return Err(Status::permission_denied(format!("replica {} is not a known peer", b.from)));
+            }
+            let mut msgs = Vec::with_capacity(b.messages.len());
+            for bytes in &b.messages {
+                let m = Message::parse_from_bytes(bytes)
+                    .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))?;
+                if m.from != b.from || m.to != self.id {
+                    return Err(Status::invalid_argument(format!(
+                        "raft message from {} to {} inside a batch from {} to {}",
+                        m.from, m.to, b.from, self.id
+                    )));
+                }
+                msgs.push(m);
+            }
+            // A full queue drops the batch: raft resends.
+            let _ = self.node.send(Req::Raft(msgs));
+        }
+        Ok(Response::new(v1::RaftAck {}))
+    }
+}
