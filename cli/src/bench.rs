@@ -12,6 +12,8 @@ use tessera_scheduler::trace::PhillySampler;
 pub enum BenchCommand {
     /// Placement search + atomic approval throughput on one core, with stale schedulers.
     Placement(PlacementArgs),
+    /// Gang placements committed per second through a replicated view (separate processes).
+    Commit(crate::bench_commit::CommitArgs),
 }
 
 #[derive(Args)]
@@ -60,6 +62,7 @@ fn default_trace() -> Option<PathBuf> {
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
+        BenchCommand::Commit(a) => crate::bench_commit::run(a),
         BenchCommand::Placement(a) => {
             let sampler = match a.trace.or_else(default_trace) {
                 Some(p) => PhillySampler::from_csv(&p)?,

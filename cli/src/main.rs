@@ -1,11 +1,14 @@
 //! `tessera`: one binary, one subcommand per role.
 //!
 //! The binary is thin: it parses flags, reads files, calls the libraries and prints. Logic lives
-//! in `tessera-view` (cluster-view/core) and `tessera-scheduler` (job-scheduler).
+//! in `tessera-view` (cluster-view/core), `tessera-view-server` (cluster-view/server) and
+//! `tessera-scheduler` (job-scheduler).
 
 mod bench;
+mod bench_commit;
 mod check;
 mod place;
+mod view;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +30,9 @@ enum Command {
     /// Place job files on a fresh cluster built from a spec, through the real search and
     /// approver, and show the decisions and the resulting view.
     Place(place::PlaceArgs),
+    /// The replicated cluster view: run a replica, show status, change membership.
+    #[command(subcommand)]
+    View(view::ViewCommand),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +45,7 @@ fn main() -> ExitCode {
         Command::Bench(b) => bench::run(b),
         Command::Check(c) => check::run(c),
         Command::Place(p) => place::run(p),
+        Command::View(v) => view::run(v),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,192 @@
+//! `tessera view …`: run a replica of the cluster view, inspect and change the replica set.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tessera_view_server::{ServeConfig, ViewClient};
+
+#[derive(Subcommand)]
+pub enum ViewCommand {
+    /// Run one replica of the cluster view (raft on RocksDB, gRPC API).
+    Serve(ServeArgs),
+    /// Show each replica's role, term, applied index and state hash.
+    Status(AddrArgs),
+    /// Add a replica (start it first with `join = true`).
+    AddReplica(MemberArgs),
+    /// Remove a replica from the voters.
+    RemoveReplica(MemberArgs),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Config file (TOML); flags override its values.
+    #[arg(long)]
+    config: PathBuf,
+    /// Replica id.
+    #[arg(long)]
+    id: Option<u64>,
+    /// gRPC listen address.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// RocksDB directory.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Founding voters, `id=host:port,...`.
+    #[arg(long, value_delimiter = ',')]
+    peers: Option<Vec<String>>,
+    /// Milliseconds per raft tick.
+    #[arg(long)]
+    tick_ms: Option<u64>,
+    /// Election timeout in ticks.
+    #[arg(long)]
+    election_tick: Option<usize>,
+    /// Heartbeat interval in ticks.
+    #[arg(long)]
+    heartbeat_tick: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct AddrArgs {
+    /// Replica addresses, comma-separated (default: $TESSERA_VIEW).
+    #[arg(long, env = "TESSERA_VIEW")]
+    view: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct MemberArgs {
+    /// Replica addresses, comma-separated (default: $TESSERA_VIEW).
+    #[arg(long, env = "TESSERA_VIEW")]
+    view: String,
+    /// The replica's id.
+    #[arg(long)]
+    id: u64,
+    /// The replica's address (add only).
+    #[arg(long, default_value = "")]
+    addr: String,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
+}
+
+pub fn run(cmd: ViewCommand) -> Result<ExitCode> {
+    match cmd {
+        ViewCommand::Serve(a) => serve(a),
+        ViewCommand::Status(a) => status(a),
+        ViewCommand::AddReplica(a) => member(a, true),
+        ViewCommand::RemoveReplica(a) => member(a, false),
+    }
+}
+
+fn serve(a: ServeArgs) -> Result<ExitCode> {
+    let mut cfg = ServeConfig::from_file(&a.config)?;
+    if let Some(v) = a.id {
+        cfg.id = v;
+    }
+    if let Some(v) = a.listen {
+        cfg.listen = v;
+    }
+    if let Some(v) = a.data_dir {
+        cfg.data_dir = v;
+    }
+    if let Some(v) = a.peers {
+        cfg.peers = v;
+    }
+    if let Some(v) = a.tick_ms {
+        cfg.tick_ms = v;
+    }
+    if let Some(v) = a.election_tick {
+        cfg.election_tick = v;
+    }
+    if let Some(v) = a.heartbeat_tick {
+        cfg.heartbeat_tick = v;
+    }
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let shutdown = async {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            tracing::info!("shutting down");
+        };
+        tessera_view_server::serve(cfg, shutdown).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(a: AddrArgs) -> Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = ViewClient::from_list(&a.view)?.with_deadline(Duration::from_secs(2));
+        let addrs: Vec<String> = a.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        let mut rows = Vec::new();
+        let mut any = false;
+        for addr in &addrs {
+            match c.status_of(addr).await {
+                Ok(s) => {
+                    any = true;
+                    rows.push(serde_json::json!({
+                        "addr": addr, "replica": s.replica, "role": s.role, "leader": s.leader,
+                        "leader_addr": s.leader_addr, "term": s.term, "applied_index": s.applied_index,
+                        "version": s.version, "voters": s.voters, "log_entries": s.log_entries,
+                        "state_hash": format!("{:016x}", s.state_hash), "cluster": s.cluster,
+                    }));
+                }
+                Err(e) => rows.push(serde_json::json!({ "addr": addr, "error": e.to_string() })),
+            }
+        }
+        if a.json {
+            println!("{}", serde_json::Value::Array(rows));
+        } else {
+            println!(
+                "{:<22} {:>7} {:<10} {:>6} {:>6} {:>10} {:>10} {:<16}",
+                "ADDRESS", "REPLICA", "ROLE", "LEADER", "TERM", "APPLIED", "VERSION", "STATE HASH"
+            );
+            for r in &rows {
+                if let Some(e) = r.get("error") {
+                    println!("{:<22} unreachable: {}", r["addr"].as_str().unwrap_or(""), e.as_str().unwrap_or(""));
+                    continue;
+                }
+                println!(
+                    "{:<22} {:>7} {:<10} {:>6} {:>6} {:>10} {:>10} {:<16}",
+                    r["addr"].as_str().unwrap_or(""),
+                    r["replica"],
+                    r["role"].as_str().unwrap_or(""),
+                    r["leader"],
+                    r["term"],
+                    r["applied_index"],
+                    r["version"],
+                    r["state_hash"].as_str().unwrap_or("")
+                );
+            }
+        }
+        if !any {
+            bail!("no replica answered (tried {})", addrs.join(", "));
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn member(a: MemberArgs, add: bool) -> Result<ExitCode> {
+    if add && a.addr.is_empty() {
+        bail!("--addr is required to add a replica");
+    }
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let mut c = ViewClient::from_list(&a.view)?;
+        let voters = if add { c.add_replica(a.id, &a.addr).await? } else { c.remove_replica(a.id).await? };
+        println!("voters: {voters:?}");
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,442 @@
+//! The replicated view as real processes on loopback: `tessera view serve` ×3, driven through
+//! the gRPC API with the leader-following client.
+//!
+//! - `kill_leader_under_load`: proposals from several clients, `kill -9` of the leader, a new
+//!   leader approves, the killed replica restarts from its RocksDB directory and catches up;
+//!   every acknowledged placement is on every replica, no device is held twice, equal hashes.
+//! - `api_contract`: leader hints on follower writes, linearizable follower reads, watch
+//!   deltas, refusals of malformed, oversized and unknown input with a status that says why.
+//! - `membership_and_foreign_data_dir`: a replica added through a raft conf change catches up
+//!   and is removed again; a data directory of another cluster is refused at start.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_proto::v1;
+use tessera_view::{
+    ClusterView, CoreMask, Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Proposal, ProposalId, ServerId,
+    ViewSnapshot, ViewVersion, invariants,
+};
+use tessera_view_server::{LEADER_KEY, ViewClient};
+use tonic::Code;
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    addrs: Vec<String>,
+    children: Vec<Option<Child>>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+fn write_spec(dir: &Path, servers: u32) {
+    let mut spec = String::from("name = \"t\"\n");
+    for r in 0..servers.div_ceil(4) {
+        spec.push_str(&format!(
+            "\n[[racks]]\nname = \"r{r}\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = {}\n",
+            (servers - r * 4).min(4)
+        ));
+    }
+    std::fs::write(dir.join("cluster.toml"), spec).expect("spec");
+}
+
+fn config(id: usize, cluster: &str, listen: &str, peers: &[String], join: bool) -> String {
+    let peers: Vec<String> = peers.iter().map(|p| format!("\"{p}\"")).collect();
+    format!(
+        "id = {id}\ncluster = \"{cluster}\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{listen}\"\n\
+         data_dir = \"data-{id}\"\npeers = [{}]\njoin = {join}\ntick_ms = 20\nelection_tick = 10\n\
+         snapshot_every = 200\nkeep_entries = 20\n",
+        peers.join(", ")
+    )
+}
+
+fn spawn(dir: &Path, id: usize) -> Child {
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("replica-{id}.log"))).expect("log");
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["view", "serve", "--config"])
+        .arg(dir.join(format!("replica-{id}.toml")))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn tessera view serve")
+}
+
+impl Cluster {
+    fn start(n: usize, servers: u32) -> Cluster {
+        let dir = tempfile::tempdir().expect("tmp");
+        write_spec(dir.path(), servers);
+        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        let mut c = Cluster { dir, addrs, children: Vec::new() };
+        for i in 0..n {
+            std::fs::write(
+                c.dir.path().join(format!("replica-{}.toml", i + 1)),
+                config(i + 1, "t", &c.addrs[i], &peers, false),
+            )
+            .expect("config");
+            c.children.push(Some(spawn(c.dir.path(), i + 1)));
+        }
+        c
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut ch) = self.children[i].take() {
+            ch.kill().expect("kill -9");
+            ch.wait().expect("reap");
+        }
+    }
+
+    fn restart(&mut self, i: usize) {
+        self.children[i] = Some(spawn(self.dir.path(), i + 1));
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for i in 0..self.children.len() {
+            let p = self.dir.path().join(format!("replica-{}.log", i + 1));
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            out.push_str(&format!(
+                "--- replica {} ---\n{}\n",
+                i + 1,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+async fn converge(c: &mut ViewClient, addrs: &[String]) -> Vec<u64> {
+    let t0 = Instant::now();
+    loop {
+        let mut applied = Vec::new();
+        for a in addrs {
+            applied.push(c.status_of(a).await.map(|s| s.applied_index).unwrap_or(0));
+        }
+        if applied.iter().all(|x| *x == applied[0] && *x > 0) || t0.elapsed() > Duration::from_secs(30) {
+            return applied;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn view_of(c: &mut ViewClient, addr: &str) -> ClusterView {
+    let s = c.snapshot_of(addr, false).await.expect("snapshot");
+    ClusterView::from_snapshot(ViewSnapshot::try_from(s.snapshot.expect("snapshot body")).expect("valid snapshot"))
+}
+
+/// One member of `gpus` GPUs on `server`, cores 4 per GPU from `core0`.
+fn member(server: u32, gpus: u64, core0: u32) -> MemberPlacement {
+    let n = gpus.count_ones();
+    let cores = CoreMask::range(core0, 4 * n);
+    MemberPlacement { server: ServerId(server), gpus, cores, memory_mib: 1024 * n }
+}
+
+async fn submit(c: &mut ViewClient, n: usize) -> Vec<u64> {
+    let specs: Vec<v1::JobSpec> = (0..n)
+        .map(|i| {
+            let mut s = JobSpec::simple(&format!("j{i}"), 1, 1);
+            s.tolerate = LocalityLevel::Any;
+            s.memory_mib_per_gpu = Some(1024);
+            v1::JobSpec::from(&s)
+        })
+        .collect();
+    let r = c.submit(specs).await.expect("submit");
+    r.iter()
+        .map(|x| {
+            assert!(x.error.is_empty(), "{}", x.error);
+            x.job
+        })
+        .collect()
+}
+
+fn decision(r: &v1::ProposeResult) -> Option<Decision<tessera_proto::RemoteRejection>> {
+    r.decision.clone().map(|d| tessera_proto::RemoteDecision::try_from(d).expect("decision"))
+}
+
+#[test]
+fn kill_leader_under_load() {
+    const SERVERS: u32 = 16;
+    let mut cluster = Cluster::start(3, SERVERS);
+    let addrs = cluster.addrs.clone();
+    let rt = rt();
+    let result = rt.block_on(async {
+        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        let leader = c.wait_for_leader().await.expect("leader");
+        // 4 clients, each owning 4 servers; each slot (server, gpu) is one 1-GPU job.
+        let jobs = submit(&mut c, 120).await;
+        let mut acked: BTreeMap<u64, (u64, MemberPlacement)> = BTreeMap::new();
+        let mut next = 0usize;
+        let mut killed: Option<(Instant, String)> = None;
+        let mut committed_after_kill = 0;
+        let mut pid = 1u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while next < jobs.len() {
+            assert!(Instant::now() < deadline, "load did not finish within 60 s\n{}", cluster.logs());
+            // A request of up to 8 proposals: job k on server k % 16, GPU (k / 16) % 8.
+            let mut props = Vec::new();
+            for (k, job) in jobs.iter().enumerate().skip(next).take(8) {
+                let server = (k % SERVERS as usize) as u32;
+                let gpu = (k / SERVERS as usize) % 8;
+                props.push(Proposal {
+                    id: ProposalId(1000 + k as u64),
+                    job: JobId(*job),
+                    members: vec![member(server, 1 << gpu, 4 * gpu as u32)],
+                    based_on: ViewVersion(0),
+                });
+            }
+            let wire: Vec<v1::Proposal> = props.iter().map(v1::Proposal::from).collect();
+            let results = c.propose(wire).await.expect("propose");
+            let mut all_known = true;
+            for (p, r) in props.iter().zip(&results) {
+                match decision(r) {
+                    Some(Decision::Accepted { .. } | Decision::AlreadyApplied { .. }) => {
+                        acked.insert(p.job.0, (p.id.0, p.members[0]));
+                        if let Some((_, old)) = &killed
+                            && c.current() != old
+                        {
+                            committed_after_kill += 1;
+                        }
+                    }
+                    Some(Decision::Rejected { reason, .. }) => panic!("proposal {} rejected: {reason}", p.id),
+                    None => all_known = false,
+                }
+            }
+            if all_known {
+                next += props.len();
+            }
+            pid += 1;
+            if pid == 6 && killed.is_none() {
+                let s = c.wait_for_leader().await.expect("leader");
+                let idx = addrs.iter().position(|a| *a == s.leader_addr).expect("leader index");
+                cluster.kill(idx);
+                killed = Some((Instant::now(), s.leader_addr.clone()));
+            }
+        }
+        let (kill_at, old) = killed.expect("the leader was killed");
+        assert!(committed_after_kill > 0, "no approval by a new leader after the kill");
+        let new = c.wait_for_leader().await.expect("new leader");
+        assert_ne!(new.leader_addr, old, "the killed replica cannot lead");
+        assert!(new.term > leader.term, "a new term after the failover");
+        let failover = kill_at.elapsed();
+        // Restart the killed replica: it recovers from RocksDB and catches up (by log or snapshot).
+        let idx = addrs.iter().position(|a| *a == old).expect("index");
+        cluster.restart(idx);
+        let applied = converge(&mut c, &addrs).await;
+        assert!(applied.iter().all(|x| *x == applied[0]), "replicas did not converge: {applied:?}\n{}", cluster.logs());
+        let mut hashes = Vec::new();
+        for a in &addrs {
+            let v = view_of(&mut c, a).await;
+            let rep = invariants::check(&v);
+            assert!(rep.is_clean(), "{a}: {:?}", rep.violations);
+            for (job, (proposal, m)) in &acked {
+                let j = v.job(JobId(*job)).unwrap_or_else(|| panic!("{a}: acknowledged job {job} missing"));
+                let p = j.placement.as_ref().unwrap_or_else(|| panic!("{a}: acknowledged job {job} not placed"));
+                assert_eq!(p.proposal, ProposalId(*proposal), "{a}: job {job}");
+                assert_eq!(p.members, vec![*m], "{a}: job {job}");
+            }
+            hashes.push(v.state_hash());
+        }
+        assert!(hashes.windows(2).all(|w| w[0] == w[1]), "state hashes differ: {hashes:x?}");
+        // No slot acknowledged twice.
+        let mut slots = std::collections::HashSet::new();
+        for (_, m) in acked.values() {
+            assert!(slots.insert((m.server, m.gpus)), "slot {:?} acknowledged twice", (m.server, m.gpus));
+        }
+        (acked.len(), failover)
+    });
+    assert_eq!(result.0, 120);
+}
+
+#[test]
+fn api_contract() {
+    let cluster = Cluster::start(3, 8);
+    let addrs = cluster.addrs.clone();
+    rt().block_on(async {
+        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        let leader = c.wait_for_leader().await.expect("leader");
+        let follower = addrs.iter().find(|a| **a != leader.leader_addr).expect("a follower").clone();
+        let mut raw = v1::view_client::ViewClient::connect(format!("http://{follower}")).await.expect("connect");
+
+        // A write sent to a follower: UNAVAILABLE with the leader's address.
+        let s = raw.cancel_job(v1::CancelJobRequest { job: 1 }).await.expect_err("follower refuses writes");
+        assert_eq!(s.code(), Code::Unavailable, "{s:?}");
+        assert_eq!(s.metadata().get(LEADER_KEY).and_then(|v| v.to_str().ok()), Some(leader.leader_addr.as_str()));
+        assert!(s.message().contains("leader is replica"), "{}", s.message());
+
+        // Watch from the current version on the follower, then write through the leader.
+        let v0 = c.status_of(&follower).await.expect("status").version;
+        let mut watch = raw.watch(v1::WatchRequest { from_version: v0 }).await.expect("watch").into_inner();
+        let jobs = submit(&mut c, 1).await;
+        let ev = tokio::time::timeout(Duration::from_secs(10), watch.message()).await.expect("a watch event in time");
+        match ev.expect("stream").expect("event").event {
+            Some(v1::watch_event::Event::Delta(d)) => {
+                assert!(d.to > v0 && d.jobs.iter().any(|j| j.id == jobs[0]), "delta {d:?} lacks job {}", jobs[0])
+            }
+            other => panic!("expected a delta, got {other:?}"),
+        }
+
+        // Linearizable read on the follower sees the write; so does GetJob.
+        let s = raw.snapshot(v1::ReadRequest { linearizable: true }).await.expect("read").into_inner();
+        assert!(s.snapshot.expect("body").jobs.iter().any(|j| j.id == jobs[0]));
+        let j = raw.get_job(v1::GetJobRequest { job: jobs[0], linearizable: true }).await.expect("get").into_inner();
+        assert_eq!(j.job.expect("job").id, jobs[0]);
+        let s = raw.get_job(v1::GetJobRequest { job: 999_999, linearizable: false }).await.expect_err("unknown job");
+        assert_eq!(s.code(), Code::NotFound);
+
+        let mut lead =
+            v1::view_client::ViewClient::connect(format!("http://{}", leader.leader_addr)).await.expect("connect");
+        // A proposal for a server and devices that do not exist: refused with a reason.
+        let p = Proposal {
+            id: ProposalId(7),
+            job: JobId(jobs[0]),
+            members: vec![member(500, 1, 0)],
+            based_on: ViewVersion(0),
+        };
+        let r = lead
+            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)] })
+            .await
+            .expect("propose")
+            .into_inner();
+        match decision(&r.results[0]) {
+            Some(Decision::Rejected { reason, .. }) => {
+                assert!(!reason.conflict && reason.message.contains("500"), "{reason}")
+            }
+            other => panic!("expected a rejection, got {other:?}"),
+        }
+        let p = Proposal {
+            id: ProposalId(8),
+            job: JobId(jobs[0]),
+            members: vec![member(0, 1 << 9, 0)],
+            based_on: ViewVersion(0),
+        };
+        let r = lead
+            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)] })
+            .await
+            .expect("propose")
+            .into_inner();
+        assert!(matches!(decision(&r.results[0]), Some(Decision::Rejected { .. })), "device 9 of an 8-GPU server");
+        // An unknown job.
+        let p = Proposal {
+            id: ProposalId(9),
+            job: JobId(424_242),
+            members: vec![member(0, 1, 0)],
+            based_on: ViewVersion(0),
+        };
+        let r = lead
+            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)] })
+            .await
+            .expect("propose")
+            .into_inner();
+        assert!(matches!(decision(&r.results[0]), Some(Decision::Rejected { .. })), "unknown job");
+
+        // Malformed: no proposals; a spec that breaks its own rules; a missing topology.
+        let s = lead.propose(v1::ProposeRequest { proposals: vec![] }).await.expect_err("empty");
+        assert_eq!(s.code(), Code::InvalidArgument);
+        let mut bad = v1::JobSpec::from(&JobSpec::simple("bad", 1, 1));
+        bad.gpus_per_member = 0;
+        let s = lead.submit_job(v1::SubmitJobRequest { specs: vec![bad] }).await.expect_err("bad spec");
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().contains("gpus_per_member"), "{}", s.message());
+        let s = lead
+            .register_server(v1::RegisterServerRequest { name: "r0-0".into(), topology: None })
+            .await
+            .expect_err("no topology");
+        assert_eq!(s.code(), Code::InvalidArgument);
+        // A job no server could ever hold is refused at submission with the reason.
+        let huge = v1::JobSpec::from(&JobSpec::simple("huge", 1, 64));
+        let r = lead.submit_job(v1::SubmitJobRequest { specs: vec![huge] }).await.expect("submit").into_inner();
+        assert!(r.results[0].job == 0 && !r.results[0].error.is_empty(), "{:?}", r.results[0]);
+
+        // Oversized: more than max_request_bytes (4 MiB default).
+        let mut big = v1::JobSpec::from(&JobSpec::simple("big", 1, 1));
+        big.command = vec!["x".repeat(5 << 20)];
+        let s = lead.submit_job(v1::SubmitJobRequest { specs: vec![big] }).await.expect_err("oversized");
+        assert!(matches!(s.code(), Code::OutOfRange | Code::ResourceExhausted), "{s:?}");
+
+        // Garbage bytes on the raft port: refused, the replica keeps serving.
+        let mut rc =
+            v1::raft_client::RaftClient::connect(format!("http://{}", leader.leader_addr)).await.expect("connect");
+        let batch = v1::RaftBatch { cluster: "nope".into(), from: 1, to: 2, messages: vec![vec![1, 2, 3]] };
+        let s = rc.send(tokio_stream::iter(vec![batch])).await.expect_err("foreign cluster");
+        assert_eq!(s.code(), Code::PermissionDenied);
+        let st = c.status_of(&leader.leader_addr).await.expect("still serving");
+        let batch =
+            v1::RaftBatch { cluster: st.cluster.clone(), from: 2, to: st.replica, messages: vec![vec![0xff; 7]] };
+        let s = rc.send(tokio_stream::iter(vec![batch])).await.expect_err("garbage message");
+        assert_eq!(s.code(), Code::InvalidArgument);
+        c.status_of(&leader.leader_addr).await.expect("still serving after garbage");
+    });
+    drop(cluster);
+}
+
+#[test]
+fn membership_and_foreign_data_dir() {
+    let mut cluster = Cluster::start(3, 4);
+    let addrs = cluster.addrs.clone();
+    let dir = cluster.dir.path().to_path_buf();
+    rt().block_on(async {
+        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        c.wait_for_leader().await.expect("leader");
+        // Enough writes that the log is compacted (snapshot_every = 200): the new replica
+        // must catch up through a snapshot.
+        for _ in 0..3 {
+            submit(&mut c, 100).await;
+        }
+        let new_addr = format!("127.0.0.1:{}", free_port());
+        let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        std::fs::write(dir.join("replica-4.toml"), config(4, "t", &new_addr, &peers, true)).expect("config");
+        cluster.children.push(Some(spawn(&dir, 4)));
+        let voters = c.add_replica(4, &new_addr).await.expect("add replica 4");
+        assert_eq!(voters, vec![1, 2, 3, 4]);
+        let mut all = addrs.clone();
+        all.push(new_addr.clone());
+        let applied = converge(&mut c, &all).await;
+        assert!(
+            applied.iter().all(|x| *x == applied[0]),
+            "new replica did not catch up: {applied:?}\n{}",
+            cluster.logs()
+        );
+        let h: Vec<u64> = {
+            let mut h = Vec::new();
+            for a in &all {
+                h.push(c.status_of(a).await.expect("status").state_hash);
+            }
+            h
+        };
+        assert!(h.windows(2).all(|w| w[0] == w[1]), "{h:x?}");
+        let voters = c.remove_replica(4).await.expect("remove replica 4");
+        assert_eq!(voters, vec![1, 2, 3]);
+        let s = c.add_replica(0, "x:1").await.expect_err("id 0");
+        assert_eq!(s.status().map(|s| s.code()), Some(Code::InvalidArgument));
+    });
+    // Replica 1's directory, opened as a replica of another cluster: refused with a clear error.
+    cluster.kill(0);
+    std::fs::write(dir.join("replica-1.toml"), config(1, "other", &addrs[0], &[format!("1={}", addrs[0])], false))
+        .expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["view", "serve", "--config"])
+        .arg(dir.join("replica-1.toml"))
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started on a foreign data dir");
+    assert!(err.contains("belongs to cluster") && err.contains("`t@"), "{err}");
+}
