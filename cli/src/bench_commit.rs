@@ -52,11 +52,15 @@ pub struct CommitArgs {
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Servers (seed-8gpu) in the local cluster, 32 per rack.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 65_536)]
     servers: u32,
     /// Fraction of its slice's GPUs a client fills before releasing its oldest job.
-    #[arg(long, default_value_t = 0.75)]
+    #[arg(long, default_value_t = 1.0)]
     fill: f64,
+    /// Jobs each client submits before the clock starts (the rest are submitted during the
+    /// run, 256 per request, as its queue runs low).
+    #[arg(long, default_value_t = 4096)]
+    preload: usize,
     /// Kill -9 the leader once after this many seconds, restart it 2 s later, and report
     /// failover_ms (kill to the first approval by a new leader).
     #[arg(long)]
@@ -77,6 +81,9 @@ pub struct CommitArgs {
     #[arg(long)]
     json: bool,
 }
+
+/// Servers a client probes per planning attempt.
+const PROBE: usize = 32;
 
 /// A job shape of the workload: (members, GPUs per member, weight).
 const SHAPES: &[(u32, u32, u32)] = &[(1, 1, 40), (1, 2, 25), (1, 4, 20), (1, 8, 5), (2, 4, 10)];
@@ -195,6 +202,7 @@ struct Shared {
     stop: AtomicBool,
     killed: Mutex<Option<(Instant, String)>>,
     rate_per_client: f64,
+    clients: u32,
 }
 
 struct Client {
@@ -212,6 +220,8 @@ struct Client {
     retry: Vec<(Proposal, JobSpec)>,
     next_proposal: u64,
     cursor: usize,
+    /// Servers probed without a fit since the last one.
+    misses: usize,
     stats: ClientStats,
     acks: AckLog,
     version: ViewVersion,
@@ -222,7 +232,10 @@ impl Client {
         let req = member_request(spec, &self.topo);
         let mut members: Vec<MemberPlacement> = Vec::new();
         let n = self.servers.len();
-        for k in 0..n {
+        // Next fit from the cursor over a bounded window, so planning stays cheap on big slices;
+        // a miss moves the window on.
+        let window = n.min(PROBE);
+        for k in 0..window {
             if members.len() == spec.members as usize {
                 break;
             }
@@ -236,9 +249,18 @@ impl Client {
             }
         }
         if members.len() != spec.members as usize {
+            self.cursor = (self.cursor + window) % n.max(1);
+            self.misses += window;
             return None;
         }
-        self.cursor = (self.cursor + 1) % n.max(1);
+        self.misses = 0;
+        while self.records.get(&self.servers[self.cursor]).is_some_and(|r| r.free_gpus == 0) {
+            self.cursor = (self.cursor + 1) % n;
+            self.misses += 1;
+            if self.misses > n {
+                break;
+            }
+        }
         self.next_proposal += 1;
         Some(Proposal {
             id: ProposalId(((self.id as u64 + 1) << 40) | self.next_proposal),
@@ -280,10 +302,29 @@ impl Client {
 
     async fn release_oldest(&mut self) -> Result<()> {
         let Some((job, members)) = self.running.pop_front() else { return Ok(()) };
-        self.c.release(job, false).await.with_context(|| format!("releasing job {job}"))?;
+        release(&mut self.c, job).await?;
         self.credit(&members);
         self.acks.remove(&job);
         self.stats.released += 1;
+        Ok(())
+    }
+
+    /// Submits `n` jobs (256 per request) into the pending queue.
+    async fn submit(&mut self, n: usize) -> Result<()> {
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(256);
+            left -= k;
+            let specs: Vec<JobSpec> = (0..k).map(|_| self.shape()).collect();
+            let wire: Vec<v1::JobSpec> = specs.iter().map(v1::JobSpec::from).collect();
+            let results = self.c.submit(wire).await.context("submitting jobs")?;
+            for (r, s) in results.into_iter().zip(specs) {
+                if r.error.is_empty() {
+                    self.pending.push_back((r.job, s));
+                    self.stats.submitted += 1;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -292,19 +333,17 @@ impl Client {
         let mut sent: u64 = 0;
         while !shared.stop.load(Ordering::Relaxed) {
             if self.pending.len() < batch {
-                let specs: Vec<JobSpec> = (0..256).map(|_| self.shape()).collect();
-                let wire: Vec<v1::JobSpec> = specs.iter().map(v1::JobSpec::from).collect();
-                let results = self.c.submit(wire).await.context("submitting jobs")?;
-                for (r, s) in results.into_iter().zip(specs) {
-                    if r.error.is_empty() {
-                        self.pending.push_back((r.job, s));
-                        self.stats.submitted += 1;
-                    }
-                }
+                self.submit(256).await?;
                 continue;
             }
-            while self.used as f64 > fill * self.capacity as f64 {
-                self.release_oldest().await?;
+            // Release the oldest jobs while the slice is too full; the releases travel
+            // together with the next proposals (concurrent requests on one connection).
+            let mut releases: Vec<(u64, Vec<MemberPlacement>)> = Vec::new();
+            let mut freeing = 0u64;
+            while (self.used - freeing) as f64 > fill * self.capacity as f64 {
+                let Some(r) = self.running.pop_front() else { break };
+                freeing += r.1.iter().map(|m| m.gpus.count_ones() as u64).sum::<u64>();
+                releases.push(r);
             }
             let mut props: Vec<(Proposal, JobSpec)> = std::mem::take(&mut self.retry);
             while props.len() < batch {
@@ -316,25 +355,69 @@ impl Client {
                     }
                     None => {
                         self.pending.push_front((job, spec));
-                        if self.running.is_empty() {
-                            break;
+                        if self.misses < self.servers.len() {
+                            // Not every server was probed since the last fit: look further.
+                            continue;
                         }
-                        self.release_oldest().await?;
+                        self.misses = 0;
+                        if releases.is_empty() && !self.running.is_empty() {
+                            self.release_oldest().await?;
+                            continue;
+                        }
+                        break;
                     }
                 }
             }
+            let release_all = {
+                let c = self.c.clone();
+                let jobs: Vec<u64> = releases.iter().map(|(j, _)| *j).collect();
+                async move {
+                    let mut set = tokio::task::JoinSet::new();
+                    for job in jobs {
+                        let mut c = c.clone();
+                        set.spawn(async move { release(&mut c, job).await.map(|()| job) });
+                    }
+                    let mut out = Vec::new();
+                    while let Some(r) = set.join_next().await {
+                        out.push(r.map_err(anyhow::Error::from).and_then(|r| r));
+                    }
+                    out
+                }
+            };
             if props.is_empty() {
+                for r in release_all.await {
+                    r.context("releasing a job")?;
+                }
+                for (job, members) in releases {
+                    self.credit(&members);
+                    self.acks.remove(&job);
+                    self.stats.released += 1;
+                }
                 continue;
             }
             if shared.rate_per_client > 0.0 {
-                let due = start + Duration::from_secs_f64(sent as f64 / shared.rate_per_client);
+                // Clients are spread over one request interval (not all at once).
+                let phase = self.id as f64 / shared.clients as f64 * batch as f64;
+                let due = start + Duration::from_secs_f64((sent as f64 + phase) / shared.rate_per_client);
                 tokio::time::sleep_until(due.into()).await;
             }
             sent += props.len() as u64;
             let wire: Vec<v1::Proposal> = props.iter().map(|(p, _)| v1::Proposal::from(p)).collect();
             let t0 = Instant::now();
-            let results = self.c.propose(wire).await.context("proposing")?;
-            let done = Instant::now();
+            let propose = async {
+                let r = self.c.propose(wire).await;
+                (r, Instant::now())
+            };
+            let ((results, done), released) = tokio::join!(propose, release_all);
+            let results = results.context("proposing")?;
+            for r in released {
+                r.context("releasing a job")?;
+            }
+            for (job, members) in releases {
+                self.credit(&members);
+                self.acks.remove(&job);
+                self.stats.released += 1;
+            }
             self.stats.requests += 1;
             self.stats.latencies_us.push(done.duration_since(t0).as_micros() as u64);
             let mut committed_now = false;
@@ -383,6 +466,22 @@ impl Client {
     }
 }
 
+/// Releases a job. A release retried after an unknown outcome (a leader change) finds the job
+/// already finished: that is the first attempt's success.
+async fn release(c: &mut ViewClient, job: u64) -> Result<()> {
+    match c.release(job, false).await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.status().is_some_and(|s| {
+                s.code() == tonic::Code::FailedPrecondition && s.message().contains("is finished")
+            }) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(anyhow::Error::from(e).context(format!("releasing job {job}"))),
+    }
+}
+
 fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -428,12 +527,14 @@ async fn run_async(a: CommitArgs) -> Result<ExitCode> {
         stop: AtomicBool::new(false),
         killed: Mutex::new(None),
         rate_per_client: a.rate as f64 / a.clients as f64,
+        clients: a.clients,
     });
     let mut weighted = Vec::new();
     for &(m, g, w) in SHAPES {
         weighted.extend(std::iter::repeat_n((m, g), w as usize));
     }
     let mut tasks = Vec::new();
+    let mut clients_ready = Vec::new();
     for id in 0..a.clients {
         let mine: Vec<ServerId> = (0..servers as u32)
             .filter(|s| s % a.clients == id)
@@ -461,10 +562,28 @@ async fn run_async(a: CommitArgs) -> Result<ExitCode> {
             retry: Vec::new(),
             next_proposal: 0,
             cursor: 0,
+            misses: 0,
             stats: ClientStats::default(),
             acks: AckLog::new(),
             version: view.version(),
         };
+        clients_ready.push(client);
+    }
+    if a.preload > 0 {
+        eprintln!("bench: preloading {} jobs per client", a.preload);
+        let mut set = tokio::task::JoinSet::new();
+        for mut client in clients_ready.drain(..) {
+            let n = a.preload;
+            set.spawn(async move { client.submit(n).await.map(|()| client) });
+        }
+        while let Some(c) = set.join_next().await {
+            clients_ready.push(c??);
+        }
+        clients_ready.sort_by_key(|c| c.id);
+    }
+    let preloaded: u64 = clients_ready.iter().map(|c| c.stats.submitted).sum();
+    for mut client in clients_ready {
+        client.stats.submitted = 0;
         let (shared, fill, batch) = (shared.clone(), a.fill, a.batch);
         tasks.push(tokio::spawn(async move { client.run(shared, fill, batch).await }));
     }
@@ -536,6 +655,7 @@ async fn run_async(a: CommitArgs) -> Result<ExitCode> {
         "rejected": st.rejected,
         "rejections_by_code": st.reasons,
         "unknown_outcomes": st.unknown,
+        "jobs_preloaded": preloaded,
         "jobs_submitted": st.submitted,
         "jobs_released": st.released,
         "acknowledged_live": acks.len(),

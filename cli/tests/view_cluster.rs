@@ -8,6 +8,8 @@
 //!   deltas, refusals of malformed, oversized and unknown input with a status that says why.
 //! - `membership_and_foreign_data_dir`: a replica added through a raft conf change catches up
 //!   and is removed again; a data directory of another cluster is refused at start.
+//! - `registration_heartbeat_and_lease_expiry`: node-agent registration checks the server and
+//!   its topology; a server whose lease expires is marked down and its gang re-queued whole.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -439,4 +441,86 @@ fn membership_and_foreign_data_dir() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "started on a foreign data dir");
     assert!(err.contains("belongs to cluster") && err.contains("`t@"), "{err}");
+}
+
+#[test]
+fn registration_heartbeat_and_lease_expiry() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write_spec(dir.path(), 4);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let cfg = config(1, "t", &addr, &[format!("1={addr}")], false) + "server_lease_ms = 600\n";
+    std::fs::write(dir.path().join("replica-1.toml"), cfg).expect("config");
+    let mut child = spawn(dir.path(), 1);
+    let outcome = rt().block_on(async {
+        let mut c = ViewClient::new(vec![addr.clone()]).expect("client").with_deadline(Duration::from_secs(20));
+        c.wait_for_leader().await.expect("leader");
+        let mut g = v1::view_client::ViewClient::connect(format!("http://{addr}")).await.expect("connect");
+        let seed = tessera_view::Topology::preset("seed-8gpu").expect("preset");
+        // Unknown server; a topology that contradicts the configuration set.
+        let s = g
+            .register_server(v1::RegisterServerRequest {
+                name: "nope".into(),
+                topology: Some(v1::Topology::from(&seed)),
+            })
+            .await
+            .expect_err("unknown server");
+        assert_eq!(s.code(), Code::NotFound, "{s:?}");
+        let v = view_of(&mut c, &addr).await;
+        let (n0, n1) = (
+            v.server_name(ServerId(0)).expect("name").to_string(),
+            v.server_name(ServerId(1)).expect("name").to_string(),
+        );
+        let mut wrong = seed.clone();
+        wrong.memory_mib /= 2;
+        let s = g
+            .register_server(v1::RegisterServerRequest { name: n0.clone(), topology: Some(v1::Topology::from(&wrong)) })
+            .await
+            .expect_err("wrong topology");
+        assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
+        assert!(s.message().contains("memory"), "{}", s.message());
+        let r0 = g
+            .register_server(v1::RegisterServerRequest { name: n0.clone(), topology: Some(v1::Topology::from(&seed)) })
+            .await
+            .expect("register")
+            .into_inner();
+        assert_eq!((r0.server, r0.lease_ms), (0, 600));
+        g.register_server(v1::RegisterServerRequest { name: n1, topology: Some(v1::Topology::from(&seed)) })
+            .await
+            .expect("register");
+        // A job on server 1, which will stop heartbeating; server 0 keeps its lease.
+        let jobs = submit(&mut c, 1).await;
+        let p = Proposal {
+            id: ProposalId(1),
+            job: JobId(jobs[0]),
+            members: vec![member(1, 1, 0)],
+            based_on: ViewVersion(0),
+        };
+        let r = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
+        assert!(matches!(decision(&r[0]), Some(Decision::Accepted { .. })), "{r:?}");
+        let t0 = Instant::now();
+        loop {
+            g.heartbeat(v1::HeartbeatRequest { server: 0 }).await.expect("server 0 keeps its lease");
+            let v = view_of(&mut c, &addr).await;
+            let job = v.job(JobId(jobs[0])).expect("job");
+            if v.servers()[1].health == tessera_view::Health::Down {
+                assert_eq!(job.state, tessera_view::JobState::Pending, "the gang goes back to pending whole");
+                assert!(job.placement.is_none());
+                assert_eq!(v.servers()[0].health, tessera_view::Health::Up, "the heartbeating server stays up");
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "server 1 never marked down");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let expired_after = t0.elapsed();
+        // A heartbeat after expiry is refused; registering again brings the server back.
+        let s = g.heartbeat(v1::HeartbeatRequest { server: 1 }).await.expect_err("expired");
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        g.register_server(v1::RegisterServerRequest { name: n0, topology: Some(v1::Topology::from(&seed)) })
+            .await
+            .expect("re-register");
+        expired_after
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(outcome >= Duration::from_millis(300), "expired too early: {outcome:?}");
 }

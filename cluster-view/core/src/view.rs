@@ -258,6 +258,12 @@ impl ClusterView {
         self
     }
 
+    /// Sets the change-log bound alone (it is local, not part of snapshots).
+    pub fn with_change_log(mut self, change_log: usize) -> ClusterView {
+        self.log_cap = change_log.max(1);
+        self
+    }
+
     /// The version: commands applied that changed state.
     #[inline]
     pub fn version(&self) -> ViewVersion {

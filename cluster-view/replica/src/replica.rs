@@ -54,6 +54,8 @@ pub struct ReplicaConfig {
     pub max_in_flight: usize,
     /// Most gang proposals in one log entry.
     pub max_batch: usize,
+    /// Changes the view remembers for deltas (watchers further behind get a snapshot).
+    pub change_log: usize,
     /// Draw election timeouts from this seed instead of raft-rs's thread-local randomness, so
     /// that a simulation replays exactly (tests only).
     pub election_seed: Option<u64>,
@@ -73,6 +75,7 @@ impl ReplicaConfig {
             keep_entries: 1_000,
             max_in_flight: 65_536,
             max_batch: 1_024,
+            change_log: tessera_view::view::DEFAULT_CHANGE_LOG,
             election_seed: None,
         }
     }
@@ -168,7 +171,7 @@ impl Replica {
         let snap = codec::decode_snapshot(data)?;
         let applied = meta.index;
         let addrs = snap.addrs;
-        let view = ClusterView::from_snapshot(snap.view);
+        let view = ClusterView::from_snapshot(snap.view).with_change_log(cfg.change_log);
         let raft_cfg = raft::Config {
             id: cfg.id,
             election_tick: cfg.election_tick,
@@ -565,13 +568,28 @@ impl Replica {
     /// Writes pending batches, then handles raft's ready state: persists, applies, and returns
     /// the messages to send to peers.
     pub fn on_ready(&mut self) -> Result<Vec<Message>, ReplicaError> {
+        let mut early = Vec::new();
+        let mut rest = self.on_ready_with(&mut |m| early.extend(m))?;
+        early.append(&mut rest);
+        Ok(early)
+    }
+
+    /// Like [`Replica::on_ready`], but hands the messages that may leave before this
+    /// replica's own fsync (a leader's appends and heartbeats) to `send_early` first, so
+    /// followers write in parallel with the leader; returns the rest, which must only be sent
+    /// after the write (votes, acknowledgements).
+    pub fn on_ready_with(&mut self, send_early: &mut dyn FnMut(Vec<Message>)) -> Result<Vec<Message>, ReplicaError> {
         self.flush_batch();
         self.on_role_change();
         if !self.node.has_ready() {
             return Ok(Vec::new());
         }
         let mut rd = self.node.ready();
-        let mut out = rd.take_messages();
+        let early = rd.take_messages();
+        if !early.is_empty() {
+            send_early(early);
+        }
+        let mut out = Vec::new();
         for rs in rd.take_read_states() {
             if let Ok(b) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
                 self.reads.push((rs.index, u64::from_be_bytes(b)));
@@ -581,7 +599,7 @@ impl Replica {
             let snap = rd.snapshot().clone();
             self.node.mut_store().apply_snapshot(&snap)?;
             let data = codec::decode_snapshot(snap.get_data())?;
-            self.view = ClusterView::from_snapshot(data.view);
+            self.view = ClusterView::from_snapshot(data.view).with_change_log(self.cfg.change_log);
             self.addrs = data.addrs;
             self.applied = snap.get_metadata().index;
             let _ = self.settle(self.applied, None);

@@ -63,6 +63,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         keep_entries: cfg.keep_entries,
         max_in_flight: cfg.max_in_flight,
         max_batch: cfg.max_batch,
+        change_log: tessera_view::view::DEFAULT_CHANGE_LOG,
         election_seed: None,
     };
     std::fs::create_dir_all(&cfg.data_dir).map_err(|e| ServeError::Config {
@@ -132,9 +133,11 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         max_watchers: cfg.max_watchers,
     };
     let raft = transport::RaftService { cluster: identity.clone(), id: cfg.id, node: handle.clone() };
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?;
+    // Accepted connections get TCP_NODELAY: without it, small raft and client messages wait
+    // for delayed acknowledgements (tens of milliseconds).
+    let incoming = tonic::transport::server::TcpIncoming::bind(cfg.listen)
+        .map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?
+        .with_nodelay(Some(true));
     tracing::info!(replica = cfg.id, addr = %cfg.listen, cluster = %identity, "serving");
     let failed = Arc::new(std::sync::Mutex::new(None::<String>));
     let failed2 = failed.clone();
@@ -162,7 +165,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 .max_decoding_message_size(transport::MAX_RAFT_BYTES)
                 .max_encoding_message_size(transport::MAX_RAFT_BYTES),
         )
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), stop)
+        .serve_with_incoming_shutdown(incoming, stop)
         .await
         .map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?;
     if let Some(why) = failed.lock().ok().and_then(|f| f.clone()) {

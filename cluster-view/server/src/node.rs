@@ -271,8 +271,13 @@ impl Driver {
                 }
                 self.housekeeping(now);
             }
-            let msgs = self.replica.on_ready()?;
-            self.send(msgs);
+            let peers = self.peers.clone();
+            let mut failed = Vec::new();
+            let msgs = self.replica.on_ready_with(&mut |m| failed.extend(send_to(&peers, m)))?;
+            failed.extend(send_to(&peers, msgs));
+            for to in failed {
+                self.replica.report_snapshot(to, false);
+            }
             self.answer();
             self.after_round();
         }
@@ -468,38 +473,6 @@ impl Driver {
         }
     }
 
-    fn send(&mut self, msgs: Vec<Message>) {
-        if msgs.is_empty() {
-            return;
-        }
-        let Ok(peers) = self.peers.read() else { return };
-        let mut failed_snapshots = Vec::new();
-        for m in msgs {
-            let to = m.to;
-            let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
-            match peers.get(&to) {
-                Some(tx) => {
-                    if tx.try_send(m).is_err() {
-                        // Queue full or peer task gone: raft will resend.
-                        if snapshot {
-                            failed_snapshots.push(to);
-                        }
-                    }
-                }
-                None => {
-                    tracing::debug!(to, "no transport to replica; message dropped");
-                    if snapshot {
-                        failed_snapshots.push(to);
-                    }
-                }
-            }
-        }
-        drop(peers);
-        for to in failed_snapshots {
-            self.replica.report_snapshot(to, false);
-        }
-    }
-
     fn answer(&mut self) {
         let version = self.replica.view().version().0;
         for (t, a) in self.replica.take_outcomes() {
@@ -571,6 +544,29 @@ impl Driver {
             }
         }
     }
+}
+
+/// Queues messages on their peers' transports without blocking; returns the peers whose
+/// snapshot message could not be queued (raft must hear that it failed).
+fn send_to(peers: &PeerSenders, msgs: Vec<Message>) -> Vec<u64> {
+    let mut failed_snapshots = Vec::new();
+    let Ok(peers) = peers.read() else { return failed_snapshots };
+    for m in msgs {
+        let to = m.to;
+        let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
+        let queued = match peers.get(&to) {
+            // A full queue or a gone peer task: raft resends.
+            Some(tx) => tx.try_send(m).is_ok(),
+            None => {
+                tracing::debug!(to, "no transport to replica; message dropped");
+                false
+            }
+        };
+        if snapshot && !queued {
+            failed_snapshots.push(to);
+        }
+    }
+    failed_snapshots
 }
 
 fn fail(p: Pending, e: NodeError) {
