@@ -21,6 +21,11 @@ echo "== placement benchmark at full size (its own independent double-allocation
 cargo build --release --locked -p tessera
 "$CARGO_TARGET_DIR/release/tessera" bench placement --servers 16000 --gpus-per-server 8 --jobs 100000 --json
 
+echo "== replicated commit path, short: 3 replica processes, kill -9 of the leader (exits non-zero on"
+echo "   a lost acknowledged placement, a double allocation or diverging replicas)"
+"$CARGO_TARGET_DIR/release/tessera" bench commit --local-cluster 3 --clients 16 --duration-s 6 \
+    --servers 4096 --preload 512 --kill-leader-after-s 2 --json
+
 echo "== all checks passed in $(( $(date +%s) - start )) s"
 # One closing line with the totals over every test binary (cargo prints one line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }

@@ -131,6 +131,9 @@ pub struct Replica {
     in_flight_jobs: HashMap<JobId, Ticket>,
     reserved: HashMap<ServerId, Reserved>,
     was_leader: bool,
+    /// A membership change was applied: snapshot at once, so that a snapshot sent to a new
+    /// replica names it among the voters (raft refuses one that does not).
+    snapshot_now: bool,
     /// Entries this replica proposed and has not applied yet: (index, term, tickets).
     proposed: std::collections::VecDeque<(u64, u64, Vec<Ticket>)>,
 }
@@ -200,6 +203,7 @@ impl Replica {
             in_flight_jobs: HashMap::new(),
             reserved: HashMap::new(),
             was_leader: false,
+            snapshot_now: false,
             proposed: std::collections::VecDeque::new(),
         };
         replica.seed_election_timeout();
@@ -722,6 +726,7 @@ impl Replica {
                             self.node.store().conf_state().clone()
                         }
                     };
+                    self.snapshot_now = true;
                     let mut voters = cs.voters.clone();
                     voters.sort_unstable();
                     self.node.mut_store().set_conf_state(cs)?;
@@ -740,6 +745,7 @@ impl Replica {
                         .map_err(|err| ReplicaError::Decode { what: "conf change", why: err.to_string() })?;
                     let cs = self.node.apply_conf_change(&cc)?;
                     self.node.mut_store().set_conf_state(cs)?;
+                    self.snapshot_now = true;
                 }
             }
         }
@@ -748,9 +754,11 @@ impl Replica {
 
     fn maybe_compact(&mut self) -> Result<(), ReplicaError> {
         let (meta, _) = self.node.store().latest_snapshot();
-        if self.applied < meta.index + self.cfg.snapshot_every {
+        let due = self.applied >= meta.index + self.cfg.snapshot_every;
+        if !(due || self.snapshot_now && self.applied > meta.index) {
             return Ok(());
         }
+        self.snapshot_now = false;
         let data = codec::encode_snapshot(&SnapshotData {
             applied: self.applied,
             view: self.view.snapshot(),
