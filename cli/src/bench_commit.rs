@@ -52,14 +52,14 @@ pub struct CommitArgs {
     #[arg(long, default_value_t = 0)]
     rate: u64,
     /// Servers (seed-8gpu) in the local cluster, 32 per rack.
-    #[arg(long, default_value_t = 65_536)]
+    #[arg(long, default_value_t = 131_072)]
     servers: u32,
     /// Fraction of its slice's GPUs a client fills before releasing its oldest job.
     #[arg(long, default_value_t = 1.0)]
     fill: f64,
     /// Jobs each client submits before the clock starts (the rest are submitted during the
     /// run, 256 per request, as its queue runs low).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 8192)]
     preload: usize,
     /// Kill -9 the leader once after this many seconds, restart it 2 s later, and report
     /// failover_ms (kill to the first approval by a new leader).
