@@ -153,21 +153,25 @@ fn status(a: AddrArgs) -> Result<ExitCode> {
                 "{:<22} {:>7} {:<10} {:>6} {:>6} {:>10} {:>10} {:<16}",
                 "ADDRESS", "REPLICA", "ROLE", "LEADER", "TERM", "APPLIED", "VERSION", "STATE HASH"
             );
+            let text = |v: &serde_json::Value| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
             for r in &rows {
                 if let Some(e) = r.get("error") {
-                    println!("{:<22} unreachable: {}", r["addr"].as_str().unwrap_or(""), e.as_str().unwrap_or(""));
+                    println!("{:<22} unreachable: {}", text(&r["addr"]), text(e));
                     continue;
                 }
                 println!(
                     "{:<22} {:>7} {:<10} {:>6} {:>6} {:>10} {:>10} {:<16}",
-                    r["addr"].as_str().unwrap_or(""),
-                    r["replica"],
-                    r["role"].as_str().unwrap_or(""),
-                    r["leader"],
-                    r["term"],
-                    r["applied_index"],
-                    r["version"],
-                    r["state_hash"].as_str().unwrap_or("")
+                    text(&r["addr"]),
+                    text(&r["replica"]),
+                    text(&r["role"]),
+                    text(&r["leader"]),
+                    text(&r["term"]),
+                    text(&r["applied_index"]),
+                    text(&r["version"]),
+                    text(&r["state_hash"])
                 );
             }
         }

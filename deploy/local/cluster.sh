@@ -42,24 +42,31 @@ start() {
         echo "replica $i started (pid $!, log $run/replica-$i.log)"
     done
     for _ in $(seq 1 100); do
-        if "$bin" view status --view "$view" --json 2>/dev/null | grep -q '"role":"leader"'; then
+        # A leader, and every replica answering.
+        if "$bin" view status --view "$view" --json 2>/dev/null | grep -q '"role":"leader"' &&
+            ! "$bin" view status --view "$view" --json 2>/dev/null | grep -q '"error"'; then
             "$bin" view status --view "$view"
             echo "export TESSERA_VIEW=$view"
             return 0
         fi
         sleep 0.2
     done
-    echo "no leader after 20 s; see $run/replica-*.log" >&2
+    echo "no leader, or a replica not answering, after 20 s; see $run/replica-*.log" >&2
     return 1
 }
 
 stop() {
+    # SIGTERM every replica first, then wait for each (a replica stops within about 1 s).
+    for i in 1 2 3; do
+        if alive "$run/replica-$i.pid"; then
+            kill -TERM "$(cat "$run/replica-$i.pid")"
+        fi
+    done
     for i in 1 2 3; do
         local pidf="$run/replica-$i.pid"
         if alive "$pidf"; then
             local pid
             pid="$(cat "$pidf")"
-            kill -TERM "$pid"
             for _ in $(seq 1 50); do
                 kill -0 "$pid" 2>/dev/null || break
                 sleep 0.1

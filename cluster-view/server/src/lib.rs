@@ -141,6 +141,8 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     tracing::info!(replica = cfg.id, addr = %cfg.listen, cluster = %identity, "serving");
     let failed = Arc::new(std::sync::Mutex::new(None::<String>));
     let failed2 = failed.clone();
+    let stopping = Arc::new(tokio::sync::Notify::new());
+    let stopping2 = stopping.clone();
     let stop = async move {
         tokio::select! {
             () = shutdown => {}
@@ -152,9 +154,9 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 }
             }
         }
+        stopping2.notify_one();
     };
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    let server = tonic::transport::Server::builder()
         .add_service(
             v1::view_server::ViewServer::new(view)
                 .max_decoding_message_size(cfg.max_request_bytes)
@@ -165,9 +167,17 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 .max_decoding_message_size(transport::MAX_RAFT_BYTES)
                 .max_encoding_message_size(transport::MAX_RAFT_BYTES),
         )
-        .serve_with_incoming_shutdown(incoming, stop)
-        .await
-        .map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?;
+        .serve_with_incoming_shutdown(incoming, stop);
+    // Graceful shutdown waits for open streams (peers' raft streams, watchers) to end: give
+    // them a moment, then stop anyway. Every raft write is already durable.
+    let grace = async {
+        stopping.notified().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    tokio::select! {
+        r = server => r.map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?,
+        () = grace => tracing::info!("open streams did not close within 1 s; stopping"),
+    }
     if let Some(why) = failed.lock().ok().and_then(|f| f.clone()) {
         return Err(ServeError::Server { addr: cfg.listen.to_string(), why: format!("replica failed: {why}") });
     }
