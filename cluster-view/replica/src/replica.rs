@@ -25,7 +25,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use tessera_view::placement::Rejection;
 use tessera_view::{
-    ClusterView, Command, CoreMask, Decision, JobId, MemberPlacement, Outcome, Proposal, ServerId, ServerRecord,
+    ClusterView, Command, CoreMask, Decision, JobId, MemberPlacement, Outcome, Proposal, ProposalId, ServerId,
+    ServerRecord,
 };
 
 /// A client's handle on a proposal made through this replica.
@@ -98,6 +99,8 @@ pub enum Answer {
         /// The confirmed commit index.
         index: u64,
     },
+    /// Refused without changing anything (e.g. a membership change while another is pending).
+    Refused(String),
     /// A membership change was applied: the voters after it.
     Membership {
         /// Voter ids.
@@ -129,6 +132,7 @@ pub struct Replica {
     addrs: std::collections::BTreeMap<u64, String>,
     in_flight: HashMap<Ticket, Vec<MemberPlacement>>,
     in_flight_jobs: HashMap<JobId, Ticket>,
+    in_flight_ids: HashMap<Ticket, (ProposalId, JobId)>,
     reserved: HashMap<ServerId, Reserved>,
     was_leader: bool,
     /// A membership change was applied: snapshot at once, so that a snapshot sent to a new
@@ -164,7 +168,7 @@ impl Replica {
             // log or snapshot tells it the membership.
             let cs = ConfState { voters: cfg.peers.clone(), ..Default::default() };
             let data = codec::encode_snapshot(&SnapshotData {
-                applied: 0,
+                applied: if cfg.peers.is_empty() { 0 } else { 1 },
                 view: initial().snapshot(),
                 addrs: Default::default(),
             });
@@ -201,6 +205,7 @@ impl Replica {
             addrs,
             in_flight: HashMap::new(),
             in_flight_jobs: HashMap::new(),
+            in_flight_ids: HashMap::new(),
             reserved: HashMap::new(),
             was_leader: false,
             snapshot_now: false,
@@ -342,7 +347,9 @@ impl Replica {
     /// known may never be answered, so the owner bounds the wait.
     pub fn read_index(&mut self) -> Ticket {
         let t = self.ticket();
-        self.node.read_index(t.to_be_bytes().to_vec());
+        // The tag names this replica and incarnation: tags of different replicas (or of an
+        // earlier life of this one) never collide at the leader or answer the wrong request.
+        self.node.read_index(codec::encode_context(self.cfg.id, self.node.store().boot(), &[t]));
         t
     }
 
@@ -382,6 +389,12 @@ impl Replica {
             self.outcomes.push((t, Answer::Immediate(d)));
             return Ok(t);
         }
+        if let Some(&t0) = self.in_flight_jobs.get(&p.job)
+            && self.batch_or_flight_id(t0) == Some(p.id)
+        {
+            // A retry of a proposal still in flight: its outcome is not known yet.
+            return Err(ReplicaError::Busy(self.in_flight.len()));
+        }
         if self.in_flight_jobs.contains_key(&p.job) {
             let d = Decision::Rejected {
                 job: p.job,
@@ -404,6 +417,7 @@ impl Replica {
             r.memory_mib += m.memory_mib as u64;
         }
         self.in_flight_jobs.insert(p.job, t);
+        self.in_flight_ids.insert(t, (p.id, p.job));
         self.in_flight.insert(t, p.members.clone());
         self.batch.push((t, Command::Propose(vec![p])));
         Ok(t)
@@ -448,9 +462,18 @@ impl Replica {
         })
     }
 
+    /// The proposal id of an in-flight gang ticket.
+    fn batch_or_flight_id(&self, t: Ticket) -> Option<ProposalId> {
+        self.in_flight_ids.get(&t).map(|(id, _)| *id)
+    }
+
     fn release_in_flight(&mut self, t: Ticket) {
         let Some(members) = self.in_flight.remove(&t) else { return };
-        self.in_flight_jobs.retain(|_, v| *v != t);
+        if let Some((_, job)) = self.in_flight_ids.remove(&t)
+            && self.in_flight_jobs.get(&job) == Some(&t)
+        {
+            self.in_flight_jobs.remove(&job);
+        }
         for m in members {
             if let Some(r) = self.reserved.get_mut(&m.server) {
                 r.gpus &= !m.gpus;
@@ -595,8 +618,12 @@ impl Replica {
         }
         let mut out = Vec::new();
         for rs in rd.take_read_states() {
-            if let Ok(b) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
-                self.reads.push((rs.index, u64::from_be_bytes(b)));
+            if let Some((origin, boot, tickets)) = codec::decode_context(&rs.request_ctx)
+                && origin == self.cfg.id
+                && boot == self.node.store().boot()
+                && let [t] = tickets[..]
+            {
+                self.reads.push((rs.index, t));
             }
         }
         if *rd.snapshot() != Snapshot::default() {
@@ -653,6 +680,7 @@ impl Replica {
             self.reserved.clear();
             self.in_flight.clear();
             self.in_flight_jobs.clear();
+            self.in_flight_ids.clear();
         }
         self.was_leader = leader;
     }
@@ -667,6 +695,20 @@ impl Replica {
             match e.get_entry_type() {
                 EntryType::EntryNormal => {
                     if e.data.is_empty() {
+                        // raft-rs turns a membership change it refuses (another one pending)
+                        // into an empty entry with our context.
+                        if ours
+                            && let Some((origin, boot, tickets)) = codec::decode_context(&e.context)
+                            && origin == self.cfg.id
+                            && boot == self.node.store().boot()
+                        {
+                            for t in tickets {
+                                self.outcomes.push((
+                                    t,
+                                    Answer::Refused("another membership change is in progress; retry".into()),
+                                ));
+                            }
+                        }
                         continue;
                     }
                     let cmds = match codec::decode_commands(&e.data) {

@@ -205,18 +205,33 @@ impl RocksStorage {
     }
 
     /// Writes the bootstrap state of a new replica: the voters and the initial view as the
-    /// snapshot at index 0.
+    /// snapshot. A founding voter's snapshot is at index 1, term 1 (with the voters in it), so
+    /// its log starts at 2 and a replica that joins later (bootstrapped empty, at index 0, with
+    /// no voters) can only catch up through a snapshot, which carries the membership; replaying
+    /// the log from its start would give the newcomer a voter set of its own.
     pub fn bootstrap(&mut self, cs: ConfState, data: Vec<u8>) -> Result<(), ReplicaError> {
         let mut meta = SnapshotMetadata::default();
         meta.set_conf_state(cs.clone());
+        let founder = !cs.voters.is_empty();
+        let mut hs = self.hard.clone();
+        if founder {
+            meta.index = 1;
+            meta.term = 1;
+            hs.term = hs.term.max(1);
+            hs.commit = hs.commit.max(1);
+        }
         let mut batch = WriteBatch::default();
         batch.put(K_CONF, encode(&cs));
         batch.put(K_SNAP_META, encode(&meta));
         batch.put(K_SNAP_DATA, &data);
+        batch.put(K_HARD, encode(&hs));
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
         self.db.write_opt(batch, &wo)?;
         self.conf = cs;
+        self.first_idx = meta.index + 1;
+        self.prev_term = meta.term;
+        self.hard = hs;
         self.snap_meta = meta;
         self.snap_data = data;
         Ok(())

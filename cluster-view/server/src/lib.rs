@@ -116,6 +116,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     std::thread::Builder::new()
         .name(format!("replica-{}", cfg.id))
         .spawn(move || {
+            // A panic drops `fail_tx` unsent, which the server also treats as a failure.
             if let Err(e) = driver.run() {
                 tracing::error!(error = %e, "replica failed");
                 let _ = fail_tx.send(e.to_string());
@@ -147,9 +148,9 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         tokio::select! {
             () = shutdown => {}
             r = fail_rx => {
-                if let Ok(why) = r
-                    && let Ok(mut f) = failed2.lock()
-                {
+                let why = r.unwrap_or_else(|_| "the driver thread panicked (see the log above)".to_string());
+                tracing::error!(%why, "stopping");
+                if let Ok(mut f) = failed2.lock() {
                     *f = Some(why);
                 }
             }

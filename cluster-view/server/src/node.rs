@@ -78,6 +78,8 @@ pub enum Req {
     Propose(Vec<(Proposal, Reply<(Answer, u64)>)>),
     /// Any other command.
     Command(Command, Reply<(Answer, u64)>),
+    /// Several commands queued together (all or none reach the driver).
+    Commands(Vec<(Command, Reply<(Answer, u64)>)>),
     /// A read.
     Read {
         /// Confirm with the leader first.
@@ -339,10 +341,10 @@ impl Driver {
                     }
                 }
             }
-            Req::Command(cmd, reply) => {
-                let r = self.replica.propose(cmd);
-                if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
-                    let _ = reply.send(Err(e));
+            Req::Command(cmd, reply) => self.command(cmd, reply),
+            Req::Commands(items) => {
+                for (cmd, reply) in items {
+                    self.command(cmd, reply);
                 }
             }
             Req::Read { linearizable, what, reply } => {
@@ -381,6 +383,13 @@ impl Driver {
             }
             Req::Unreachable(id) => self.replica.report_unreachable(id),
             Req::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
+        }
+    }
+
+    fn command(&mut self, cmd: Command, reply: Reply<(Answer, u64)>) {
+        let r = self.replica.propose(cmd);
+        if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
+            let _ = reply.send(Err(e));
         }
     }
 
@@ -466,9 +475,12 @@ impl Driver {
         }
         let gone: Vec<ServerId> = self.leases.iter().filter(|(_, d)| **d <= now).map(|(s, _)| *s).collect();
         for s in gone {
-            self.leases.remove(&s);
-            tracing::warn!(server = s.0, "lease expired: marking the server down, its gangs go back to pending");
             let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down });
+            if r.is_ok() {
+                // Only once the change is queued; otherwise the next tick tries again.
+                self.leases.remove(&s);
+                tracing::warn!(server = s.0, "lease expired: marking the server down, its gangs go back to pending");
+            }
             let _ = self.track(r, Pending::Internal);
         }
     }
@@ -493,6 +505,7 @@ impl Driver {
                 (Pending::Membership(reply), Answer::Membership { voters }) => {
                     let _ = reply.send(Ok(voters));
                 }
+                (p, Answer::Refused(why)) => fail(p, NodeError::Precondition(why)),
                 (p, Answer::Dropped) => fail(
                     p,
                     NodeError::Stopped(

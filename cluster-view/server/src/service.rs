@@ -202,11 +202,14 @@ impl v1::view_server::View for ViewService {
             core.push(JobSpec::try_from(s).map_err(|e| Status::invalid_argument(format!("specs[{i}]: {e}")))?);
         }
         let mut waits = Vec::with_capacity(core.len());
+        let mut items = Vec::with_capacity(core.len());
         for spec in core {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            self.node.send(Req::Command(Command::Submit(spec), tx))?;
+            items.push((Command::Submit(spec), tx));
             waits.push(rx);
         }
+        // One queue slot for all: either every spec reaches the driver or none does.
+        self.node.send(Req::Commands(items))?;
         let mut results = Vec::with_capacity(waits.len());
         let mut version = 0;
         for rx in waits {
