@@ -66,9 +66,12 @@ pub struct MemberArgs {
     /// The replica's id.
     #[arg(long)]
     id: u64,
-    /// The replica's address (add only).
+    /// The replica's client address (add only).
     #[arg(long, default_value = "")]
     addr: String,
+    /// The replica's raft address, when raft has its own port (add only).
+    #[arg(long, default_value = "")]
+    raft_addr: String,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -189,7 +192,8 @@ fn member(a: MemberArgs, add: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
         let mut c = ViewClient::from_list(&a.view)?;
-        let voters = if add { c.add_replica(a.id, &a.addr).await? } else { c.remove_replica(a.id).await? };
+        let voters =
+            if add { c.add_replica(a.id, &a.addr, &a.raft_addr).await? } else { c.remove_replica(a.id).await? };
         println!("voters: {voters:?}");
         Ok(ExitCode::SUCCESS)
     })

@@ -70,17 +70,24 @@ fn spawn(dir: &Path, id: usize) -> Child {
 
 impl Cluster {
     fn start(n: usize, servers: u32) -> Cluster {
+        Cluster::start_with(n, servers, false)
+    }
+
+    /// With `raft_port`, raft traffic gets its own port on every replica.
+    fn start_with(n: usize, servers: u32, raft_port: bool) -> Cluster {
         let dir = tempfile::tempdir().expect("tmp");
         write_spec(dir.path(), servers);
         let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+        let raft: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
         let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
+        let raft_peers: Vec<String> = raft.iter().enumerate().map(|(i, a)| format!("\"{}={a}\"", i + 1)).collect();
         let mut c = Cluster { dir, addrs, children: Vec::new() };
-        for i in 0..n {
-            std::fs::write(
-                c.dir.path().join(format!("replica-{}.toml", i + 1)),
-                config(i + 1, "t", &c.addrs[i], &peers, false),
-            )
-            .expect("config");
+        for (i, raft_addr) in raft.iter().enumerate() {
+            let mut cfg = config(i + 1, "t", &c.addrs[i], &peers, false);
+            if raft_port {
+                cfg += &format!("raft_listen = \"{raft_addr}\"\nraft_peers = [{}]\n", raft_peers.join(", "));
+            }
+            std::fs::write(c.dir.path().join(format!("replica-{}.toml", i + 1)), cfg).expect("config");
             c.children.push(Some(spawn(c.dir.path(), i + 1)));
         }
         c
@@ -176,13 +183,19 @@ fn decision(r: &v1::ProposeResult) -> Option<Decision<tessera_proto::RemoteRejec
 #[test]
 fn kill_leader_under_load() {
     const SERVERS: u32 = 16;
-    let mut cluster = Cluster::start(3, SERVERS);
+    // Raft on its own ports here (the other tests share the client port).
+    let mut cluster = Cluster::start_with(3, SERVERS, true);
     let addrs = cluster.addrs.clone();
     let rt = rt();
     let result = rt.block_on(async {
         let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
         let leader = c.wait_for_leader().await.expect("leader");
-        // 4 clients, each owning 4 servers; each slot (server, gpu) is one 1-GPU job.
+        // The client port does not serve raft when raft has its own port.
+        let mut rc = v1::raft_client::RaftClient::connect(format!("http://{}", addrs[0])).await.expect("connect");
+        let batch = v1::RaftBatch { cluster: String::new(), from: 2, to: 1, messages: vec![] };
+        let s = rc.send(tokio_stream::iter(vec![batch])).await.expect_err("no raft on the client port");
+        assert_eq!(s.code(), Code::Unimplemented, "{s:?}");
+        // Each slot (server, gpu) is one 1-GPU job.
         let jobs = submit(&mut c, 120).await;
         let mut acked: BTreeMap<u64, (u64, MemberPlacement)> = BTreeMap::new();
         let mut next = 0usize;
@@ -404,7 +417,7 @@ fn membership_and_foreign_data_dir() {
         let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
         std::fs::write(dir.join("replica-4.toml"), config(4, "t", &new_addr, &peers, true)).expect("config");
         cluster.children.push(Some(spawn(&dir, 4)));
-        let voters = c.add_replica(4, &new_addr).await.expect("add replica 4");
+        let voters = c.add_replica(4, &new_addr, "").await.expect("add replica 4");
         assert_eq!(voters, vec![1, 2, 3, 4]);
         let mut all = addrs.clone();
         all.push(new_addr.clone());
@@ -430,7 +443,7 @@ fn membership_and_foreign_data_dir() {
         assert!(log4.contains("installed snapshot"), "replica 4 caught up without a snapshot:\n{log4}");
         let voters = c.remove_replica(4).await.expect("remove replica 4");
         assert_eq!(voters, vec![1, 2, 3]);
-        let s = c.add_replica(0, "x:1").await.expect_err("id 0");
+        let s = c.add_replica(0, "x:1", "").await.expect_err("id 0");
         assert_eq!(s.status().map(|s| s.code()), Some(Code::InvalidArgument));
     });
     // Replica 1's directory, opened as a replica of another cluster: refused with a clear error.

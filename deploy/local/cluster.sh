@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts, stops and shows a 3-replica Tessera view cluster on loopback ports 7101-7103.
+# Starts, stops and shows a 3-replica Tessera view cluster on loopback: clients on ports
+# 7101-7103, raft between the replicas on 7201-7203.
 #
 #   deploy/local/cluster.sh start     build tessera if needed, start the replicas, wait for a leader
 #   deploy/local/cluster.sh status    role, term and applied index of each replica

@@ -258,12 +258,12 @@ impl ViewClient {
             .map_err(|s| ClientError::Status { addr: addr.to_string(), status: Box::new(s) })
     }
 
-    /// Adds a replica.
-    pub async fn add_replica(&mut self, id: u64, addr: &str) -> Result<Vec<u64>, ClientError> {
-        let addr = addr.to_string();
+    /// Adds a replica (`raft_addr` empty when raft shares its client port).
+    pub async fn add_replica(&mut self, id: u64, addr: &str, raft_addr: &str) -> Result<Vec<u64>, ClientError> {
+        let req = v1::AddReplicaRequest { id, addr: addr.to_string(), raft_addr: raft_addr.to_string() };
         let r = self.call(|mut g| {
-            let addr = addr.clone();
-            async move { g.add_replica(v1::AddReplicaRequest { id, addr }).await }
+            let req = req.clone();
+            async move { g.add_replica(req).await }
         });
         Ok(r.await?.voters)
     }

@@ -32,6 +32,17 @@ pub struct ServeConfig {
     /// Address peers and clients use to reach this replica; `listen` when absent.
     #[serde(default)]
     pub advertise: Option<String>,
+    /// Separate listen address for raft traffic between replicas. Without it, raft shares the
+    /// client port, which must then be reachable by trusted hosts only: raft messages are not
+    /// authenticated and raft-rs panics on some forged ones.
+    #[serde(default)]
+    pub raft_listen: Option<SocketAddr>,
+    /// Address peers use for this replica's raft port; `raft_listen` when absent.
+    #[serde(default)]
+    pub raft_advertise: Option<String>,
+    /// Raft addresses of the founding voters as `id=host:port` (with `raft_listen`).
+    #[serde(default)]
+    pub raft_peers: Vec<String>,
     /// RocksDB directory.
     pub data_dir: PathBuf,
     /// Every founding voter as `id=host:port`, this replica included. Empty with `join`.
@@ -138,12 +149,50 @@ impl ServeConfig {
         self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
     }
 
-    /// The peers as id → address, checked: ids non-zero and unique, this replica listed
-    /// (unless joining).
+    /// This replica's raft address (its client address when raft shares the port).
+    pub fn raft_advertised(&self) -> String {
+        match (&self.raft_advertise, self.raft_listen) {
+            (Some(a), _) => a.clone(),
+            (None, Some(l)) => l.to_string(),
+            (None, None) => self.advertised(),
+        }
+    }
+
+    /// The peers as id → address record (`client` or `client raft`, see [`split_addr`]).
     pub fn peer_map(&self) -> Result<BTreeMap<u64, String>, ServeError> {
-        let bad = |m: String| ServeError::Config { file: "peers".into(), message: m };
+        let mut out = parse_peers("peers", &self.peers)?;
+        if self.raft_listen.is_some() {
+            let raft = parse_peers("raft_peers", &self.raft_peers)?;
+            for (id, client) in out.iter_mut() {
+                let r = raft.get(id).ok_or_else(|| ServeError::Config {
+                    file: "raft_peers".into(),
+                    message: format!("replica {id} is in peers but not in raft_peers"),
+                })?;
+                *client = format!("{client} {r}");
+            }
+        } else if !self.raft_peers.is_empty() {
+            return Err(ServeError::Config {
+                file: "raft_peers".into(),
+                message: "raft_peers needs raft_listen".into(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Splits an address record into (client address, raft address).
+pub fn split_addr(record: &str) -> (&str, &str) {
+    match record.split_once(' ') {
+        Some((c, r)) => (c, r),
+        None => (record, record),
+    }
+}
+
+fn parse_peers(field: &str, list: &[String]) -> Result<BTreeMap<u64, String>, ServeError> {
+    {
+        let bad = |m: String| ServeError::Config { file: field.into(), message: m };
         let mut out = BTreeMap::new();
-        for p in &self.peers {
+        for p in list {
             let (id, addr) = p.split_once('=').ok_or_else(|| bad(format!("`{p}` is not `id=host:port`")))?;
             let id: u64 = id.trim().parse().map_err(|_| bad(format!("`{p}`: `{id}` is not a replica id")))?;
             let addr = addr.trim();
@@ -159,7 +208,9 @@ impl ServeConfig {
         }
         Ok(out)
     }
+}
 
+impl ServeConfig {
     /// Checks values that cannot work.
     pub fn validate(&self) -> Result<(), ServeError> {
         let bad = |m: &str| Err(ServeError::Config { file: "config".into(), message: m.to_string() });

@@ -50,7 +50,12 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     let initial = ClusterView::from_spec(&spec);
     let identity = cluster_identity(&cfg.cluster, &initial);
     let mut peers = cfg.peer_map()?;
-    peers.insert(cfg.id, cfg.advertised());
+    let me = if cfg.raft_listen.is_some() {
+        format!("{} {}", cfg.advertised(), cfg.raft_advertised())
+    } else {
+        cfg.advertised()
+    };
+    peers.insert(cfg.id, me);
     let voters: Vec<u64> = if cfg.join { Vec::new() } else { peers.keys().copied().collect() };
     let rcfg = ReplicaConfig {
         id: cfg.id,
@@ -142,8 +147,8 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     tracing::info!(replica = cfg.id, addr = %cfg.listen, cluster = %identity, "serving");
     let failed = Arc::new(std::sync::Mutex::new(None::<String>));
     let failed2 = failed.clone();
-    let stopping = Arc::new(tokio::sync::Notify::new());
-    let stopping2 = stopping.clone();
+    // Set once shutdown begins; every listener and the grace timer watch it.
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let stop = async move {
         tokio::select! {
             () = shutdown => {}
@@ -155,28 +160,58 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
                 }
             }
         }
-        stopping2.notify_one();
+        let _ = stopping_tx.send(true);
     };
-    let server = tonic::transport::Server::builder()
-        .add_service(
-            v1::view_server::ViewServer::new(view)
-                .max_decoding_message_size(cfg.max_request_bytes)
-                .max_encoding_message_size(usize::MAX),
-        )
-        .add_service(
-            v1::raft_server::RaftServer::new(raft)
-                .max_decoding_message_size(transport::MAX_RAFT_BYTES)
-                .max_encoding_message_size(transport::MAX_RAFT_BYTES),
-        )
-        .serve_with_incoming_shutdown(incoming, stop);
+    let view_server = v1::view_server::ViewServer::new(view)
+        .max_decoding_message_size(cfg.max_request_bytes)
+        .max_encoding_message_size(usize::MAX);
+    let raft_server = v1::raft_server::RaftServer::new(raft)
+        .max_decoding_message_size(transport::MAX_RAFT_BYTES)
+        .max_encoding_message_size(transport::MAX_RAFT_BYTES);
+    let server_err = |addr: String| move |e: tonic::transport::Error| ServeError::Server { addr, why: e.to_string() };
+    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>> = match cfg.raft_listen {
+        // Raft on its own port: the client port carries only the View service.
+        Some(raft_addr) => {
+            let raft_incoming = tonic::transport::server::TcpIncoming::bind(raft_addr)
+                .map_err(|e| ServeError::Server { addr: raft_addr.to_string(), why: e.to_string() })?
+                .with_nodelay(Some(true));
+            let mut stopping3 = stopping.clone();
+            let raft = tonic::transport::Server::builder().add_service(raft_server).serve_with_incoming_shutdown(
+                raft_incoming,
+                async move {
+                    let _ = stopping3.wait_for(|s| *s).await;
+                },
+            );
+            let client = tonic::transport::Server::builder()
+                .add_service(view_server)
+                .serve_with_incoming_shutdown(incoming, stop);
+            let (a, b) = (cfg.listen.to_string(), raft_addr.to_string());
+            tracing::info!(replica = cfg.id, raft = %raft_addr, "raft on its own port");
+            Box::pin(async move {
+                tokio::select! {
+                    r = client => r.map_err(server_err(a)),
+                    r = raft => r.map_err(server_err(b)),
+                }
+            })
+        }
+        None => {
+            let a = cfg.listen.to_string();
+            let both = tonic::transport::Server::builder()
+                .add_service(view_server)
+                .add_service(raft_server)
+                .serve_with_incoming_shutdown(incoming, stop);
+            Box::pin(async move { both.await.map_err(server_err(a)) })
+        }
+    };
     // Graceful shutdown waits for open streams (peers' raft streams, watchers) to end: give
     // them a moment, then stop anyway. Every raft write is already durable.
-    let grace = async {
-        stopping.notified().await;
+    let mut stopping4 = stopping.clone();
+    let grace = async move {
+        let _ = stopping4.wait_for(|s| *s).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     tokio::select! {
-        r = server => r.map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?,
+        r = server => r?,
         () = grace => tracing::info!("open streams did not close within 1 s; stopping"),
     }
     if let Some(why) = failed.lock().ok().and_then(|f| f.clone()) {

@@ -113,7 +113,8 @@ pub struct NodeHandle {
     tx: SyncSender<Req>,
     /// The applied view version, for watchers.
     pub version: watch::Receiver<u64>,
-    /// Replica id → address (configured peers plus announced ones).
+    /// Replica id → address record, `client` or `client raft` (configured peers plus announced
+    /// ones).
     pub addrs: Arc<RwLock<BTreeMap<u64, String>>>,
     /// Request timeout.
     pub timeout: Duration,
@@ -145,9 +146,9 @@ impl NodeHandle {
         }
     }
 
-    /// The address of replica `id`, if known.
+    /// The client address of replica `id`, if known.
     pub fn addr_of(&self, id: u64) -> Option<String> {
-        self.addrs.read().ok().and_then(|a| a.get(&id).cloned())
+        self.addrs.read().ok().and_then(|a| a.get(&id).map(|r| crate::config::split_addr(r).0.to_string()))
     }
 
     /// Whether `id` is a known replica (raft messages from others are refused).
@@ -242,7 +243,7 @@ impl Driver {
         let known: Vec<(u64, String)> = self.addrs.read().map(|a| a.clone().into_iter().collect()).unwrap_or_default();
         for (id, a) in known {
             if id != self.replica.id() {
-                (self.on_new_peer)(id, a);
+                (self.on_new_peer)(id, crate::config::split_addr(&a).1.to_string());
             }
         }
         let mut next_tick = Instant::now() + self.cfg.tick;
@@ -309,7 +310,8 @@ impl Driver {
 
     fn not_leader(&self) -> NodeError {
         let leader = self.replica.leader_id();
-        let addr = self.addrs.read().ok().and_then(|a| a.get(&leader).cloned());
+        let addr =
+            self.addrs.read().ok().and_then(|a| a.get(&leader).map(|r| crate::config::split_addr(r).0.to_string()));
         NodeError::NotLeader { leader, addr }
     }
 
@@ -553,7 +555,7 @@ impl Driver {
         }
         for (id, a) in new {
             if id != self.replica.id() {
-                (self.on_new_peer)(id, a);
+                (self.on_new_peer)(id, crate::config::split_addr(&a).1.to_string());
             }
         }
     }

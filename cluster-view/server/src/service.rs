@@ -275,10 +275,13 @@ impl v1::view_server::View for ViewService {
         if r.id == 0 {
             return Err(Status::invalid_argument("replica ids start at 1"));
         }
-        if !r.addr.contains(':') || r.addr.len() > 256 {
-            return Err(Status::invalid_argument(format!("`{}` is not host:port", r.addr)));
+        for a in [&r.addr, &r.raft_addr] {
+            if (a == &r.addr || !a.is_empty()) && (!a.contains(':') || a.contains(' ') || a.len() > 256) {
+                return Err(Status::invalid_argument(format!("`{a}` is not host:port")));
+            }
         }
-        let voters = self.node.ask(|reply| Req::Membership(true, r.id, r.addr, reply)).await?;
+        let record = if r.raft_addr.is_empty() { r.addr } else { format!("{} {}", r.addr, r.raft_addr) };
+        let voters = self.node.ask(|reply| Req::Membership(true, r.id, record, reply)).await?;
         Ok(Response::new(v1::MembershipResponse { voters }))
     }
 
