@@ -41,6 +41,9 @@ pub enum ReplicaError {
         /// Why it failed.
         why: String,
     },
+    /// The request is not one the replica takes.
+    #[error("invalid request: {0}")]
+    Invalid(String),
     /// Too many proposals wait for commit; retry after a backoff.
     #[error("too many proposals in flight ({0}); retry later")]
     Busy(usize),

@@ -230,6 +230,16 @@ impl Replica {
         self.applied
     }
 
+    /// The raft role: "leader", "follower", "candidate" or "pre-candidate".
+    pub fn role(&self) -> &'static str {
+        match self.node.raft.state {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            StateRole::Candidate => "candidate",
+            StateRole::PreCandidate => "pre-candidate",
+        }
+    }
+
     /// Whether this replica leads.
     pub fn is_leader(&self) -> bool {
         self.node.raft.state == StateRole::Leader
@@ -325,15 +335,16 @@ impl Replica {
         Ok(())
     }
 
-    /// Queues any command for the next log entry (commands are batched like gangs). A gang
-    /// proposal should go through [`Replica::propose_gang`] for the leader's pre-check.
+    /// Queues any command for the next log entry (commands are batched with gangs). A
+    /// `Command::Propose` of one gang takes the [`Replica::propose_gang`] path (pre-check, one
+    /// ticket); several gangs in one command are refused as `Invalid`.
     pub fn propose(&mut self, cmd: Command) -> Result<Ticket, ReplicaError> {
-        if let Command::Propose(ps) = cmd {
-            // Several gangs through the generic path: one ticket answers for all of them.
-            self.check_leader()?;
-            let t = self.ticket();
-            self.batch.push((t, Command::Propose(ps)));
-            return Ok(t);
+        if let Command::Propose(mut ps) = cmd {
+            // Gangs go through the pre-check, one ticket each.
+            return match ps.pop() {
+                Some(p) if ps.is_empty() => self.propose_gang(p),
+                _ => Err(ReplicaError::Invalid("propose gangs one at a time (propose_gang)".into())),
+            };
         }
         self.check_leader()?;
         let t = self.ticket();

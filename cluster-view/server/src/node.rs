@@ -105,12 +105,20 @@ pub enum Req {
     Unreachable(u64),
     /// A snapshot message to a peer was sent (true) or failed.
     SnapshotSent(u64, bool),
+    /// Raft traffic is waiting in the raft queue.
+    Wake,
 }
+
+/// Most raft messages waiting for the driver; more are dropped (raft resends).
+const RAFT_QUEUE: usize = 16_384;
 
 /// A cheap, cloneable handle on the driver.
 #[derive(Clone, Debug)]
 pub struct NodeHandle {
     tx: SyncSender<Req>,
+    /// Raft messages and transport reports: a queue of their own, drained first by the driver,
+    /// so client load cannot crowd them out, and reports are never dropped.
+    raft: Arc<std::sync::Mutex<std::collections::VecDeque<Req>>>,
     /// The applied view version, for watchers.
     pub version: watch::Receiver<u64>,
     /// Replica id → address record, `client` or `client raft` (configured peers plus announced
@@ -127,6 +135,23 @@ impl NodeHandle {
             TrySendError::Full(_) => NodeError::Busy("request queue full".into()),
             TrySendError::Disconnected(_) => NodeError::Stopped("driver thread ended".into()),
         })
+    }
+
+    /// Queues raft traffic (`Req::Raft`, `Req::Unreachable`, `Req::SnapshotSent`) on the raft
+    /// queue. Messages beyond its bound are dropped; snapshot reports never are.
+    pub fn send_raft(&self, req: Req) {
+        if let Ok(mut q) = self.raft.lock() {
+            let keep = match &req {
+                Req::SnapshotSent(..) => true,
+                Req::Unreachable(to) => !q.iter().any(|r| matches!(r, Req::Unreachable(t) if t == to)),
+                _ => q.len() < RAFT_QUEUE,
+            };
+            if keep {
+                q.push_back(req);
+            }
+        }
+        // A full request queue means the driver is busy and drains the raft queue soon anyway.
+        let _ = self.tx.try_send(Req::Wake);
     }
 
     /// Sends a request built around a reply channel and waits for the answer (bounded by the
@@ -189,6 +214,7 @@ pub struct Driver {
     replica: Replica,
     cfg: DriverConfig,
     rx: Receiver<Req>,
+    raft: Arc<std::sync::Mutex<std::collections::VecDeque<Req>>>,
     version_tx: watch::Sender<u64>,
     addrs: Arc<RwLock<BTreeMap<u64, String>>>,
     peers: PeerSenders,
@@ -221,11 +247,13 @@ impl Driver {
             all.insert(*id, a.clone());
         }
         let addrs = Arc::new(RwLock::new(all));
-        let handle = NodeHandle { tx, version, addrs: addrs.clone(), timeout: cfg.timeout };
+        let raft = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let handle = NodeHandle { tx, raft: raft.clone(), version, addrs: addrs.clone(), timeout: cfg.timeout };
         let d = Driver {
             replica,
             cfg,
             rx,
+            raft,
             version_tx,
             addrs,
             peers,
@@ -264,6 +292,10 @@ impl Driver {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
             }
+            let queued = self.raft.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
+            for req in queued {
+                self.handle(req);
+            }
             let now = Instant::now();
             if now >= next_tick {
                 self.replica.tick();
@@ -288,13 +320,7 @@ impl Driver {
 
     fn status(&self) -> NodeStatus {
         let r = &self.replica;
-        let role = if r.is_leader() {
-            "leader"
-        } else if r.leader_id() != 0 {
-            "follower"
-        } else {
-            "candidate"
-        };
+        let role = r.role();
         NodeStatus {
             id: r.id(),
             role: role.into(),
@@ -319,6 +345,7 @@ impl Driver {
         match e {
             ReplicaError::NotLeader { .. } => self.not_leader(),
             ReplicaError::Busy(n) => NodeError::Busy(format!("{n} proposals in flight")),
+            ReplicaError::Invalid(why) => NodeError::Invalid(why),
             other => NodeError::Stopped(other.to_string()),
         }
     }
@@ -385,6 +412,7 @@ impl Driver {
             }
             Req::Unreachable(id) => self.replica.report_unreachable(id),
             Req::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
+            Req::Wake => {}
         }
     }
 

@@ -46,7 +46,13 @@ pub async fn run_peer(
             },
         };
         let endpoint = match Endpoint::from_shared(format!("http://{addr}")) {
-            Ok(e) => e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true),
+            // HTTP/2 keepalive finds a silently dead peer in seconds, not at TCP's timeout.
+            Ok(e) => e
+                .connect_timeout(Duration::from_millis(500))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(1))
+                .keep_alive_timeout(Duration::from_secs(2))
+                .keep_alive_while_idle(true),
             Err(e) => {
                 tracing::error!(to, addr, error = %e, "bad peer address; raft messages to it are dropped");
                 return;
@@ -103,7 +109,7 @@ pub async fn run_peer(
             }
             for m in &batch {
                 if m.get_msg_type() == MessageType::MsgSnapshot {
-                    let _ = node.send(Req::SnapshotSent(to, true));
+                    node.send_raft(Req::SnapshotSent(to, true));
                 }
             }
         }
@@ -115,10 +121,10 @@ pub async fn run_peer(
 }
 
 fn lost(node: &NodeHandle, to: u64, msgs: &[Message]) {
-    let _ = node.send(Req::Unreachable(to));
+    node.send_raft(Req::Unreachable(to));
     for m in msgs {
         if m.get_msg_type() == MessageType::MsgSnapshot {
-            let _ = node.send(Req::SnapshotSent(to, false));
+            node.send_raft(Req::SnapshotSent(to, false));
         }
     }
 }
@@ -163,8 +169,8 @@ impl v1::raft_server::Raft for RaftService {
                 }
                 msgs.push(m);
             }
-            // A full queue drops the batch: raft resends.
-            let _ = self.node.send(Req::Raft(msgs));
+            // Beyond the raft queue's bound the batch is dropped: raft resends.
+            self.node.send_raft(Req::Raft(msgs));
         }
         Ok(Response::new(v1::RaftAck {}))
     }
