@@ -175,11 +175,6 @@ impl NodeHandle {
     pub fn addr_of(&self, id: u64) -> Option<String> {
         self.addrs.read().ok().and_then(|a| a.get(&id).map(|r| crate::config::split_addr(r).0.to_string()))
     }
-
-    /// Whether `id` is a known replica (raft messages from others are refused).
-    pub fn knows(&self, id: u64) -> bool {
-        self.addrs.read().map(|a| a.contains_key(&id)).unwrap_or(false)
-    }
 }
 
 /// Settings of the driver loop.
