@@ -303,10 +303,16 @@ impl Client {
     async fn release_oldest(&mut self) -> Result<()> {
         let Some((job, members)) = self.running.pop_front() else { return Ok(()) };
         release(&mut self.c, job).await?;
-        self.credit(&members);
+        self.released(job, &members);
+        Ok(())
+    }
+
+    /// Books a committed release: the slice gets the resources back, the job leaves the
+    /// acknowledged set.
+    fn released(&mut self, job: u64, members: &[MemberPlacement]) {
+        self.credit(members);
         self.acks.remove(&job);
         self.stats.released += 1;
-        Ok(())
     }
 
     /// Submits `n` jobs (256 per request) into the pending queue.
@@ -389,9 +395,7 @@ impl Client {
                     r.context("releasing a job")?;
                 }
                 for (job, members) in releases {
-                    self.credit(&members);
-                    self.acks.remove(&job);
-                    self.stats.released += 1;
+                    self.released(job, &members);
                 }
                 continue;
             }
@@ -414,9 +418,7 @@ impl Client {
                 r.context("releasing a job")?;
             }
             for (job, members) in releases {
-                self.credit(&members);
-                self.acks.remove(&job);
-                self.stats.released += 1;
+                self.released(job, &members);
             }
             self.stats.requests += 1;
             self.stats.latencies_us.push(done.duration_since(t0).as_micros() as u64);

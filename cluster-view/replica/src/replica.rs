@@ -401,7 +401,7 @@ impl Replica {
             return Ok(t);
         }
         if let Some(&t0) = self.in_flight_jobs.get(&p.job)
-            && self.batch_or_flight_id(t0) == Some(p.id)
+            && self.in_flight_ids.get(&t0).map(|(id, _)| *id) == Some(p.id)
         {
             // A retry of a proposal still in flight: its outcome is not known yet.
             return Err(ReplicaError::Busy(self.in_flight.len()));
@@ -471,11 +471,6 @@ impl Replica {
             fresh: stale,
             version: self.view.version(),
         })
-    }
-
-    /// The proposal id of an in-flight gang ticket.
-    fn batch_or_flight_id(&self, t: Ticket) -> Option<ProposalId> {
-        self.in_flight_ids.get(&t).map(|(id, _)| *id)
     }
 
     fn release_in_flight(&mut self, t: Ticket) {
@@ -629,11 +624,7 @@ impl Replica {
         }
         let mut out = Vec::new();
         for rs in rd.take_read_states() {
-            if let Some((origin, boot, tickets)) = codec::decode_context(&rs.request_ctx)
-                && origin == self.cfg.id
-                && boot == self.node.store().boot()
-                && let [t] = tickets[..]
-            {
+            if let [t] = self.own_tickets(&rs.request_ctx, true)[..] {
                 self.reads.push((rs.index, t));
             }
         }
@@ -696,6 +687,17 @@ impl Replica {
         self.was_leader = leader;
     }
 
+    /// The tickets in a context written by this replica in this life (empty otherwise): one
+    /// check for entries (`ours`: still tracked at this index and term) and read states.
+    fn own_tickets(&self, ctx: &[u8], ours: bool) -> Vec<Ticket> {
+        match codec::decode_context(ctx) {
+            Some((origin, boot, tickets)) if ours && origin == self.cfg.id && boot == self.node.store().boot() => {
+                tickets
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn apply(&mut self, entries: Vec<Entry>) -> Result<(), ReplicaError> {
         for e in entries {
             if e.index <= self.applied {
@@ -708,17 +710,9 @@ impl Replica {
                     if e.data.is_empty() {
                         // raft-rs turns a membership change it refuses (another one pending)
                         // into an empty entry with our context.
-                        if ours
-                            && let Some((origin, boot, tickets)) = codec::decode_context(&e.context)
-                            && origin == self.cfg.id
-                            && boot == self.node.store().boot()
-                        {
-                            for t in tickets {
-                                self.outcomes.push((
-                                    t,
-                                    Answer::Refused("another membership change is in progress; retry".into()),
-                                ));
-                            }
+                        for t in self.own_tickets(&e.context, ours) {
+                            let why = "another membership change is in progress; retry".to_string();
+                            self.outcomes.push((t, Answer::Refused(why)));
                         }
                         continue;
                     }
@@ -731,10 +725,7 @@ impl Replica {
                             continue;
                         }
                     };
-                    let ctx = codec::decode_context(&e.context).filter(|(origin, boot, _)| {
-                        ours && *origin == self.cfg.id && *boot == self.node.store().boot()
-                    });
-                    let mut tickets = ctx.map(|(_, _, t)| t).unwrap_or_default().into_iter();
+                    let mut tickets = self.own_tickets(&e.context, ours).into_iter();
                     for cmd in &cmds {
                         let outcome = self.view.apply(cmd);
                         match (cmd, outcome) {
@@ -784,12 +775,7 @@ impl Replica {
                     voters.sort_unstable();
                     self.node.mut_store().set_conf_state(cs)?;
                     tracing::info!(replica = self.cfg.id, ?voters, "membership changed");
-                    if let Some((origin, boot, tickets)) = codec::decode_context(&e.context)
-                        && ours
-                        && origin == self.cfg.id
-                        && boot == self.node.store().boot()
-                        && let Some(&t) = tickets.first()
-                    {
+                    if let Some(&t) = self.own_tickets(&e.context, ours).first() {
                         self.outcomes.push((t, Answer::Membership { voters }));
                     }
                 }

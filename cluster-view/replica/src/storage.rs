@@ -280,18 +280,19 @@ impl RocksStorage {
 
     /// Persists the hard state.
     pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), ReplicaError> {
-        self.db.put_opt(K_HARD, encode(&hs), &self.write_opts())?;
-        self.hard = hs;
-        Ok(())
+        self.put_hard(hs, self.sync)
     }
 
     /// Records the commit index alone, without an fsync: a commit index lost in a crash is
     /// learnt again from the leader (raft only needs term and vote to be durable).
     pub fn set_commit(&mut self, commit: u64) -> Result<(), ReplicaError> {
-        let mut hs = self.hard.clone();
-        hs.commit = commit;
+        let hs = HardState { commit, ..self.hard.clone() };
+        self.put_hard(hs, false)
+    }
+
+    fn put_hard(&mut self, hs: HardState, sync: bool) -> Result<(), ReplicaError> {
         let mut wo = WriteOptions::default();
-        wo.set_sync(false);
+        wo.set_sync(sync);
         self.db.put_opt(K_HARD, encode(&hs), &wo)?;
         self.hard = hs;
         Ok(())

@@ -178,39 +178,7 @@ impl ServeConfig {
         }
         Ok(out)
     }
-}
 
-/// Splits an address record into (client address, raft address).
-pub fn split_addr(record: &str) -> (&str, &str) {
-    match record.split_once(' ') {
-        Some((c, r)) => (c, r),
-        None => (record, record),
-    }
-}
-
-fn parse_peers(field: &str, list: &[String]) -> Result<BTreeMap<u64, String>, ServeError> {
-    {
-        let bad = |m: String| ServeError::Config { file: field.into(), message: m };
-        let mut out = BTreeMap::new();
-        for p in list {
-            let (id, addr) = p.split_once('=').ok_or_else(|| bad(format!("`{p}` is not `id=host:port`")))?;
-            let id: u64 = id.trim().parse().map_err(|_| bad(format!("`{p}`: `{id}` is not a replica id")))?;
-            let addr = addr.trim();
-            if id == 0 {
-                return Err(bad(format!("`{p}`: replica ids start at 1")));
-            }
-            if !addr.contains(':') {
-                return Err(bad(format!("`{p}`: `{addr}` has no port")));
-            }
-            if out.insert(id, addr.to_string()).is_some() {
-                return Err(bad(format!("replica {id} is listed twice")));
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl ServeConfig {
     /// Checks values that cannot work.
     pub fn validate(&self) -> Result<(), ServeError> {
         let bad = |m: &str| Err(ServeError::Config { file: "config".into(), message: m.to_string() });
@@ -247,4 +215,32 @@ impl ServeConfig {
         }
         Ok(())
     }
+}
+
+/// Splits an address record into (client address, raft address).
+pub fn split_addr(record: &str) -> (&str, &str) {
+    match record.split_once(' ') {
+        Some((c, r)) => (c, r),
+        None => (record, record),
+    }
+}
+
+fn parse_peers(field: &str, list: &[String]) -> Result<BTreeMap<u64, String>, ServeError> {
+    let bad = |m: String| ServeError::Config { file: field.into(), message: m };
+    let mut out = BTreeMap::new();
+    for p in list {
+        let (id, addr) = p.split_once('=').ok_or_else(|| bad(format!("`{p}` is not `id=host:port`")))?;
+        let id: u64 = id.trim().parse().map_err(|_| bad(format!("`{p}`: `{id}` is not a replica id")))?;
+        let addr = addr.trim();
+        if id == 0 {
+            return Err(bad(format!("`{p}`: replica ids start at 1")));
+        }
+        if !addr.contains(':') {
+            return Err(bad(format!("`{p}`: `{addr}` has no port")));
+        }
+        if out.insert(id, addr.to_string()).is_some() {
+            return Err(bad(format!("replica {id} is listed twice")));
+        }
+    }
+    Ok(out)
 }

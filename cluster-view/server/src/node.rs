@@ -7,7 +7,6 @@
 //! raft entry (group commit).
 
 use crate::error::NodeError;
-use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -76,9 +75,7 @@ pub struct NodeStatus {
 pub enum Req {
     /// Gang proposals, each answered on its own.
     Propose(Vec<(Proposal, Reply<(Answer, u64)>)>),
-    /// Any other command.
-    Command(Command, Reply<(Answer, u64)>),
-    /// Several commands queued together (all or none reach the driver).
+    /// Commands other than gang proposals, queued together (all or none reach the driver).
     Commands(Vec<(Command, Reply<(Answer, u64)>)>),
     /// A read.
     Read {
@@ -173,8 +170,13 @@ impl NodeHandle {
 
     /// The client address of replica `id`, if known.
     pub fn addr_of(&self, id: u64) -> Option<String> {
-        self.addrs.read().ok().and_then(|a| a.get(&id).map(|r| crate::config::split_addr(r).0.to_string()))
+        client_addr(&self.addrs, id)
     }
+}
+
+/// The client address of replica `id` in an address-record map.
+fn client_addr(addrs: &RwLock<BTreeMap<u64, String>>, id: u64) -> Option<String> {
+    addrs.read().ok().and_then(|a| a.get(&id).map(|r| crate::config::split_addr(r).0.to_string()))
 }
 
 /// Settings of the driver loop.
@@ -218,6 +220,8 @@ pub struct Driver {
     pending: HashMap<Ticket, (Instant, Pending)>,
     leases: HashMap<ServerId, Instant>,
     was_leader: bool,
+    /// (applied index, state hash) of the last Status.
+    hash_at: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -256,6 +260,7 @@ impl Driver {
             pending: HashMap::new(),
             leases: HashMap::new(),
             was_leader: false,
+            hash_at: None,
         };
         (d, handle)
     }
@@ -313,7 +318,17 @@ impl Driver {
         }
     }
 
-    fn status(&self) -> NodeStatus {
+    fn status(&mut self) -> NodeStatus {
+        // The hash walks the whole view: compute it once per applied index, not per poll.
+        let applied = self.replica.applied_index();
+        let state_hash = match self.hash_at {
+            Some((at, h)) if at == applied => h,
+            _ => {
+                let h = self.replica.view().state_hash();
+                self.hash_at = Some((applied, h));
+                h
+            }
+        };
         let r = &self.replica;
         let role = r.role();
         NodeStatus {
@@ -325,15 +340,13 @@ impl Driver {
             version: r.view().version().0,
             voters: r.voters(),
             log_entries: r.log_len() as u64,
-            state_hash: r.view().state_hash(),
+            state_hash,
         }
     }
 
     fn not_leader(&self) -> NodeError {
         let leader = self.replica.leader_id();
-        let addr =
-            self.addrs.read().ok().and_then(|a| a.get(&leader).map(|r| crate::config::split_addr(r).0.to_string()));
-        NodeError::NotLeader { leader, addr }
+        NodeError::NotLeader { leader, addr: client_addr(&self.addrs, leader) }
     }
 
     fn map_err(&self, e: ReplicaError) -> NodeError {
@@ -365,10 +378,12 @@ impl Driver {
                     }
                 }
             }
-            Req::Command(cmd, reply) => self.command(cmd, reply),
             Req::Commands(items) => {
                 for (cmd, reply) in items {
-                    self.command(cmd, reply);
+                    let r = self.replica.propose(cmd);
+                    if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
+                        let _ = reply.send(Err(e));
+                    }
                 }
             }
             Req::Read { linearizable, what, reply } => {
@@ -408,13 +423,6 @@ impl Driver {
             Req::Unreachable(id) => self.replica.report_unreachable(id),
             Req::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
             Req::Wake => {}
-        }
-    }
-
-    fn command(&mut self, cmd: Command, reply: Reply<(Answer, u64)>) {
-        let r = self.replica.propose(cmd);
-        if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
-            let _ = reply.send(Err(e));
         }
     }
 
@@ -566,15 +574,21 @@ impl Driver {
             self.leases.clear();
         }
         self.was_leader = leader;
-        let announced = self.replica.announced_addrs();
-        let mut new = Vec::new();
-        if let Ok(mut addrs) = self.addrs.write() {
-            for (id, a) in announced {
-                if addrs.get(id) != Some(a) {
-                    addrs.insert(*id, a.clone());
-                    new.push((*id, a.clone()));
-                }
-            }
+        // Every round, but a write lock only when a membership change announced something new.
+        let new: Vec<(u64, String)> = match self.addrs.read() {
+            Ok(addrs) => self
+                .replica
+                .announced_addrs()
+                .iter()
+                .filter(|(id, a)| addrs.get(*id) != Some(*a))
+                .map(|(id, a)| (*id, a.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if !new.is_empty()
+            && let Ok(mut addrs) = self.addrs.write()
+        {
+            addrs.extend(new.iter().cloned());
         }
         for (id, a) in new {
             if id != self.replica.id() {
@@ -650,9 +664,4 @@ pub fn topology_mismatch(want: &Topology, got: &Topology) -> Option<String> {
         diffs.push(format!("{} MiB memory vs {}", got.memory_mib, want.memory_mib));
     }
     (!diffs.is_empty()).then(|| format!("{} (reported vs configured)", diffs.join(", ")))
-}
-
-/// Encodes a raft message (for the transport).
-pub fn encode_message(m: &Message) -> Vec<u8> {
-    m.write_to_bytes().unwrap_or_default()
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::v1;
 use tessera_replica::Answer;
-use tessera_view::{Command, Decision, JobId, JobSpec, Outcome, Proposal, ServerId, Topology, ViewError};
+use tessera_view::{Command, JobId, JobSpec, Outcome, Proposal, ServerId, Topology, ViewError};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -61,7 +61,7 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + S
 
 impl ViewService {
     async fn command(&self, cmd: Command) -> Result<(Outcome, u64), Status> {
-        let (a, version) = self.node.ask(|r| Req::Command(cmd, r)).await?;
+        let (a, version) = self.node.ask(|r| Req::Commands(vec![(cmd, r)])).await?;
         match a {
             Answer::Applied(o) => Ok((o, version)),
             other => Err(Status::unavailable(format!("outcome unknown ({other:?}); check the job's state"))),
@@ -293,9 +293,4 @@ impl v1::view_server::View for ViewService {
         let voters = self.node.ask(|reply| Req::Membership(false, id, String::new(), reply)).await?;
         Ok(Response::new(v1::MembershipResponse { voters }))
     }
-}
-
-/// Whether a decision committed the placement (accepted now or before).
-pub fn committed(d: &Decision) -> bool {
-    matches!(d, Decision::Accepted { .. } | Decision::AlreadyApplied { .. })
 }

@@ -9,7 +9,7 @@
 //! rust-protobuf 2 (advisory RUSTSEC-2024-0437: hostile input can overflow the stack), so the
 //! raft port must be reachable by the replicas alone (a private network or mTLS in front).
 
-use crate::node::{NodeHandle, Req, encode_message};
+use crate::node::{NodeHandle, Req};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use std::time::Duration;
@@ -118,6 +118,10 @@ pub async fn run_peer(
         }
         tokio::time::sleep(backoff).await;
     }
+}
+
+fn encode_message(m: &Message) -> Vec<u8> {
+    m.write_to_bytes().unwrap_or_default()
 }
 
 fn lost(node: &NodeHandle, to: u64, msgs: &[Message]) {
