@@ -32,7 +32,7 @@ use tessera_view::view::{DEFAULT_CHANGE_LOG, DEFAULT_ENDED_JOBS_KEPT};
 use tessera_view::{
     ClusterSpec, ClusterView, Command, ConfigSet, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState,
     LocalityLevel, MemberPlacement, Outcome, Predictor, Proposal, ProposalId, Rejection, ServerId, ServerRecord,
-    Topology, ViewError, ViewSnapshot, ViewVersion,
+    TaskEvent, TaskState, Topology, ViewError, ViewSnapshot, ViewVersion,
 };
 
 const PRESETS: [&str; 4] = ["seed-8gpu", "dgx1-v100", "dgx-h100", "pcie-4gpu"];
@@ -177,18 +177,29 @@ fn take(rec: &mut ServerRecord, m: &MemberPlacement) {
 
 /// Takes (`take`) or gives back members' resources on a copy of the records.
 fn adjust(recs: &mut [ServerRecord], ms: &[MemberPlacement], take: bool) {
+    adjust_healthy(recs, ms, take, &[]);
+}
+
+/// [`adjust`], where giving back leaves the `unhealthy` devices (by server) out of the free mask.
+fn adjust_healthy(recs: &mut [ServerRecord], ms: &[MemberPlacement], take: bool, unhealthy: &[u64]) {
     for m in ms {
+        let sick = unhealthy.get(m.server.index()).copied().unwrap_or(0);
         let r = &mut recs[m.server.index()];
         if take {
             r.free_gpus &= !m.gpus;
             r.free_cores = r.free_cores.without(m.cores);
             r.free_memory_mib = r.free_memory_mib.saturating_sub(m.memory_mib);
         } else {
-            r.free_gpus |= m.gpus;
+            r.free_gpus |= m.gpus & !sick;
             r.free_cores = r.free_cores.or(m.cores);
             r.free_memory_mib += m.memory_mib;
         }
     }
+}
+
+/// Unhealthy devices of every server, by id.
+fn unhealthy(view: &ClusterView) -> Vec<u64> {
+    (0..view.servers().len() as u32).map(|s| view.unhealthy_devices(ServerId(s))).collect()
 }
 
 /// Proposal ids held by placed gangs, from the jobs alone.
@@ -809,6 +820,8 @@ impl World {
             Outcome::Submitted(r) => r.is_ok() as u64,
             Outcome::Ended(r) => r.is_ok() as u64,
             Outcome::HealthSet(r) => (r.is_ok() && v1 != v0) as u64,
+            Outcome::TaskReported(r) => (r.is_ok() && v1 != v0) as u64,
+            Outcome::DevicesSet(r) => (r.is_ok() && v1 != v0) as u64,
         };
         ensure!(v1.0 == v0.0 + bumps, "version went {v0} -> {v1} on {cmd:?} -> {out:?}");
         if v1 == v0 {
@@ -1191,7 +1204,7 @@ impl World {
                 ensure!(allowed, "ended {job} in state {}", j.state);
                 let mut want = before.servers().to_vec();
                 if let Some(pl) = &j.placement {
-                    adjust(&mut want, &pl.members, false);
+                    adjust_healthy(&mut want, &pl.members, false, &unhealthy(&before));
                 }
                 ensure!(self.view.servers() == want.as_slice(), "ending {job} did not free exactly its resources");
                 let state = if cancel || failed { JobState::Failed } else { JobState::Finished };
@@ -1263,7 +1276,7 @@ impl World {
         // Every member of every hit gang, on every server, is freed; nothing else changes.
         let mut want = before.servers().to_vec();
         for j in &hit {
-            adjust(&mut want, &j.placement.as_ref().expect("placed").members, false);
+            adjust_healthy(&mut want, &j.placement.as_ref().expect("placed").members, false, &unhealthy(&before));
         }
         want[server.index()].health = health;
         ensure!(self.view.servers() == want.as_slice(), "{server} {health}: servers not freed exactly");
@@ -1277,6 +1290,125 @@ impl World {
             }
         }
         self.stats.requeued += want_ids.len() as u64;
+        Ok(())
+    }
+
+    /// A node agent reports a task: mostly of a live placement, sometimes stale (another
+    /// proposal, member or server). Checks the member and job states and what is freed.
+    fn op_task(&mut self, rng: &mut SmallRng) -> Result<()> {
+        let placed: Vec<Job> = self.view.jobs().into_iter().filter(|j| j.placement.is_some()).cloned().collect();
+        let Some(j) = placed.choose(rng).cloned() else { return Ok(()) };
+        let pl = j.placement.clone().context("placed")?;
+        let mut member = rng.random_range(0..pl.members.len() as u32);
+        let mut proposal = pl.proposal;
+        let mut server = pl.members[member as usize].server;
+        let stale = rng.random_range(0..8) == 0;
+        if stale {
+            match rng.random_range(0..3) {
+                0 => proposal = ProposalId(proposal.0 ^ 1 << 40),
+                1 => member = pl.members.len() as u32 + rng.random_range(0..3),
+                _ => server = ServerId(server.0 + 1 + rng.random_range(0..3)),
+            }
+        }
+        let event = match rng.random_range(0..10) {
+            0..=4 => TaskEvent::Started,
+            5..=8 => TaskEvent::Exited { code: 0, message: String::new() },
+            _ => TaskEvent::Exited { code: rng.random_range(1..130), message: "boom".into() },
+        };
+        let before = self.view.clone();
+        let out = self.exec(Command::Task { job: j.id, proposal, member, server, event: event.clone() })?;
+        let Outcome::TaskReported(res) = out else { bail!("task report answered {out:?}") };
+        let wrong_server = pl.members.get(member as usize).is_some_and(|m| m.server != server);
+        if stale && (proposal != pl.proposal || member as usize >= pl.members.len() || wrong_server) {
+            ensure!(matches!(res, Err(ViewError::StaleTask { .. })), "stale report answered {res:?}");
+            ensure!(self.view.state_hash() == before.state_hash(), "a stale report changed state");
+            return Ok(());
+        }
+        let state = res.map_err(|e| anyhow::anyhow!("report on {}: {e}", j.id))?;
+        let mut tasks = j.tasks.clone();
+        let k = member as usize;
+        let ends = match &event {
+            TaskEvent::Started => {
+                if tasks[k] == TaskState::Starting {
+                    tasks[k] = TaskState::Running;
+                }
+                None
+            }
+            TaskEvent::Exited { code: 0, .. } => {
+                tasks[k] = TaskState::Succeeded;
+                tasks.iter().all(|t| *t == TaskState::Succeeded).then_some(JobState::Finished)
+            }
+            TaskEvent::Exited { .. } => Some(JobState::Failed),
+        };
+        // An ended job may be forgotten at once (`ended_kept` = 0).
+        let now = self.view.job(j.id);
+        ensure!(now.is_some() || ends.is_some(), "{} vanished on a report that does not end it", j.id);
+        if let Some(now) = now {
+            ensure!(now.state == state, "report answered {state} but the job is {}", now.state);
+        }
+        match ends {
+            Some(end) => {
+                ensure!(state == end, "{} is {state}, want {end}", j.id);
+                if let Some(now) = now {
+                    ensure!(now.placement.is_none() && now.tasks.is_empty(), "{} ended holding a placement", j.id);
+                    let error_ok = match end {
+                        JobState::Failed => {
+                            now.error.as_ref().is_some_and(|e| e.contains(&format!("member {member} ")))
+                        }
+                        _ => now.error == j.error,
+                    };
+                    ensure!(error_ok, "{} ended {end} with error {:?}", j.id, now.error);
+                }
+                let mut want = before.servers().to_vec();
+                adjust_healthy(&mut want, &pl.members, false, &unhealthy(&before));
+                ensure!(self.view.servers() == want.as_slice(), "ending {} by a report did not free it exactly", j.id);
+            }
+            None => {
+                let now = now.context("checked above")?;
+                ensure!(now.tasks == tasks, "{}: tasks {:?}, want {tasks:?}", j.id, now.tasks);
+                let all_up = tasks.iter().all(|t| *t != TaskState::Starting);
+                let want = if j.state == JobState::Placed && all_up { JobState::Running } else { j.state };
+                ensure!(state == want, "{} is {state}, want {want}", j.id);
+                ensure!(self.view.servers() == before.servers(), "a task report moved resources");
+            }
+        }
+        Ok(())
+    }
+
+    /// A node agent reports unhealthy devices (sometimes ones that do not exist, or an unknown
+    /// server): free devices that turn unhealthy leave the free mask, held ones stay held.
+    fn op_devices(&mut self, rng: &mut SmallRng) -> Result<()> {
+        let n = self.view.servers().len() as u32;
+        let server = if rng.random_range(0..20) == 0 { ServerId(n) } else { ServerId(rng.random_range(0..n)) };
+        let all = self.view.server(server).map_or(0xff, |r| self.view.topology_of(r.config_set).all_devices());
+        let devices = match rng.random_range(0..10) {
+            0..=3 => 0,
+            4 => (all << 1 | 1) & !all,
+            _ => rng.random::<u64>() & rng.random::<u64>() & rng.random::<u64>() & all,
+        };
+        let before = self.view.clone();
+        let out = self.exec(Command::SetUnhealthyDevices { server, devices })?;
+        let Outcome::DevicesSet(res) = out else { bail!("device health answered {out:?}") };
+        if server.0 >= n || devices & !all != 0 {
+            ensure!(res.is_err(), "bad device report accepted: {server} {devices:#x}");
+            ensure!(self.view.state_hash() == before.state_hash(), "a refused device report changed state");
+            return Ok(());
+        }
+        res.map_err(|e| anyhow::anyhow!("device report on {server}: {e}"))?;
+        ensure!(self.view.unhealthy_devices(server) == devices, "unhealthy devices not recorded");
+        let mut want = before.servers().to_vec();
+        let held: u64 = before
+            .jobs()
+            .iter()
+            .filter_map(|j| j.placement.as_ref())
+            .flat_map(|p| p.members.iter())
+            .filter(|m| m.server == server)
+            .fold(0, |a, m| a | m.gpus);
+        want[server.index()].free_gpus = all & !held & !devices;
+        ensure!(self.view.servers() == want.as_slice(), "device report on {server} changed other state");
+        for j in before.jobs() {
+            ensure!(self.view.job(j.id) == Some(j), "{} changed on a device report", j.id);
+        }
         Ok(())
     }
 
@@ -1346,9 +1478,11 @@ impl World {
             61..=66 => self.op_resend(rng),
             67..=74 => self.op_end(rng, false),
             75..=78 => self.op_end(rng, true),
-            79..=81 => self.op_health(rng, true),
-            82..=85 => self.op_health(rng, false),
-            86..=97 => self.op_refresh(rng),
+            79..=80 => self.op_health(rng, true),
+            81..=82 => self.op_health(rng, false),
+            83..=86 => self.op_task(rng),
+            87 => self.op_devices(rng),
+            88..=97 => self.op_refresh(rng),
             _ => {
                 self.op_checkpoint();
                 Ok(())

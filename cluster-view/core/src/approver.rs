@@ -10,7 +10,7 @@
 use crate::config_set::ConfigSet;
 use crate::fit;
 use crate::ids::ServerId;
-use crate::job::JobState;
+use crate::job::{JobState, TaskState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, GangPlacement, MemberPlacement, Proposal, Rejection};
 use crate::server::ServerRecord;
@@ -148,6 +148,7 @@ impl ClusterView {
         job.state = JobState::Placed;
         job.placement = Some(GangPlacement { proposal: p.id, members: p.members.clone(), level, placed_at: version });
         job.proposals.push(p.id);
+        job.tasks = vec![TaskState::Starting; p.members.len()];
         let (tenant, total) = (job.spec.tenant.clone(), job.spec.total_gpus());
         *self.tenant_used.entry(tenant).or_default() += total;
         self.applied.insert(p.id, p.job);

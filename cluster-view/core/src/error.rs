@@ -116,4 +116,13 @@ pub enum ViewError {
     /// A server would exceed the view's limits (devices, cores, count).
     #[error("server {0}: {1}")]
     BadServer(ServerId, String),
+    /// A task report that does not match the job's current placement (the placement it was
+    /// started for was released, re-queued or replaced): the reporter should stop that task.
+    #[error("stale task report for {job}: {why}")]
+    StaleTask {
+        /// The job.
+        job: JobId,
+        /// What does not match.
+        why: String,
+    },
 }

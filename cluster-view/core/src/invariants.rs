@@ -86,7 +86,7 @@ pub fn check(view: &ClusterView) -> Report {
     }
     for (i, r) in view.servers.iter().enumerate() {
         let t = view.topology_of(r.config_set);
-        let want_gpus = t.all_devices() & !held_gpus[i];
+        let want_gpus = t.all_devices() & !held_gpus[i] & !view.unhealthy[i];
         let want_cores = t.all_cores().without(held_cores[i]);
         if held_mem[i] > t.memory_mib as u64 {
             rep.violations.push(format!("server#{i}: jobs hold {} MiB of {} MiB", held_mem[i], t.memory_mib));

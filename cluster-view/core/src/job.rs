@@ -412,6 +412,46 @@ impl fmt::Display for JobState {
     }
 }
 
+/// Where one gang member's task is, as its node agent reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    /// Placed; its agent has not reported it started.
+    #[default]
+    Starting,
+    /// Its process runs.
+    Running,
+    /// It exited with status 0.
+    Succeeded,
+}
+
+impl TaskState {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Starting => "starting",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+        }
+    }
+}
+
+/// What a node agent reports about one member's task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskEvent {
+    /// The task's process started.
+    Started,
+    /// The task ended: `code` 0 is success; anything else (a signal, a command that could not
+    /// start, a placement the server cannot honour) fails the job, and `message` says why.
+    Exited {
+        /// Exit status (negative: killed by signal `-code`).
+        code: i32,
+        /// Why, in words (empty for a plain exit).
+        message: String,
+    },
+}
+
 /// A job as the view holds it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -428,6 +468,12 @@ pub struct Job {
     /// Every proposal id ever applied for this job, oldest first. The approver applies an id
     /// at most once: a late retry of a spent id is refused, never re-applied.
     pub proposals: Vec<crate::ProposalId>,
+    /// One state per member of the current placement (empty without one).
+    #[serde(default)]
+    pub tasks: Vec<TaskState>,
+    /// Why the job last failed or was re-queued, if it did.
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::error::ViewError;
 use crate::fit;
 use crate::hash::StateHasher;
 use crate::ids::{ConfigSetId, JobId, ProposalId, ServerId, ViewVersion};
-use crate::job::{Job, JobSpec, JobState};
+use crate::job::{Job, JobSpec, JobState, TaskEvent, TaskState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, Proposal};
 use crate::server::{Health, ServerRecord};
@@ -51,6 +51,27 @@ pub enum Command {
         /// New health.
         health: Health,
     },
+    /// A node agent's report on one member's task of a placement.
+    Task {
+        /// The job.
+        job: JobId,
+        /// The placement the task was started for.
+        proposal: ProposalId,
+        /// The member (rank) within the gang.
+        member: u32,
+        /// The reporting server, which must be the member's.
+        server: ServerId,
+        /// What happened.
+        event: TaskEvent,
+    },
+    /// The devices of a server its agent found unhealthy (bit `i` = device `i`); they are not
+    /// placed on until reported healthy again. Jobs holding them keep them until they end.
+    SetUnhealthyDevices {
+        /// The server.
+        server: ServerId,
+        /// Every unhealthy device (replaces the previous set).
+        devices: u64,
+    },
 }
 
 /// The result of applying a [`Command`].
@@ -64,6 +85,10 @@ pub enum Outcome {
     Ended(Result<(), ViewError>),
     /// Jobs re-queued by a health change.
     HealthSet(Result<Vec<JobId>, ViewError>),
+    /// The job's state after a task report.
+    TaskReported(Result<JobState, ViewError>),
+    /// Device health recorded.
+    DevicesSet(Result<(), ViewError>),
 }
 
 /// What changed at one version, for deltas.
@@ -113,6 +138,9 @@ pub struct ViewSnapshot {
     pub ended: Vec<JobId>,
     /// How many ended jobs are kept.
     pub ended_jobs_kept: u64,
+    /// Unhealthy devices per server, by id (empty when none ever was).
+    #[serde(default)]
+    pub unhealthy: Vec<u64>,
 }
 
 /// The cluster view. See the crate docs for its invariants.
@@ -127,6 +155,8 @@ pub struct ClusterView {
     pub(crate) server_names: Vec<String>,
     pub(crate) server_versions: Vec<ViewVersion>,
     pub(crate) server_by_name: HashMap<String, ServerId>,
+    /// Unhealthy devices per server (cold: read on release and health changes only).
+    pub(crate) unhealthy: Vec<u64>,
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) ended: VecDeque<JobId>,
     pub(crate) ended_kept: usize,
@@ -226,6 +256,7 @@ impl ClusterView {
             server_names: names,
             server_versions: vec![ViewVersion(0); count],
             server_by_name,
+            unhealthy: vec![0; count],
             jobs: HashMap::new(),
             ended: VecDeque::new(),
             ended_kept: DEFAULT_ENDED_JOBS_KEPT,
@@ -353,7 +384,119 @@ impl ClusterView {
             Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
             Command::Cancel { job } => Outcome::Ended(self.cancel(*job)),
             Command::SetHealth { server, health } => Outcome::HealthSet(self.set_health(*server, *health)),
+            Command::Task { job, proposal, member, server, event } => {
+                Outcome::TaskReported(self.task_event(*job, *proposal, *member, *server, event))
+            }
+            Command::SetUnhealthyDevices { server, devices } => {
+                Outcome::DevicesSet(self.set_unhealthy_devices(*server, *devices))
+            }
         }
+    }
+
+    /// Unhealthy devices of a server (bit `i` = device `i`).
+    pub fn unhealthy_devices(&self, server: ServerId) -> u64 {
+        self.unhealthy.get(server.index()).copied().unwrap_or(0)
+    }
+
+    /// Records a node agent's report on one member's task. `Started` moves the member to
+    /// running (the job too, once every member runs); `Exited` with code 0 marks it succeeded
+    /// (the job finishes and releases once every member has); any other exit fails the job and
+    /// releases its resources. A report for another placement than the job's current one is
+    /// [`ViewError::StaleTask`]; repeated reports change nothing.
+    pub fn task_event(
+        &mut self,
+        job: JobId,
+        proposal: ProposalId,
+        member: u32,
+        server: ServerId,
+        event: &TaskEvent,
+    ) -> Result<JobState, ViewError> {
+        let j = self.jobs.get(&job).ok_or(ViewError::UnknownJob(job))?;
+        let stale = |why: String| Err(ViewError::StaleTask { job, why });
+        let Some(p) = j.placement.as_ref().filter(|_| j.state.holds_resources()) else {
+            return stale(format!("the job is {} and holds no placement", j.state));
+        };
+        if p.proposal != proposal {
+            return stale(format!("its placement is proposal {}, not {proposal}", p.proposal));
+        }
+        let Some(m) = p.members.get(member as usize) else {
+            return stale(format!("the placement has {} members, no member {member}", p.members.len()));
+        };
+        if m.server != server {
+            return stale(format!("member {member} is on server {}, not {server}", m.server));
+        }
+        let members = p.members.len();
+        let current = j.tasks.get(member as usize).copied().unwrap_or_default();
+        let next = match event {
+            TaskEvent::Started if current == TaskState::Starting => TaskState::Running,
+            TaskEvent::Exited { code: 0, .. } if current != TaskState::Succeeded => TaskState::Succeeded,
+            TaskEvent::Started | TaskEvent::Exited { code: 0, .. } => return Ok(j.state),
+            TaskEvent::Exited { code, message } => return Ok(self.task_failed(job, member, server, *code, message)),
+        };
+        self.bump();
+        let j = self.jobs.get_mut(&job).ok_or(ViewError::UnknownJob(job))?;
+        j.tasks.resize(members, TaskState::Starting);
+        j.tasks[member as usize] = next;
+        if j.tasks.iter().all(|t| *t == TaskState::Succeeded) {
+            self.free_placement(job);
+            self.end_job(job, JobState::Finished);
+            return Ok(JobState::Finished);
+        }
+        if j.state == JobState::Placed && j.tasks.iter().all(|t| *t != TaskState::Starting) {
+            j.state = JobState::Running;
+        }
+        let state = j.state;
+        self.note(Change::Job(job));
+        Ok(state)
+    }
+
+    fn task_failed(&mut self, job: JobId, member: u32, server: ServerId, code: i32, message: &str) -> JobState {
+        let name = self.server_name(server).unwrap_or("?").to_string();
+        let why = match (code, message.trim()) {
+            (c, "") if c < 0 => format!("killed by signal {}", -c),
+            (c, "") => format!("exited with code {c}"),
+            (c, m) => format!("exited with code {c}: {m}"),
+        };
+        self.bump();
+        self.free_placement(job);
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.error = Some(format!("member {member} on {name} {why}"));
+        }
+        self.end_job(job, JobState::Failed);
+        JobState::Failed
+    }
+
+    /// Replaces a server's set of unhealthy devices. Free devices that turn unhealthy stop
+    /// being free; held ones stay with their job and are not freed when it ends; devices that
+    /// turn healthy and are not held become free.
+    pub fn set_unhealthy_devices(&mut self, server: ServerId, devices: u64) -> Result<(), ViewError> {
+        let rec = *self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        let all = self.topology_of(rec.config_set).all_devices();
+        if devices & !all != 0 {
+            return Err(ViewError::BadServer(
+                server,
+                format!(
+                    "unhealthy devices {} do not exist (it has {})",
+                    crate::mask::format_indices(devices & !all),
+                    crate::mask::format_indices(all)
+                ),
+            ));
+        }
+        if self.unhealthy[server.index()] == devices {
+            return Ok(());
+        }
+        let held = self
+            .jobs
+            .values()
+            .filter_map(|j| j.placement.as_ref())
+            .flat_map(|p| p.members.iter())
+            .filter(|m| m.server == server)
+            .fold(0u64, |acc, m| acc | m.gpus);
+        self.bump();
+        self.unhealthy[server.index()] = devices;
+        self.servers[server.index()].free_gpus = all & !held & !devices;
+        self.touch_server(server);
+        Ok(())
     }
 
     /// Admits a job as pending, or refuses it with the reason it can never fit.
@@ -386,6 +529,8 @@ impl ClusterView {
                 placement: None,
                 submitted_at: self.version,
                 proposals: Vec::new(),
+                tasks: Vec::new(),
+                error: None,
             },
         );
         self.note(Change::Job(id));
@@ -514,10 +659,12 @@ impl ClusterView {
                 .map(|j| j.id)
                 .collect();
             hit.sort();
+            let name = self.server_name(server).unwrap_or("?").to_string();
             for job in hit {
                 self.free_placement(job);
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.state = JobState::Pending;
+                    j.error = Some(format!("re-queued: server {name} went down"));
                 }
                 self.note(Change::Job(job));
                 requeued.push(job);
@@ -581,6 +728,7 @@ impl ClusterView {
             next_job: self.next_job,
             ended: self.ended.iter().copied().collect(),
             ended_jobs_kept: self.ended_kept as u64,
+            unhealthy: if self.unhealthy.iter().any(|u| *u != 0) { self.unhealthy.clone() } else { Vec::new() },
         }
     }
 
@@ -599,6 +747,8 @@ impl ClusterView {
         }
         let ended: VecDeque<JobId> = s.ended.iter().copied().collect();
         let count = s.servers.len();
+        let mut unhealthy = s.unhealthy;
+        unhealthy.resize(count, 0);
         ClusterView {
             version: s.version,
             server_by_name: s.server_names.iter().enumerate().map(|(i, n)| (n.clone(), ServerId(i as u32))).collect(),
@@ -609,6 +759,7 @@ impl ClusterView {
             servers: s.servers,
             server_names: s.server_names,
             server_versions: vec![s.version; count],
+            unhealthy,
             jobs: s.jobs.into_iter().map(|j| (j.id, j)).collect(),
             ended,
             ended_kept: s.ended_jobs_kept.min(usize::MAX as u64) as usize,
@@ -639,6 +790,10 @@ impl ClusterView {
             h.u64(r.config_set.0 as u64);
             h.u64(r.health as u64);
         }
+        for (i, u) in self.unhealthy.iter().enumerate().filter(|(_, u)| **u != 0) {
+            h.u64(i as u64);
+            h.u64(*u);
+        }
         h.u64(self.ended_kept as u64);
         for j in &self.ended {
             h.u64(j.0);
@@ -650,6 +805,10 @@ impl ClusterView {
             }
             h.str(j.state.as_str());
             h.u64(j.submitted_at.0);
+            for t in &j.tasks {
+                h.str(t.as_str());
+            }
+            h.str(j.error.as_deref().unwrap_or(""));
             if let Some(p) = &j.placement {
                 h.u64(p.proposal.0);
                 h.u64(p.placed_at.0);
@@ -692,13 +851,14 @@ impl ClusterView {
             return;
         };
         let Some(p) = j.placement.take() else { return };
+        j.tasks.clear();
         let total = j.spec.total_gpus();
         let tenant = j.spec.tenant.clone();
         for m in &p.members {
             let r = &mut self.servers[m.server.index()];
             assert_eq!(r.free_gpus & m.gpus, 0, "{job}: releasing devices that are already free on {}", m.server);
             assert!(!r.free_cores.intersects(m.cores), "{job}: releasing cores that are already free on {}", m.server);
-            r.free_gpus |= m.gpus;
+            r.free_gpus |= m.gpus & !self.unhealthy[m.server.index()];
             r.free_cores = r.free_cores.or(m.cores);
             r.free_memory_mib += m.memory_mib;
             self.touch_server(m.server);
@@ -740,6 +900,127 @@ fn index_of(v: &mut Vec<String>, ix: &mut HashMap<String, u32>, name: &str) -> u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::invariants;
+    use crate::mask::CoreMask;
+    use crate::placement::MemberPlacement;
+
+    fn seed_view(servers: u32) -> ClusterView {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        ClusterView::from_spec(&ClusterSpec::uniform(topo, servers, servers, 1))
+    }
+
+    fn gang(members: u32) -> JobSpec {
+        JobSpec { memory_mib_per_gpu: Some(1024), ..JobSpec::simple("g", members, 1) }
+    }
+
+    /// Submits a gang of one GPU per member and places member `k` on server `k`, device 0.
+    fn placed(view: &mut ClusterView, members: u32, proposal: u64) -> JobId {
+        let job = view.submit(gang(members)).expect("submit");
+        let ms = (0..members)
+            .map(|k| MemberPlacement { server: ServerId(k), gpus: 1, cores: CoreMask::range(0, 4), memory_mib: 1024 })
+            .collect();
+        let p = Proposal { id: ProposalId(proposal), job, members: ms, based_on: view.version() };
+        let d = view.apply(&Command::Propose(vec![p]));
+        assert!(matches!(&d, Outcome::Decided(v) if v[0].is_placed()), "{d:?}");
+        job
+    }
+
+    fn report(view: &mut ClusterView, job: JobId, p: u64, m: u32, event: TaskEvent) -> Result<JobState, ViewError> {
+        match view.apply(&Command::Task { job, proposal: ProposalId(p), member: m, server: ServerId(m), event }) {
+            Outcome::TaskReported(r) => r,
+            o => panic!("unexpected outcome {o:?}"),
+        }
+    }
+
+    fn exited(code: i32, message: &str) -> TaskEvent {
+        TaskEvent::Exited { code, message: message.into() }
+    }
+
+    #[test]
+    fn task_reports_run_and_finish_a_gang() {
+        let mut view = seed_view(2);
+        let job = placed(&mut view, 2, 1);
+        assert_eq!(view.job(job).map(|j| j.tasks.clone()), Some(vec![TaskState::Starting; 2]));
+        assert_eq!(report(&mut view, job, 1, 0, TaskEvent::Started), Ok(JobState::Placed));
+        let v = view.version();
+        assert_eq!(report(&mut view, job, 1, 0, TaskEvent::Started), Ok(JobState::Placed));
+        assert_eq!(view.version(), v, "a repeated report changes nothing");
+        assert_eq!(report(&mut view, job, 1, 1, TaskEvent::Started), Ok(JobState::Running));
+        // Reports for another placement, member or server are stale and change nothing.
+        let stale = |r: Result<JobState, ViewError>| matches!(r, Err(ViewError::StaleTask { .. }));
+        assert!(stale(report(&mut view, job, 9, 0, exited(0, ""))));
+        assert!(stale(report(&mut view, job, 1, 5, exited(0, ""))));
+        let wrong_server =
+            Command::Task { job, proposal: ProposalId(1), member: 0, server: ServerId(1), event: exited(1, "") };
+        assert!(matches!(view.apply(&wrong_server), Outcome::TaskReported(Err(ViewError::StaleTask { .. }))));
+        assert_eq!(view.version().0, v.0 + 1);
+        assert_eq!(report(&mut view, job, 1, 0, exited(0, "")), Ok(JobState::Running));
+        assert_eq!(report(&mut view, job, 1, 1, exited(0, "")), Ok(JobState::Finished));
+        let j = view.job(job).expect("kept");
+        assert!(j.placement.is_none() && j.tasks.is_empty() && j.error.is_none());
+        assert_eq!(view.servers()[0].free_gpus, 0xff);
+        assert!(invariants::check(&view).is_clean());
+        assert!(stale(report(&mut view, job, 1, 0, exited(0, ""))), "an ended job takes no reports");
+    }
+
+    #[test]
+    fn a_failed_member_fails_and_releases_the_gang() {
+        let mut view = seed_view(2);
+        let job = placed(&mut view, 2, 1);
+        assert_eq!(report(&mut view, job, 1, 1, exited(127, "command `x` not found")), Ok(JobState::Failed));
+        let j = view.job(job).expect("kept");
+        assert_eq!(j.state, JobState::Failed);
+        let e = j.error.clone().unwrap_or_default();
+        assert!(e.contains("member 1") && e.contains("code 127") && e.contains("`x` not found"), "{e}");
+        assert_eq!((view.servers()[0].free_gpus, view.servers()[1].free_gpus), (0xff, 0xff));
+        let job = placed(&mut view, 1, 2);
+        report(&mut view, job, 2, 0, exited(-9, "")).expect("applies");
+        assert!(view.job(job).and_then(|j| j.error.clone()).unwrap_or_default().contains("signal 9"));
+        assert!(invariants::check(&view).is_clean());
+    }
+
+    #[test]
+    fn unhealthy_devices_are_not_free_until_healthy_again() {
+        let mut view = seed_view(1);
+        let set = |view: &mut ClusterView, devices: u64| match view
+            .apply(&Command::SetUnhealthyDevices { server: ServerId(0), devices })
+        {
+            Outcome::DevicesSet(r) => r,
+            o => panic!("unexpected outcome {o:?}"),
+        };
+        let job = placed(&mut view, 1, 1); // holds device 0
+        set(&mut view, 0b1001).expect("devices 0 and 3");
+        assert_eq!(view.servers()[0].free_gpus, 0xff & !0b1001);
+        assert!(invariants::check(&view).is_clean(), "{:?}", invariants::check(&view));
+        // A proposal on the unhealthy device is refused.
+        let other = view.submit(gang(1)).expect("submit");
+        let p = Proposal {
+            id: ProposalId(2),
+            job: other,
+            members: vec![MemberPlacement {
+                server: ServerId(0),
+                gpus: 0b1000,
+                cores: CoreMask::range(4, 4),
+                memory_mib: 1024,
+            }],
+            based_on: view.version(),
+        };
+        assert!(matches!(view.apply(&Command::Propose(vec![p])), Outcome::Decided(d) if !d[0].is_placed()));
+        // The job keeps its unhealthy device; releasing it does not free it.
+        view.release(job, false).expect("release");
+        assert_eq!(view.servers()[0].free_gpus, 0xff & !0b1001);
+        let snap = ClusterView::from_snapshot(view.snapshot());
+        assert_eq!(snap.state_hash(), view.state_hash(), "unhealthy devices survive a snapshot");
+        assert_eq!(snap.unhealthy_devices(ServerId(0)), 0b1001);
+        set(&mut view, 0).expect("all healthy");
+        assert_eq!(view.servers()[0].free_gpus, 0xff);
+        assert!(invariants::check(&view).is_clean());
+        assert!(matches!(set(&mut view, 1 << 8), Err(ViewError::BadServer(..))), "no device 8");
+        assert!(matches!(
+            view.apply(&Command::SetUnhealthyDevices { server: ServerId(7), devices: 1 }),
+            Outcome::DevicesSet(Err(ViewError::UnknownServer(_)))
+        ));
+    }
 
     #[test]
     fn specs_built_in_code_are_validated_not_trusted() {
