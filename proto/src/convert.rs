@@ -30,8 +30,8 @@ use tessera_view::job::MAX_MEMBERS;
 use tessera_view::placement::GangPlacement;
 use tessera_view::{
     ConfigSet, ConfigSetId, CoreMask, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState, LocalityLevel,
-    MemberPlacement, Predictor, Proposal, ProposalId, Rejection, ServerId, ServerRecord, Topology, ViewDelta,
-    ViewSnapshot, ViewVersion,
+    MemberPlacement, Predictor, Proposal, ProposalId, Rejection, ServerId, ServerRecord, TaskState, Topology,
+    ViewDelta, ViewSnapshot, ViewVersion,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -152,6 +152,25 @@ fn job_state(value: i32, message: &'static str, field: &'static str) -> Result<J
         v1::JobState::Migrating => JobState::Migrating,
         v1::JobState::Finished => JobState::Finished,
         v1::JobState::Failed => JobState::Failed,
+    })
+}
+
+impl From<TaskState> for v1::TaskState {
+    fn from(s: TaskState) -> Self {
+        match s {
+            TaskState::Starting => v1::TaskState::Starting,
+            TaskState::Running => v1::TaskState::Running,
+            TaskState::Succeeded => v1::TaskState::Succeeded,
+        }
+    }
+}
+
+fn task_state(value: i32) -> Result<TaskState, WireError> {
+    Ok(match wire_enum::<v1::TaskState>(value, "Job", "tasks")? {
+        v1::TaskState::Unspecified => return Err(WireError::missing("Job", "tasks")),
+        v1::TaskState::Starting => TaskState::Starting,
+        v1::TaskState::Running => TaskState::Running,
+        v1::TaskState::Succeeded => TaskState::Succeeded,
     })
 }
 
@@ -436,6 +455,8 @@ impl From<&Job> for v1::Job {
             placement: j.placement.as_ref().map(Into::into),
             submitted_at: j.submitted_at.0,
             proposals: j.proposals.iter().map(|p| p.0).collect(),
+            tasks: j.tasks.iter().map(|t| v1::TaskState::from(*t).into()).collect(),
+            error: j.error.clone().unwrap_or_default(),
         }
     }
 }
@@ -453,6 +474,8 @@ impl TryFrom<v1::Job> for Job {
             placement: w.placement.map(GangPlacement::try_from).transpose().map_err(|e| e.at("placement"))?,
             submitted_at: ViewVersion(w.submitted_at),
             proposals: w.proposals.into_iter().map(ProposalId).collect(),
+            tasks: w.tasks.into_iter().map(task_state).collect::<Result<_, _>>()?,
+            error: (!w.error.is_empty()).then_some(w.error),
         };
         validate::check_job(&job)?;
         Ok(job)
@@ -609,6 +632,7 @@ impl From<&ViewSnapshot> for v1::ViewSnapshot {
             next_job: s.next_job,
             ended: s.ended.iter().map(|j| j.0).collect(),
             ended_jobs_kept: s.ended_jobs_kept,
+            unhealthy: s.unhealthy.clone(),
         }
     }
 }
@@ -631,6 +655,7 @@ impl TryFrom<v1::ViewSnapshot> for ViewSnapshot {
             next_job: w.next_job,
             ended: w.ended.into_iter().map(JobId).collect(),
             ended_jobs_kept: w.ended_jobs_kept,
+            unhealthy: w.unhealthy,
         };
         validate::check_snapshot(&s)?;
         Ok(s)

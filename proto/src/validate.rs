@@ -257,9 +257,25 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
             held_mem[i] += u64::from(m.memory_mib);
         }
     }
+    if !s.unhealthy.is_empty() && s.unhealthy.len() != n {
+        return Err(WireError::invalid(
+            SNAPSHOT,
+            "unhealthy",
+            format!("{} entries for {n} servers", s.unhealthy.len()),
+        ));
+    }
     for (i, r) in s.servers.iter().enumerate() {
         let t = topo_of[i];
-        let want_gpus = t.all_devices() & !held_gpus[i];
+        let unhealthy = s.unhealthy.get(i).copied().unwrap_or(0);
+        if unhealthy & !t.all_devices() != 0 {
+            return Err(WireError::out_of_range(
+                SNAPSHOT,
+                "unhealthy",
+                unhealthy,
+                format!("server {i} has {} devices", t.devices),
+            ));
+        }
+        let want_gpus = t.all_devices() & !held_gpus[i] & !unhealthy;
         let want_cores = t.all_cores().without(held_cores[i]);
         let want_mem = u64::from(t.memory_mib).checked_sub(held_mem[i]);
         if r.free_gpus != want_gpus || r.free_cores != want_cores || want_mem != Some(u64::from(r.free_memory_mib)) {
@@ -312,6 +328,13 @@ pub fn check_job(job: &Job) -> Result<(), WireError> {
         }
         (None, false) => Ok(()),
         (Some(p), true) => {
+            if !job.tasks.is_empty() && job.tasks.len() != p.members.len() {
+                return Err(WireError::invalid(
+                    "Job",
+                    "tasks",
+                    format!("{} task states for {} members", job.tasks.len(), p.members.len()),
+                ));
+            }
             if job.proposals.last() != Some(&p.proposal) {
                 return Err(WireError::invalid(
                     "Job",

@@ -238,6 +238,56 @@ impl ViewClient {
         Ok(r.await?.version)
     }
 
+    /// Registers a server (node agents): its name in the cluster spec and its discovered
+    /// topology. Answers the server's id and lease.
+    pub async fn register_server(
+        &mut self,
+        name: &str,
+        topology: v1::Topology,
+    ) -> Result<v1::LeaseResponse, ClientError> {
+        let req = v1::RegisterServerRequest { name: name.to_string(), topology: Some(topology) };
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.register_server(req).await }
+        })
+        .await
+    }
+
+    /// Renews a server's lease, reporting its unhealthy devices when given.
+    pub async fn heartbeat(
+        &mut self,
+        server: u32,
+        unhealthy: Option<u64>,
+        health_reasons: Vec<String>,
+    ) -> Result<v1::LeaseResponse, ClientError> {
+        let req = v1::HeartbeatRequest { server, unhealthy, health_reasons };
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.heartbeat(req).await }
+        })
+        .await
+    }
+
+    /// Opens a watch: the changes after version `from` (a snapshot first when the replica no
+    /// longer holds them), from the replica calls currently go to.
+    pub async fn watch(&mut self, from: u64) -> Result<tonic::Streaming<v1::WatchEvent>, ClientError> {
+        self.call(|mut g| async move { g.watch(v1::WatchRequest { from_version: from }).await }).await
+    }
+
+    /// The whole view from the replica calls currently go to.
+    pub async fn snapshot(&mut self, linearizable: bool) -> Result<v1::SnapshotResponse, ClientError> {
+        self.call(|mut g| async move { g.snapshot(v1::ReadRequest { linearizable }).await }).await
+    }
+
+    /// Reports a task of a placement (node agents).
+    pub async fn report_task(&mut self, req: v1::ReportTaskRequest) -> Result<v1::ReportTaskResponse, ClientError> {
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.report_task(req).await }
+        })
+        .await
+    }
+
     /// Cancels a job.
     pub async fn cancel(&mut self, job: u64) -> Result<u64, ClientError> {
         let r = self.call(|mut g| async move { g.cancel_job(v1::CancelJobRequest { job }).await });

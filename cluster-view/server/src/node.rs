@@ -92,8 +92,8 @@ pub enum Req {
     Status(Reply<NodeStatus>),
     /// A server registers: name and topology.
     Register(String, Topology, Reply<(ServerId, u64)>),
-    /// A server renews its lease.
-    Heartbeat(ServerId, Reply<u64>),
+    /// A server renews its lease, with its unhealthy devices when its agent reports them.
+    Heartbeat(ServerId, Option<u64>, Reply<u64>),
     /// Add (true) or remove a replica.
     Membership(bool, u64, String, Reply<Vec<u64>>),
     /// Raft messages from a peer.
@@ -406,8 +406,8 @@ impl Driver {
                 let _ = reply.send(Ok(self.status()));
             }
             Req::Register(name, topo, reply) => self.register(&name, &topo, reply),
-            Req::Heartbeat(server, reply) => {
-                let _ = reply.send(self.heartbeat(server));
+            Req::Heartbeat(server, unhealthy, reply) => {
+                let _ = reply.send(self.heartbeat(server, unhealthy));
             }
             Req::Membership(add, id, addr, reply) => {
                 let r = self.replica.propose_membership(add, id, &addr);
@@ -475,13 +475,25 @@ impl Driver {
         }
     }
 
-    fn heartbeat(&mut self, server: ServerId) -> Result<u64, NodeError> {
+    fn heartbeat(&mut self, server: ServerId, unhealthy: Option<u64>) -> Result<u64, NodeError> {
         if !self.replica.is_leader() {
             return Err(self.not_leader());
         }
-        let Some(rec) = self.replica.view().server(server).copied() else {
+        let view = self.replica.view();
+        let Some(rec) = view.server(server).copied() else {
             return Err(NodeError::NotFound(format!("no server with id {server}")));
         };
+        let all = view.topology_of(rec.config_set).all_devices();
+        let known = view.unhealthy_devices(server);
+        if let Some(u) = unhealthy
+            && u & !all != 0
+        {
+            return Err(NodeError::Invalid(format!(
+                "unhealthy devices {} do not exist on server {server} (it has {})",
+                tessera_view::mask::format_indices(u & !all),
+                tessera_view::mask::format_indices(all)
+            )));
+        }
         if rec.health == Health::Down {
             return Err(NodeError::Precondition(format!(
                 "server {server} is down (its lease expired); register again"
@@ -489,6 +501,16 @@ impl Driver {
         }
         if !self.cfg.lease.is_zero() {
             self.leases.insert(server, Instant::now() + self.cfg.lease);
+        }
+        if let Some(u) = unhealthy.filter(|u| *u != known) {
+            tracing::warn!(
+                server = server.0,
+                unhealthy = %tessera_view::mask::format_indices(u),
+                "device health changed: unhealthy devices are not placed on"
+            );
+            // Fire and forget: the next heartbeat repeats the report if this one is lost.
+            let r = self.replica.propose(Command::SetUnhealthyDevices { server, devices: u });
+            let _ = self.track(r, Pending::Internal);
         }
         Ok(self.lease_ms())
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::v1;
 use tessera_replica::Answer;
-use tessera_view::{Command, JobId, JobSpec, Outcome, Proposal, ServerId, Topology, ViewError};
+use tessera_view::{Command, JobId, JobSpec, Outcome, Proposal, ProposalId, ServerId, TaskEvent, Topology, ViewError};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -43,6 +43,9 @@ fn count(what: &str, n: usize) -> Result<(), Status> {
     }
     Ok(())
 }
+
+/// Longest task exit message accepted (bytes); the view keeps it as the job's error.
+const MAX_TASK_MESSAGE: usize = 4096;
 
 fn unknown_outcome(e: &NodeError) -> String {
     format!("outcome unknown: {e}; retrying the same proposal id is safe")
@@ -262,9 +265,47 @@ impl v1::view_server::View for ViewService {
     }
 
     async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
-        let server = req.into_inner().server;
-        let lease_ms = self.node.ask(|reply| Req::Heartbeat(ServerId(server), reply)).await?;
+        let r = req.into_inner();
+        let server = r.server;
+        if !r.health_reasons.is_empty() {
+            tracing::info!(server, reasons = ?r.health_reasons, "agent reports unhealthy devices");
+        }
+        let lease_ms = self.node.ask(|reply| Req::Heartbeat(ServerId(server), r.unhealthy, reply)).await?;
         Ok(Response::new(v1::LeaseResponse { server, lease_ms }))
+    }
+
+    async fn report_task(
+        &self,
+        req: Request<v1::ReportTaskRequest>,
+    ) -> Result<Response<v1::ReportTaskResponse>, Status> {
+        let r = req.into_inner();
+        let event = match r.event {
+            Some(v1::report_task_request::Event::Started(_)) => TaskEvent::Started,
+            Some(v1::report_task_request::Event::Exited(e)) => {
+                if e.message.len() > MAX_TASK_MESSAGE {
+                    return Err(Status::invalid_argument(format!(
+                        "exit message of {} bytes; at most {MAX_TASK_MESSAGE}",
+                        e.message.len()
+                    )));
+                }
+                TaskEvent::Exited { code: e.code, message: e.message }
+            }
+            None => return Err(Status::invalid_argument("ReportTaskRequest.event is missing")),
+        };
+        let cmd = Command::Task {
+            job: JobId(r.job),
+            proposal: ProposalId(r.proposal),
+            member: r.member,
+            server: ServerId(r.server),
+            event,
+        };
+        match self.command(cmd).await? {
+            (Outcome::TaskReported(Ok(state)), version) => {
+                Ok(Response::new(v1::ReportTaskResponse { state: v1::JobState::from(state).into(), version }))
+            }
+            (Outcome::TaskReported(Err(e)), _) => Err(view_error(e)),
+            (o, _) => Err(Status::internal(format!("unexpected outcome {o:?}"))),
+        }
     }
 
     async fn add_replica(
