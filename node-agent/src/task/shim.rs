@@ -1,0 +1,198 @@
+//! The per-task shim: pins itself to the task's cpus, tries the memory limit, runs the task in
+//! its own process group with its output in the log files, waits for it and records its exit.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+
+use nix::sched::{CpuSet, sched_setaffinity};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use super::{
+    EXIT, ExitRecord, NOTES, SHIM_DIR_ENV, SHIM_PID, SPEC, STDERR, STDOUT, TASK_PID, TaskId, TaskSpec, proc_stat,
+    write_atomic, write_json_atomic,
+};
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Runs the shim for the task directory `task_dir` (the agent binary calls it for
+/// `tessera agent shim`, with the directory from [`SHIM_DIR_ENV`]) and returns the shim's exit
+/// code: 0 once the task's exit is recorded in `exit.json`, 1 if even that failed.
+///
+/// Synchronous and single-threaded: cpu affinity is set on the calling thread, which is the one
+/// that starts the task.
+pub fn shim_main(task_dir: &Path) -> i32 {
+    let pid_path = task_dir.join(SHIM_PID);
+    if let Err(e) = write_atomic(&pid_path, format!("{}\n", std::process::id()).as_bytes()) {
+        note(task_dir, &format!("could not record the shim's pid in {}: {e}", pid_path.display()));
+    }
+    let record = run(task_dir).unwrap_or_else(|message| ExitRecord { code: None, signal: None, message });
+    match write_json_atomic(&task_dir.join(EXIT), &record) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// Runs the task to its end; `Err` when the shim itself failed.
+fn run(dir: &Path) -> Result<ExitRecord, String> {
+    let spec_path = dir.join(SPEC);
+    let spec: TaskSpec = fs::read(&spec_path)
+        .map_err(|e| e.to_string())
+        .and_then(|data| serde_json::from_slice(&data).map_err(|e| e.to_string()))
+        .map_err(|e| format!("shim failed: could not read the task spec {}: {e}", spec_path.display()))?;
+    let (program, args) = spec.command.split_first().ok_or("shim failed: the task has an empty command")?;
+
+    if !spec.cpus.is_empty()
+        && let Err(why) = pin(&spec.cpus)
+    {
+        note(dir, &format!("cpu pinning not applied: {why}"));
+    }
+    let cgroup = spec.memory_limit_mib.and_then(|mib| {
+        memory_cgroup(&spec.id, mib).map_err(|why| note(dir, &format!("memory limit not applied: {why}"))).ok()
+    });
+
+    let log = |name: &str| {
+        let path = dir.join(name);
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| format!("shim failed: could not open {}: {e}", path.display()))
+    };
+    let spawned = Command::new(program)
+        .args(args)
+        .env_remove(SHIM_DIR_ENV)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log(STDOUT)?)
+        .stderr(log(STDERR)?)
+        .process_group(0)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => return Ok(spawn_failure(program, &e)),
+    };
+    let pid = i32::try_from(child.id()).map_err(|_| "shim failed: the task's pid is out of range".to_string())?;
+    let kill_group = || {
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+    };
+    // The task is our unreaped child, so its pid is still its own: take its start time now.
+    let start = proc_stat(pid).map_or(0, |s| s.start);
+    if let Err(e) = write_atomic(&dir.join(TASK_PID), format!("{pid}\n{start}\n").as_bytes()) {
+        kill_group();
+        let _ = child.wait();
+        return Err(format!("shim failed: could not record the task's pid: {e}"));
+    }
+    let status = child.wait();
+    // Whatever the task left behind in its group ends with it.
+    kill_group();
+    if let Some(cgroup) = cgroup {
+        cgroup.leave();
+    }
+    status.map(describe).map_err(|e| format!("shim failed: could not wait for the task: {e}"))
+}
+
+fn spawn_failure(program: &str, e: &io::Error) -> ExitRecord {
+    let (code, message) = match e.kind() {
+        io::ErrorKind::NotFound => (127, format!("command `{program}` not found")),
+        io::ErrorKind::PermissionDenied => (126, format!("command `{program}` could not be run: permission denied")),
+        _ => (126, format!("command `{program}` could not be started: {e}")),
+    };
+    ExitRecord { code: Some(code), signal: None, message }
+}
+
+fn describe(status: ExitStatus) -> ExitRecord {
+    let message = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(sig)) => {
+            format!("killed by signal {sig} ({})", Signal::try_from(sig).map_or("unknown", Signal::as_str))
+        }
+        (None, None) => format!("ended with {status}"),
+    };
+    ExitRecord { code: status.code(), signal: status.signal(), message }
+}
+
+/// Pins the calling thread (and so the task it starts) to `cpus`.
+fn pin(cpus: &[u32]) -> Result<(), String> {
+    let mut set = CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu as usize).map_err(|e| format!("cpu {cpu} is out of range: {e}"))?;
+    }
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| format!("could not pin to cpus {cpus:?}: {e}"))
+}
+
+/// The task's memory cgroup, which the shim has joined.
+struct Cgroup {
+    dir: PathBuf,
+    /// The cgroup the shim came from, to go back to before removing `dir`.
+    home: Option<PathBuf>,
+}
+
+impl Cgroup {
+    /// Best effort: the cgroup is empty once the task's group is dead and the shim has left.
+    fn leave(self) {
+        if let Some(home) = self.home {
+            let _ = fs::write(home.join("cgroup.procs"), std::process::id().to_string());
+        }
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Creates `/sys/fs/cgroup/tessera/<task id>/` with `memory.max` set and moves the shim into it;
+/// `Err` says why not.
+fn memory_cgroup(id: &TaskId, mib: u64) -> Result<Cgroup, String> {
+    let root = Path::new(CGROUP_ROOT);
+    let mounts =
+        fs::read_to_string("/proc/self/mounts").map_err(|e| format!("could not read /proc/self/mounts: {e}"))?;
+    // The last mount on the path is the one visible.
+    let fstype = mounts
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&CGROUP_ROOT)).then(|| fields.get(2).copied()).flatten()
+        })
+        .next_back();
+    match fstype {
+        Some("cgroup2") => {}
+        Some(other) => return Err(format!("{CGROUP_ROOT} is not a cgroup v2 mount (it is {other})")),
+        None => return Err(format!("nothing is mounted on {CGROUP_ROOT}")),
+    }
+    let bytes = mib.checked_mul(1 << 20).ok_or_else(|| format!("{mib} MiB is too large"))?;
+    let home = fs::read_to_string("/proc/self/cgroup").ok().and_then(|text| {
+        text.lines().find_map(|l| l.strip_prefix("0::").map(|p| root.join(p.trim_start_matches('/'))))
+    });
+    let parent = root.join("tessera");
+    fs::create_dir_all(&parent).map_err(|e| format!("could not create {}: {e}", parent.display()))?;
+    enable_memory(&root.join("cgroup.subtree_control"), &parent.join("cgroup.controllers"))?;
+    let control = parent.join("cgroup.subtree_control");
+    enable_memory(&control, &control)?;
+    let dir = parent.join(id.to_string());
+    fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+    write_cgroup_file(&dir.join("memory.max"), &bytes.to_string())?;
+    write_cgroup_file(&dir.join("cgroup.procs"), &std::process::id().to_string())?;
+    Ok(Cgroup { dir, home })
+}
+
+/// Writes `+memory` to `control` unless `check` (a controllers list) already names memory.
+fn enable_memory(control: &Path, check: &Path) -> Result<(), String> {
+    let listed = fs::read_to_string(check).map_err(|e| format!("could not read {}: {e}", check.display()))?;
+    if listed.split_whitespace().any(|c| c == "memory") {
+        return Ok(());
+    }
+    write_cgroup_file(control, "+memory")
+}
+
+fn write_cgroup_file(path: &Path, value: &str) -> Result<(), String> {
+    fs::write(path, value).map_err(|e| format!("could not write `{value}` to {}: {e}", path.display()))
+}
+
+/// Appends a warning to the task's notes file (best effort: the task runs anyway).
+fn note(dir: &Path, message: &str) {
+    let path = dir.join(NOTES);
+    if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(path) {
+        let _ = writeln!(file, "{message}");
+    }
+}
