@@ -12,11 +12,14 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # System packages: a C and C++ toolchain for build scripts and linking, libclang for RocksDB's
-# bindings (bindgen). protoc comes from the protoc-bin-vendored crate.
+# bindings (bindgen), hwloc for the node agent's host topology (linked: the hwloc2 crate needs
+# the library and its pkg-config file). protoc comes from the protoc-bin-vendored crate.
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
+dpkg -s libhwloc-dev >/dev/null 2>&1 || missing+=(libhwloc-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v sccache >/dev/null 2>&1 || missing+=(sccache)
 command -v git >/dev/null 2>&1 || missing+=(git)
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -1,9 +1,10 @@
 //! `tessera`: one binary, one subcommand per role.
 //!
 //! The binary is thin: it parses flags, reads files, calls the libraries and prints. Logic lives
-//! in `tessera-view` (cluster-view/core), `tessera-view-server` (cluster-view/server) and
-//! `tessera-scheduler` (job-scheduler).
+//! in `tessera-view` (cluster-view/core), `tessera-view-server` (cluster-view/server),
+//! `tessera-agent` (node-agent) and `tessera-scheduler` (job-scheduler).
 
+mod agent;
 mod bench;
 mod bench_commit;
 mod check;
@@ -22,6 +23,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The node agent: discover GPUs and topology, register, run tasks.
+    #[command(subcommand)]
+    Agent(agent::AgentCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Agent(a) => agent::run(a),
         Command::Bench(b) => bench::run(b),
         Command::Check(c) => check::run(c),
         Command::Place(p) => place::run(p),

@@ -74,7 +74,7 @@ pub struct MemberArgs {
     raft_addr: String,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }
 
@@ -111,21 +111,21 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
         cfg.heartbeat_tick = v;
     }
     let rt = runtime()?;
-    rt.block_on(async move {
-        let shutdown = async {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            tracing::info!("shutting down");
-        };
-        tessera_view_server::serve(cfg, shutdown).await
-    })?;
+    rt.block_on(async move { tessera_view_server::serve(cfg, terminated()).await })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub(crate) async fn terminated() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
 }
 
 fn status(a: AddrArgs) -> Result<ExitCode> {

@@ -12,60 +12,22 @@
 //!   its topology; a server whose lease expires is marked down and its gang re-queued whole.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_view::{
-    ClusterView, CoreMask, Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Proposal, ProposalId, ServerId,
-    ViewSnapshot, ViewVersion, invariants,
+    Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Proposal, ProposalId, ServerId, ViewVersion, invariants,
 };
 use tessera_view_server::{LEADER_KEY, ViewClient};
 use tonic::Code;
+
+mod common;
+use common::*;
 
 struct Cluster {
     dir: tempfile::TempDir,
     addrs: Vec<String>,
     children: Vec<Option<Child>>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-fn write_spec(dir: &Path, servers: u32) {
-    let mut spec = String::from("name = \"t\"\n");
-    for r in 0..servers.div_ceil(4) {
-        spec.push_str(&format!(
-            "\n[[racks]]\nname = \"r{r}\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = {}\n",
-            (servers - r * 4).min(4)
-        ));
-    }
-    std::fs::write(dir.join("cluster.toml"), spec).expect("spec");
-}
-
-fn config(id: usize, cluster: &str, listen: &str, peers: &[String], join: bool) -> String {
-    let peers: Vec<String> = peers.iter().map(|p| format!("\"{p}\"")).collect();
-    format!(
-        "id = {id}\ncluster = \"{cluster}\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{listen}\"\n\
-         data_dir = \"data-{id}\"\npeers = [{}]\njoin = {join}\ntick_ms = 20\nelection_tick = 10\n\
-         snapshot_every = 200\nkeep_entries = 20\n",
-        peers.join(", ")
-    )
-}
-
-fn spawn(dir: &Path, id: usize) -> Child {
-    let log =
-        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("replica-{id}.log"))).expect("log");
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["view", "serve", "--config"])
-        .arg(dir.join(format!("replica-{id}.toml")))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn tessera view serve")
 }
 
 impl Cluster {
@@ -128,10 +90,6 @@ impl Drop for Cluster {
     }
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
-}
-
 async fn converge(c: &mut ViewClient, addrs: &[String]) -> Vec<u64> {
     let t0 = Instant::now();
     loop {
@@ -144,18 +102,6 @@ async fn converge(c: &mut ViewClient, addrs: &[String]) -> Vec<u64> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn view_of(c: &mut ViewClient, addr: &str) -> ClusterView {
-    let s = c.snapshot_of(addr, false).await.expect("snapshot");
-    ClusterView::from_snapshot(ViewSnapshot::try_from(s.snapshot.expect("snapshot body")).expect("valid snapshot"))
-}
-
-/// One member of `gpus` GPUs on `server`, cores 4 per GPU from `core0`.
-fn member(server: u32, gpus: u64, core0: u32) -> MemberPlacement {
-    let n = gpus.count_ones();
-    let cores = CoreMask::range(core0, 4 * n);
-    MemberPlacement { server: ServerId(server), gpus, cores, memory_mib: 1024 * n }
 }
 
 async fn submit(c: &mut ViewClient, n: usize) -> Vec<u64> {
@@ -174,10 +120,6 @@ async fn submit(c: &mut ViewClient, n: usize) -> Vec<u64> {
             x.job
         })
         .collect()
-}
-
-fn decision(r: &v1::ProposeResult) -> Option<Decision<tessera_proto::RemoteRejection>> {
-    r.decision.clone().map(|d| tessera_proto::RemoteDecision::try_from(d).expect("decision"))
 }
 
 #[test]
@@ -516,7 +458,9 @@ fn registration_heartbeat_and_lease_expiry() {
         assert!(matches!(decision(&r[0]), Some(Decision::Accepted { .. })), "{r:?}");
         let t0 = Instant::now();
         loop {
-            g.heartbeat(v1::HeartbeatRequest { server: 0 }).await.expect("server 0 keeps its lease");
+            g.heartbeat(v1::HeartbeatRequest { server: 0, ..Default::default() })
+                .await
+                .expect("server 0 keeps its lease");
             let v = view_of(&mut c, &addr).await;
             let job = v.job(JobId(jobs[0])).expect("job");
             if v.servers()[1].health == tessera_view::Health::Down {
@@ -530,7 +474,7 @@ fn registration_heartbeat_and_lease_expiry() {
         }
         let expired_after = t0.elapsed();
         // A heartbeat after expiry is refused; registering again brings the server back.
-        let s = g.heartbeat(v1::HeartbeatRequest { server: 1 }).await.expect_err("expired");
+        let s = g.heartbeat(v1::HeartbeatRequest { server: 1, ..Default::default() }).await.expect_err("expired");
         assert_eq!(s.code(), Code::FailedPrecondition);
         g.register_server(v1::RegisterServerRequest { name: n0, topology: Some(v1::Topology::from(&seed)) })
             .await

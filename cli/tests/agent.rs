@@ -1,0 +1,295 @@
+//! The node agent as a real process against a real view replica, in fake-GPU mode (the
+//! seed-8gpu preset stands in for NVML; every step after discovery is the agent's real code).
+//!
+//! - `tasks_run_pinned_and_report_their_exit`: a placed member runs with the launch environment
+//!   and its granted core, logs to its task directory, and its exit finishes the job; a
+//!   command that does not exist and a failing command fail the job with the reason.
+//! - `restart_readopts_and_lease_expiry_leaves_no_orphans`: `kill -9` of the agent leaves the
+//!   task running; a new agent re-adopts it (same process) and stops it when the job is
+//!   cancelled; when the lease expires the gang is re-queued whole and the next agent stops the
+//!   task whose placement is gone.
+//! - `unhealthy_device_is_not_placed_on`: a device the agent reports unhealthy leaves the free
+//!   mask (a proposal on it is refused) and comes back when healthy again.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_proto::v1;
+use tessera_view::{
+    CoreMask, CpuDemand, Decision, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal, ProposalId,
+    ServerId, ViewVersion,
+};
+use tessera_view_server::ViewClient;
+
+mod common;
+use common::*;
+
+/// One replica with leases, and agents for its servers.
+struct Setup {
+    dir: tempfile::TempDir,
+    addr: String,
+    view: Child,
+    agents: Vec<Option<Child>>,
+}
+
+impl Setup {
+    fn start(lease_ms: u64) -> Setup {
+        let dir = tempfile::tempdir().expect("tmp");
+        write_spec(dir.path(), 2);
+        let addr = format!("127.0.0.1:{}", free_port());
+        let cfg = config(1, "t", &addr, &[format!("1={addr}")], false) + &format!("server_lease_ms = {lease_ms}\n");
+        std::fs::write(dir.path().join("replica-1.toml"), cfg).expect("config");
+        let view = spawn(dir.path(), 1);
+        Setup { dir, addr, view, agents: Vec::new() }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("agent-r0-s00")
+    }
+
+    /// Starts an agent for server `r0-s00`; returns its index.
+    fn agent(&mut self, extra: &[&str]) -> usize {
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("agent.log")).expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["agent", "run", "--view", &self.addr, "--name", "r0-s00", "--topology", "seed-8gpu"])
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(["--stop-grace-ms", "2000", "--peers-on-loopback"])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn tessera agent run");
+        self.agents.push(Some(child));
+        self.agents.len() - 1
+    }
+
+    fn kill_agent(&mut self, i: usize) {
+        if let Some(mut c) = self.agents[i].take() {
+            c.kill().expect("kill -9");
+            c.wait().expect("reap");
+        }
+    }
+
+    fn agent_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        for i in 0..self.agents.len() {
+            self.kill_agent(i);
+        }
+        let _ = self.view.kill();
+        let _ = self.view.wait();
+        // Tasks outlive agents by design; the tests stop theirs, this catches a failed test's.
+        for pid in task_pids(&self.data_dir()) {
+            let _ = Command::new("kill").args(["-9", &format!("-{pid}")]).status();
+        }
+    }
+}
+
+/// Task pids recorded by every task directory under an agent's data dir (`task.pid`: the pid,
+/// then its start time).
+fn task_pids(data: &Path) -> Vec<u32> {
+    let Ok(dirs) = std::fs::read_dir(data.join("tasks")) else { return Vec::new() };
+    dirs.filter_map(|d| d.ok())
+        .filter_map(|d| std::fs::read_to_string(d.path().join("task.pid")).ok())
+        .filter_map(|p| p.lines().next().and_then(|l| l.trim().parse().ok()))
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited; only its parent's wait is missing.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn spec(name: &str, command: &[&str]) -> v1::JobSpec {
+    let mut s = JobSpec::simple(name, 1, 1);
+    s.tolerate = LocalityLevel::Any;
+    s.memory_mib_per_gpu = Some(1024);
+    s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+    s.command = command.iter().map(|c| c.to_string()).collect();
+    v1::JobSpec::from(&s)
+}
+
+/// Submits one job and places it on server 0, device `gpu`, view core `core`.
+async fn place(c: &mut ViewClient, name: &str, command: &[&str], gpu: u32, core: u32, id: u64) -> JobId {
+    let r = c.submit(vec![spec(name, command)]).await.expect("submit");
+    assert!(r[0].error.is_empty(), "{}", r[0].error);
+    let job = JobId(r[0].job);
+    let p = Proposal {
+        id: ProposalId(id),
+        job,
+        members: vec![MemberPlacement {
+            server: ServerId(0),
+            gpus: 1 << gpu,
+            cores: CoreMask::range(core, 1),
+            memory_mib: 1024,
+        }],
+        based_on: ViewVersion(0),
+    };
+    let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
+    assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+    job
+}
+
+/// Waits (bounded) until the job is in `state`; returns its error text.
+async fn wait_state(c: &mut ViewClient, job: JobId, state: JobState, log: impl Fn() -> String) -> String {
+    let t0 = Instant::now();
+    loop {
+        let j = c.job(job.0, false).await.expect("job").job.expect("job body");
+        let j = tessera_view::Job::try_from(j).expect("valid job");
+        if j.state == state {
+            return j.error.unwrap_or_default();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{job} stuck in {} (want {state})\n{}", j.state, log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn wait_dead(pid: u32) {
+    let t0 = Instant::now();
+    while alive(pid) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "task process {pid} is still alive");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn client(addr: &str) -> ViewClient {
+    ViewClient::new(vec![addr.to_string()]).expect("client").with_deadline(Duration::from_secs(20))
+}
+
+#[test]
+fn tasks_run_pinned_and_report_their_exit() {
+    let mut s = Setup::start(3000);
+    s.agent(&[]);
+    let addr = s.addr.clone();
+    rt().block_on(async {
+        let mut c = client(&addr);
+        c.wait_for_leader().await.expect("leader");
+        let script = "echo rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK gpus=$CUDA_VISIBLE_DEVICES job=$TESSERA_JOB_ID \
+                      master=$MASTER_ADDR:$MASTER_PORT; grep Cpus_allowed_list /proc/self/status; echo oops >&2";
+        // View core 3 folds onto host CPU 3 % 2 = 1 in fake-GPU mode on this 2-CPU machine.
+        let job = place(&mut c, "hello", &["sh", "-c", script], 2, 3, 1).await;
+        let err = wait_state(&mut c, job, JobState::Finished, || s.agent_log()).await;
+        assert_eq!(err, "");
+        let dir = s.data_dir().join("tasks").join(format!("j{}-p1-m0", job.0));
+        let out = std::fs::read_to_string(dir.join("stdout.log")).expect("stdout log");
+        assert!(out.contains(&format!("rank=0/1 local=0 gpus=2 job={} master=127.0.0.1:", job.0)), "{out}");
+        let pus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(out.contains(&format!("Cpus_allowed_list:\t{}", 3 % pus)), "{out}");
+        let errs = std::fs::read_to_string(dir.join("stderr.log")).expect("stderr log");
+        assert_eq!(errs.trim(), "oops");
+
+        let job = place(&mut c, "typo", &["no-such-program-tessera"], 0, 0, 2).await;
+        let err = wait_state(&mut c, job, JobState::Failed, || s.agent_log()).await;
+        assert!(err.contains("no-such-program-tessera") && err.contains("not found"), "{err}");
+        assert!(err.contains("r0-s00"), "{err}");
+
+        let job = place(&mut c, "fails", &["sh", "-c", "exit 3"], 1, 1, 3).await;
+        let err = wait_state(&mut c, job, JobState::Failed, || s.agent_log()).await;
+        assert!(err.contains("code 3"), "{err}");
+        // Every device is free again.
+        let v = view_of(&mut c, &addr).await;
+        assert_eq!(v.servers()[0].free_gpus, 0xff, "{:?}", v.servers()[0]);
+    });
+}
+
+#[test]
+fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
+    let mut s = Setup::start(1500);
+    let a = s.agent(&[]);
+    let addr = s.addr.clone();
+    rt().block_on(async {
+        let mut c = client(&addr);
+        c.wait_for_leader().await.expect("leader");
+        let job = place(&mut c, "long", &["sleep", "600"], 0, 0, 1).await;
+        wait_state(&mut c, job, JobState::Running, || s.agent_log()).await;
+        let pids = task_pids(&s.data_dir());
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let pid = pids[0];
+        // kill -9 of the agent: the task keeps running; a new agent re-adopts the same process.
+        s.kill_agent(a);
+        assert!(alive(pid));
+        s.agent(&[]);
+        tokio::time::sleep(Duration::from_millis(2500)).await; // past a lease: nothing may change
+        let j = c.job(job.0, false).await.expect("job").job.expect("body");
+        assert_eq!(j.state, v1::JobState::Running as i32, "the re-adopted job keeps running\n{}", s.agent_log());
+        assert!(alive(pid), "the re-adopted task must not be restarted or killed");
+        assert_eq!(task_pids(&s.data_dir()), vec![pid]);
+        // Cancelling the job stops the re-adopted task.
+        c.cancel(job.0).await.expect("cancel");
+        wait_dead(pid);
+
+        // Lease expiry: the agent dies, the gang goes back to pending whole, the task is still
+        // there; the next agent registers and stops it.
+        let job = place(&mut c, "long2", &["sleep", "600"], 1, 1, 2).await;
+        wait_state(&mut c, job, JobState::Running, || s.agent_log()).await;
+        let pid = *task_pids(&s.data_dir()).iter().find(|p| alive(**p)).expect("running task");
+        s.kill_agent(1);
+        let err = wait_state(&mut c, job, JobState::Pending, || s.agent_log()).await;
+        assert!(err.contains("went down"), "{err}");
+        assert!(alive(pid), "nothing stops a task while no agent runs");
+        s.agent(&[]);
+        wait_dead(pid);
+        let v = view_of(&mut c, &addr).await;
+        assert_eq!(v.servers()[0].health, tessera_view::Health::Up, "the new agent registered the server again");
+    });
+}
+
+#[test]
+fn unhealthy_device_is_not_placed_on() {
+    let mut s = Setup::start(3000);
+    let health = s.dir.path().join("health.txt");
+    std::fs::write(&health, "3 xid 79: fell off the bus\n").expect("health file");
+    let arg = health.display().to_string();
+    s.agent(&["--fake-health-file", &arg]);
+    let addr = s.addr.clone();
+    rt().block_on(async {
+        let mut c = client(&addr);
+        c.wait_for_leader().await.expect("leader");
+        let wait_free = |want: u64| {
+            let addr = addr.clone();
+            async move {
+                let mut c = client(&addr);
+                let t0 = Instant::now();
+                loop {
+                    let v = view_of(&mut c, &addr).await;
+                    if v.servers()[0].free_gpus == want {
+                        return;
+                    }
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(20),
+                        "free {:#x}, want {want:#x}",
+                        v.servers()[0].free_gpus
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        wait_free(0xff & !(1 << 3)).await;
+        let r = c.submit(vec![spec("on-bad-gpu", &[])]).await.expect("submit");
+        let p = Proposal {
+            id: ProposalId(7),
+            job: JobId(r[0].job),
+            members: vec![MemberPlacement {
+                server: ServerId(0),
+                gpus: 1 << 3,
+                cores: CoreMask::range(6, 1),
+                memory_mib: 1024,
+            }],
+            based_on: ViewVersion(0),
+        };
+        let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
+        assert!(matches!(decision(&d[0]), Some(Decision::Rejected { .. })), "{d:?}");
+        std::fs::write(&health, "").expect("healthy again");
+        wait_free(0xff).await;
+    });
+}

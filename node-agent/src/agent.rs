@@ -1,0 +1,548 @@
+//! The agent's main loop: register, heartbeat under the lease, follow the view, and make the
+//! placements on this server real.
+//!
+//! The loop is a reconciler, as a kubelet is: it keeps the jobs whose placement has a member
+//! here (from a snapshot plus the view's `Watch` deltas), and on every change compares the tasks
+//! those members want with the tasks the [`Runner`] holds. A member with no task is started (its
+//! placement is checked against the discovered devices first); a task whose placement is gone
+//! (the job was cancelled, failed elsewhere, or re-queued after a lease expiry) is stopped.
+//! Task starts and exits go to the view as [`v1::ReportTaskRequest`]s through an outbox that is
+//! retried until the view answers, so an exit reported during a leader change is not lost.
+//!
+//! Tasks outlive the agent: stopping or killing the agent leaves them running under their
+//! shims, and the next agent on the same data directory re-adopts them (or reports how they
+//! ended meanwhile) before it starts anything, so a restart neither duplicates nor orphans them.
+
+use crate::discover::{DiscoverOptions, Discovery, GpuSource, HealthProbe, discover};
+use crate::task::{Control, Runner, TaskExit, TaskId, TaskSpec};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+use tessera_proto::v1;
+use tessera_view::{Job, JobState, ServerId, TaskState, Topology, ViewDelta, ViewSnapshot};
+use tessera_view_server::client::{ClientError, ViewClient};
+use thiserror::Error;
+use tonic::Code;
+
+/// Exit code reported for a member the agent could not start (bad placement, spawn failure).
+pub const CANNOT_START: i32 = 125;
+
+/// Finished task directories (specs, logs, exit records) kept for people to read; older ones
+/// are removed once their job no longer holds a placement on this server.
+pub const KEEP_FINISHED: usize = 512;
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// View replica addresses (`host:port`).
+    pub view: Vec<String>,
+    /// This server's name in the cluster spec.
+    pub name: String,
+    /// Where task directories (specs, logs, exit records) live; one per agent.
+    pub data_dir: PathBuf,
+    /// Fake-GPU mode: a topology preset name or file instead of NVML.
+    pub topology: Option<String>,
+    /// The command that runs a task's shim (`[tessera, "agent", "shim"]`).
+    pub shim: Vec<String>,
+    /// How long a stopped task has between SIGTERM and SIGKILL.
+    pub stop_grace: Duration,
+    /// Give tasks `MASTER_ADDR=127.0.0.1` instead of the first member's server name (every
+    /// server of the cluster runs on this machine: `tessera dev`, tests).
+    pub peers_on_loopback: bool,
+    /// Fake-GPU mode: a file listing unhealthy device indices (a stand-in for NVML health).
+    pub fake_health_file: Option<PathBuf>,
+}
+
+/// Why the agent stopped.
+#[derive(Debug, Error)]
+pub enum AgentError {
+    /// Discovery failed or found nothing to offer.
+    #[error("discovery: {0}")]
+    Discover(String),
+    /// The view refused the registration for good (unknown name, different topology).
+    #[error("the view refused server `{name}`: {why}")]
+    Refused {
+        /// The server name.
+        name: String,
+        /// The view's reason.
+        why: String,
+    },
+    /// The task runner's state directory is unusable.
+    #[error("task runner: {0}")]
+    Runner(String),
+}
+
+/// Discovers the server, registers it, and serves its placements until `shutdown` resolves.
+/// Tasks keep running after it returns.
+pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    let discovery = discover(&DiscoverOptions { topology: cfg.topology.clone() })
+        .map_err(|e| AgentError::Discover(e.to_string()))?;
+    let Some(topology) = discovery.topology.clone() else {
+        let why = match &discovery.gpus {
+            GpuSource::Absent { reason } => reason.clone(),
+            _ => "no GPUs found".to_string(),
+        };
+        return Err(AgentError::Discover(format!(
+            "{why}; this server has nothing to offer (for a machine without GPUs, run in fake-GPU mode with --topology PRESET|FILE)"
+        )));
+    };
+    for w in &discovery.warnings {
+        tracing::warn!(server = %cfg.name, "{w}");
+    }
+    let runner = Runner::open(&cfg.data_dir, cfg.shim.clone()).await.map_err(|e| AgentError::Runner(e.to_string()))?;
+    let adopted = runner.running();
+    if !adopted.is_empty() {
+        tracing::info!(server = %cfg.name, tasks = adopted.len(), "re-adopted tasks left running by an earlier agent");
+    }
+    let client = ViewClient::new(cfg.view.clone())
+        .map_err(|e| AgentError::Discover(format!("view addresses: {e}")))?
+        .with_deadline(Duration::from_secs(3));
+    let probe = HealthProbe::new(&discovery).with_fake_health_file(cfg.fake_health_file.clone());
+    let mut agent = Agent {
+        cfg,
+        discovery,
+        topology,
+        client,
+        probe,
+        runner: std::sync::Arc::new(runner),
+        server: ServerId(0),
+        lease: Duration::ZERO,
+        version: 0,
+        names: Vec::new(),
+        jobs: HashMap::new(),
+        no_process: HashSet::new(),
+        stopping: HashSet::new(),
+        finished: VecDeque::new(),
+        outbox: VecDeque::new(),
+        synced: false,
+    };
+    agent.register().await?;
+    agent.serve(shutdown).await
+}
+
+struct Agent {
+    cfg: AgentConfig,
+    discovery: Discovery,
+    topology: Topology,
+    client: ViewClient,
+    probe: HealthProbe,
+    runner: std::sync::Arc<Runner>,
+    server: ServerId,
+    lease: Duration,
+    /// The view version the local copy reflects.
+    version: u64,
+    /// Server names by id (for `MASTER_ADDR`).
+    names: Vec<String>,
+    /// Jobs holding a placement with a member on this server.
+    jobs: HashMap<u64, Job>,
+    /// Members placed with no command (simulated jobs): reported started, nothing runs.
+    no_process: HashSet<TaskId>,
+    /// Tasks this agent stopped because their placement went away; their exits are not reported.
+    stopping: HashSet<TaskId>,
+    /// Finished tasks whose directories are kept, oldest first.
+    finished: VecDeque<TaskId>,
+    /// Task reports not yet acknowledged by the view, oldest first.
+    outbox: VecDeque<v1::ReportTaskRequest>,
+    /// Whether the local copy has been loaded since the agent started.
+    synced: bool,
+}
+
+impl Agent {
+    /// Registers (again), retrying while the view is unavailable.
+    async fn register(&mut self) -> Result<(), AgentError> {
+        let wire = v1::Topology::from(&self.topology);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.client.register_server(&self.cfg.name, wire.clone()).await {
+                Ok(l) => {
+                    self.server = ServerId(l.server);
+                    self.lease = Duration::from_millis(l.lease_ms);
+                    tracing::info!(server = %self.cfg.name, id = l.server, lease_ms = l.lease_ms, "registered");
+                    return Ok(());
+                }
+                Err(ClientError::Status { status, .. })
+                    if matches!(status.code(), Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument) =>
+                {
+                    return Err(AgentError::Refused { name: self.cfg.name.clone(), why: status.message().to_string() });
+                }
+                Err(e) => {
+                    tracing::warn!(server = %self.cfg.name, "registration failed, retrying: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    fn heartbeat_every(&self) -> Duration {
+        if self.lease.is_zero() { Duration::from_secs(1) } else { (self.lease / 3).max(Duration::from_millis(20)) }
+    }
+
+    async fn serve(mut self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+        enum Ev {
+            Shutdown,
+            Beat,
+            Watch(Result<Option<v1::WatchEvent>, tonic::Status>),
+            Exit(TaskExit),
+        }
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut beat = tokio::time::interval(self.heartbeat_every());
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stream: Option<tonic::Streaming<v1::WatchEvent>> = None;
+        let mut backoff = Duration::from_millis(50);
+        let runner = self.runner.clone();
+        loop {
+            if stream.is_none() {
+                match self.open_watch().await {
+                    Ok(s) => {
+                        stream = Some(s);
+                        backoff = Duration::from_millis(50);
+                        self.reconcile().await;
+                        self.flush().await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(server = %self.cfg.name, "cannot follow the view, retrying: {e}");
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                    }
+                }
+            }
+            let next = async {
+                match stream.as_mut() {
+                    Some(s) => s.message().await,
+                    None => {
+                        tokio::time::sleep(backoff).await;
+                        Ok(None)
+                    }
+                }
+            };
+            let ev = tokio::select! {
+                _ = &mut shutdown => Ev::Shutdown,
+                _ = beat.tick() => Ev::Beat,
+                ev = next => Ev::Watch(ev),
+                exit = runner.next_exit() => Ev::Exit(exit),
+            };
+            match ev {
+                Ev::Shutdown => break,
+                Ev::Beat => self.heartbeat().await?,
+                Ev::Watch(Ok(Some(ev))) => {
+                    if let Err(e) = self.apply(ev) {
+                        tracing::warn!(server = %self.cfg.name, "bad watch event, reading the view again: {e}");
+                        stream = None;
+                        continue;
+                    }
+                    self.reconcile().await;
+                }
+                Ev::Watch(_) => {
+                    if stream.take().is_some() {
+                        tracing::info!(server = %self.cfg.name, "watch ended; reconnecting");
+                    }
+                }
+                Ev::Exit(exit) => {
+                    self.on_exit(exit);
+                    self.reconcile().await;
+                }
+            }
+            self.flush().await;
+        }
+        tracing::info!(server = %self.cfg.name, tasks = self.runner.running().len(), "agent stopping; tasks keep running");
+        Ok(())
+    }
+
+    /// Loads the whole view (server names, the jobs placed here), then watches from its version.
+    async fn open_watch(&mut self) -> Result<tonic::Streaming<v1::WatchEvent>, String> {
+        let snap = self.client.snapshot(false).await.map_err(|e| e.to_string())?;
+        let snap = snap.snapshot.ok_or("the view answered no snapshot")?;
+        self.apply(v1::WatchEvent { event: Some(v1::watch_event::Event::Snapshot(snap)) })?;
+        self.client.watch(self.version).await.map_err(|e| e.to_string())
+    }
+
+    async fn heartbeat(&mut self) -> Result<(), AgentError> {
+        let (unhealthy, reasons) = self.probe.probe();
+        match self.client.heartbeat(self.server.0, Some(unhealthy), reasons).await {
+            Ok(_) => Ok(()),
+            Err(ClientError::Status { status, .. }) if status.code() == Code::FailedPrecondition => {
+                tracing::warn!(server = %self.cfg.name, "{}; registering again", status.message());
+                self.register().await
+            }
+            Err(e) => {
+                tracing::warn!(server = %self.cfg.name, "heartbeat failed: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies one watch event to the local copy.
+    fn apply(&mut self, ev: v1::WatchEvent) -> Result<(), String> {
+        match ev.event {
+            Some(v1::watch_event::Event::Snapshot(s)) => {
+                let snap = ViewSnapshot::try_from(s).map_err(|e| e.to_string())?;
+                self.version = snap.version.0;
+                self.names = snap.server_names;
+                self.jobs.clear();
+                for j in snap.jobs {
+                    self.keep(j);
+                }
+            }
+            Some(v1::watch_event::Event::Delta(d)) => {
+                let d = ViewDelta::try_from(d).map_err(|e| e.to_string())?;
+                if d.from.0 != self.version {
+                    return Err(format!("delta from version {} but the copy is at {}", d.from.0, self.version));
+                }
+                self.version = d.to.0;
+                for j in d.jobs {
+                    self.keep(j);
+                }
+            }
+            None => return Err("empty watch event".into()),
+        }
+        self.synced = true;
+        Ok(())
+    }
+
+    /// Keeps a job if it holds a placement with a member here; forgets it otherwise.
+    fn keep(&mut self, j: Job) {
+        let here = j.state.holds_resources()
+            && j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == self.server));
+        if here {
+            self.jobs.insert(j.id.0, j);
+        } else {
+            self.jobs.remove(&j.id.0);
+        }
+    }
+
+    /// The tasks the placements want here: members not yet succeeded.
+    fn desired(&self) -> HashMap<TaskId, (&Job, usize)> {
+        let mut want = HashMap::new();
+        for j in self.jobs.values() {
+            if !matches!(j.state, JobState::Placed | JobState::Running) {
+                continue;
+            }
+            let Some(p) = &j.placement else { continue };
+            for (k, m) in p.members.iter().enumerate() {
+                if m.server == self.server && j.tasks.get(k) != Some(&TaskState::Succeeded) {
+                    want.insert(TaskId { job: j.id.0, proposal: p.proposal.0, member: k as u32 }, (j, k));
+                }
+            }
+        }
+        want
+    }
+
+    async fn reconcile(&mut self) {
+        if !self.synced {
+            return;
+        }
+        let running: HashSet<TaskId> = self.runner.running().into_iter().collect();
+        let (start, stop, gone_placeholders) = {
+            let want = self.desired();
+            let stop: Vec<TaskId> =
+                running.iter().filter(|id| !want.contains_key(id) && !self.stopping.contains(id)).copied().collect();
+            let gone: Vec<TaskId> = self.no_process.iter().filter(|id| !want.contains_key(id)).copied().collect();
+            let mut start: Vec<(TaskId, Job, usize)> = want
+                .iter()
+                .filter(|(id, _)| {
+                    !running.contains(id) && !self.no_process.contains(id) && !self.runner.task_dir(id).exists()
+                })
+                .map(|(id, (j, k))| (*id, (*j).clone(), *k))
+                .collect();
+            start.sort_by_key(|(id, _, _)| *id);
+            (start, stop, gone)
+        };
+        for id in gone_placeholders {
+            self.no_process.remove(&id);
+        }
+        for id in stop {
+            tracing::info!(server = %self.cfg.name, task = %id, "placement gone: stopping its task");
+            match self.runner.control(&id, Control::Stop { grace: self.cfg.stop_grace }) {
+                Ok(()) => {
+                    self.stopping.insert(id);
+                }
+                Err(e) => tracing::warn!(server = %self.cfg.name, task = %id, "cannot stop: {e}"),
+            }
+        }
+        for (id, job, k) in start {
+            self.start(id, &job, k).await;
+        }
+    }
+
+    /// Starts one member's task, or reports why it cannot run here.
+    async fn start(&mut self, id: TaskId, job: &Job, k: usize) {
+        let spec = match self.task_spec(id, job, k) {
+            Ok(Some(spec)) => spec,
+            Ok(None) => {
+                tracing::info!(server = %self.cfg.name, task = %id, "placement has no command: nothing to run");
+                self.no_process.insert(id);
+                self.report(id, None);
+                return;
+            }
+            Err(why) => {
+                tracing::error!(server = %self.cfg.name, task = %id, "cannot run the placement: {why}");
+                self.report(id, Some((CANNOT_START, why)));
+                return;
+            }
+        };
+        tracing::info!(server = %self.cfg.name, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
+        match self.runner.start(spec).await {
+            Ok(()) => self.report(id, None),
+            Err(e) => {
+                tracing::error!(server = %self.cfg.name, task = %id, "task did not start: {e}");
+                self.report(id, Some((CANNOT_START, format!("the task could not start: {e}"))));
+            }
+        }
+    }
+
+    /// What to run for member `k` of `job`; `None` when the job has no command; an error when
+    /// the placement names devices or cores this server does not have.
+    fn task_spec(&self, id: TaskId, job: &Job, k: usize) -> Result<Option<TaskSpec>, String> {
+        let p = job.placement.as_ref().ok_or("the job has no placement")?;
+        let m = &p.members[k];
+        let t = &self.topology;
+        let missing = m.gpus & !t.all_devices();
+        if missing != 0 {
+            return Err(format!(
+                "placement names devices {} but server {} has devices {}",
+                tessera_view::mask::format_indices(missing),
+                self.cfg.name,
+                tessera_view::mask::format_indices(t.all_devices())
+            ));
+        }
+        if !m.cores.is_subset_of(t.all_cores()) {
+            return Err(format!(
+                "placement names cores {} but server {} has {} cores",
+                m.cores.without(t.all_cores()).format(),
+                self.cfg.name,
+                t.cores()
+            ));
+        }
+        if job.spec.command.is_empty() {
+            return Ok(None);
+        }
+        let mut cpus: Vec<u32> = m
+            .cores
+            .indices()
+            .flat_map(|c| self.discovery.core_cpus.get(c as usize).cloned().unwrap_or_default())
+            .collect();
+        cpus.sort_unstable();
+        cpus.dedup();
+        let devices: Vec<u32> = (0..64).filter(|d| m.gpus >> d & 1 == 1).collect();
+        let visible: Vec<String> = match &self.discovery.gpus {
+            GpuSource::Nvml { gpus, .. } => devices
+                .iter()
+                .map(|d| gpus.get(*d as usize).map_or_else(|| d.to_string(), |g| g.uuid.clone()))
+                .collect(),
+            _ => devices.iter().map(u32::to_string).collect(),
+        };
+        let local_rank = p.members[..k].iter().filter(|o| o.server == m.server).count();
+        let local_world = p.members.iter().filter(|o| o.server == m.server).count();
+        let master = if self.cfg.peers_on_loopback {
+            "127.0.0.1".to_string()
+        } else {
+            self.names.get(p.members[0].server.index()).cloned().unwrap_or_else(|| "127.0.0.1".into())
+        };
+        let env = vec![
+            ("CUDA_VISIBLE_DEVICES".into(), visible.join(",")),
+            ("TESSERA_JOB_ID".into(), job.id.0.to_string()),
+            ("TESSERA_JOB_NAME".into(), job.spec.name.clone()),
+            ("TESSERA_PROPOSAL".into(), format!("{:x}", p.proposal.0)),
+            ("TESSERA_SERVER".into(), self.cfg.name.clone()),
+            ("TESSERA_GPUS".into(), tessera_view::mask::format_indices(m.gpus)),
+            ("TESSERA_CORES".into(), m.cores.format()),
+            ("RANK".into(), k.to_string()),
+            ("LOCAL_RANK".into(), local_rank.to_string()),
+            ("WORLD_SIZE".into(), p.members.len().to_string()),
+            ("LOCAL_WORLD_SIZE".into(), local_world.to_string()),
+            ("MASTER_ADDR".into(), master),
+            ("MASTER_PORT".into(), master_port(id).to_string()),
+            ("OMP_NUM_THREADS".into(), m.cores.count().max(1).to_string()),
+        ];
+        Ok(Some(TaskSpec {
+            id,
+            command: job.spec.command.clone(),
+            env,
+            cpus,
+            memory_limit_mib: (m.memory_mib > 0).then_some(u64::from(m.memory_mib)),
+        }))
+    }
+
+    fn on_exit(&mut self, exit: TaskExit) {
+        let id = exit.id;
+        let stopped_by_us = self.stopping.remove(&id);
+        self.keep_finished(id);
+        if stopped_by_us {
+            tracing::info!(server = %self.cfg.name, task = %id, "stopped task ended: {}", exit.message);
+            return;
+        }
+        let code = match (exit.code, exit.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => -s,
+            (None, None) => 1,
+        };
+        tracing::info!(server = %self.cfg.name, task = %id, code, "task ended: {}", exit.message);
+        let message = if code == 0 { String::new() } else { exit.message };
+        self.report(id, Some((code, message)));
+    }
+
+    /// Keeps a finished task's directory (its logs) and forgets the oldest ones beyond
+    /// [`KEEP_FINISHED`] whose job no longer holds a placement here. A directory is what tells
+    /// [`Agent::reconcile`] that a member already ran, so none is removed while its placement
+    /// lives.
+    fn keep_finished(&mut self, id: TaskId) {
+        self.finished.push_back(id);
+        let mut kept = VecDeque::with_capacity(self.finished.len());
+        while self.finished.len() + kept.len() > KEEP_FINISHED {
+            let Some(old) = self.finished.pop_front() else { break };
+            if self.jobs.get(&old.job).and_then(|j| j.placement.as_ref()).is_some_and(|p| p.proposal.0 == old.proposal)
+            {
+                kept.push_back(old);
+                continue;
+            }
+            if let Err(e) = self.runner.forget(&old) {
+                tracing::warn!(server = %self.cfg.name, task = %old, "cannot remove the task directory: {e}");
+            }
+        }
+        while let Some(k) = kept.pop_back() {
+            self.finished.push_front(k);
+        }
+    }
+
+    /// Queues a report: started (`None`) or exited with `(code, message)`.
+    fn report(&mut self, id: TaskId, exit: Option<(i32, String)>) {
+        let event = match exit {
+            None => v1::report_task_request::Event::Started(v1::TaskStarted {}),
+            Some((code, message)) => v1::report_task_request::Event::Exited(v1::TaskExited { code, message }),
+        };
+        self.outbox.push_back(v1::ReportTaskRequest {
+            job: id.job,
+            proposal: id.proposal,
+            member: id.member,
+            server: self.server.0,
+            event: Some(event),
+        });
+    }
+
+    /// Sends queued reports in order; keeps the rest when the view is unavailable.
+    async fn flush(&mut self) {
+        while let Some(r) = self.outbox.front().cloned() {
+            match self.client.report_task(r.clone()).await {
+                Ok(_) => {}
+                Err(ClientError::Status { status, .. }) if status.code() != Code::Unavailable => {
+                    // Stale (the placement is gone) or refused: nothing to retry.
+                    tracing::info!(server = %self.cfg.name, job = r.job, "task report not applied: {}", status.message());
+                }
+                Err(e) => {
+                    tracing::warn!(server = %self.cfg.name, job = r.job, "task report not delivered, will retry: {e}");
+                    return;
+                }
+            }
+            self.outbox.pop_front();
+        }
+    }
+}
+
+/// A port for the gang's rendezvous, the same on every member: derived from the job and the
+/// placement, in 20000..32000 (below Linux's default ephemeral range, 32768..60999). Two gangs
+/// whose first members share a server may collide; the task's log then shows the bind error.
+fn master_port(id: TaskId) -> u16 {
+    let h = id.job.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.proposal.rotate_left(17);
+    20_000 + (h % 12_000) as u16
+}
