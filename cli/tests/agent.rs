@@ -6,10 +6,11 @@
 //!   command that does not exist and a failing command fail the job with the reason.
 //! - `restart_readopts_and_lease_expiry_leaves_no_orphans`: `kill -9` of the agent leaves the
 //!   task running; a new agent re-adopts it (same process) and stops it when the job is
-//!   cancelled; when the lease expires the gang is re-queued whole and the next agent stops the
-//!   task whose placement is gone.
+//!   cancelled; a task that ends while no agent runs is reported by the next one; when the lease
+//!   expires the gang is re-queued whole and the next agent stops the task whose placement is
+//!   gone.
 //! - `unhealthy_device_is_not_placed_on`: a device the agent reports unhealthy leaves the free
-//!   mask (a proposal on it is refused) and comes back when healthy again.
+//!   mask (a proposal on it is refused as busy) and is placed on again once healthy.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -204,7 +205,7 @@ fn tasks_run_pinned_and_report_their_exit() {
 
 #[test]
 fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
-    let mut s = Setup::start(1500);
+    let mut s = Setup::start(4000);
     let a = s.agent(&[]);
     let addr = s.addr.clone();
     rt().block_on(async {
@@ -219,7 +220,7 @@ fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
         s.kill_agent(a);
         assert!(alive(pid));
         s.agent(&[]);
-        tokio::time::sleep(Duration::from_millis(2500)).await; // past a lease: nothing may change
+        tokio::time::sleep(Duration::from_millis(4500)).await; // past a lease: nothing may change
         let j = c.job(job.0, false).await.expect("job").job.expect("body");
         assert_eq!(j.state, v1::JobState::Running as i32, "the re-adopted job keeps running\n{}", s.agent_log());
         assert!(alive(pid), "the re-adopted task must not be restarted or killed");
@@ -228,12 +229,21 @@ fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
         c.cancel(job.0).await.expect("cancel");
         wait_dead(pid);
 
+        // A task that ends while no agent runs is reported by the next agent.
+        let job = place(&mut c, "short", &["sleep", "1"], 2, 2, 3).await;
+        wait_state(&mut c, job, JobState::Running, || s.agent_log()).await;
+        let pid = *task_pids(&s.data_dir()).iter().find(|p| alive(**p)).expect("running task");
+        s.kill_agent(1);
+        wait_dead(pid);
+        let next = s.agent(&[]);
+        wait_state(&mut c, job, JobState::Finished, || s.agent_log()).await;
+
         // Lease expiry: the agent dies, the gang goes back to pending whole, the task is still
         // there; the next agent registers and stops it.
         let job = place(&mut c, "long2", &["sleep", "600"], 1, 1, 2).await;
         wait_state(&mut c, job, JobState::Running, || s.agent_log()).await;
         let pid = *task_pids(&s.data_dir()).iter().find(|p| alive(**p)).expect("running task");
-        s.kill_agent(1);
+        s.kill_agent(next);
         let err = wait_state(&mut c, job, JobState::Pending, || s.agent_log()).await;
         assert!(err.contains("went down"), "{err}");
         assert!(alive(pid), "nothing stops a task while no agent runs");
@@ -288,8 +298,14 @@ fn unhealthy_device_is_not_placed_on() {
             based_on: ViewVersion(0),
         };
         let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
-        assert!(matches!(decision(&d[0]), Some(Decision::Rejected { .. })), "{d:?}");
+        assert!(
+            matches!(decision(&d[0]), Some(Decision::Rejected { reason, .. }) if reason.code == "devices_busy"),
+            "{d:?}"
+        );
         std::fs::write(&health, "").expect("healthy again");
         wait_free(0xff).await;
+        let p = Proposal { id: ProposalId(8), ..p };
+        let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
+        assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "the healthy device is placed on: {d:?}");
     });
 }

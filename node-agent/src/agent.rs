@@ -20,7 +20,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 use tessera_proto::v1;
-use tessera_view::{Job, JobState, ServerId, TaskState, Topology, ViewDelta, ViewSnapshot};
+use tessera_view::{CoreMask, Job, JobState, ServerId, TaskState, Topology, ViewDelta, ViewSnapshot};
 use tessera_view_server::client::{ClientError, ViewClient};
 use thiserror::Error;
 use tonic::Code;
@@ -31,6 +31,15 @@ pub const CANNOT_START: i32 = 125;
 /// Finished task directories (specs, logs, exit records) kept for people to read; older ones
 /// are removed once their job no longer holds a placement on this server.
 pub const KEEP_FINISHED: usize = 512;
+
+/// A file in a task directory: the view acknowledged the task's exit report.
+const REPORTED: &str = "reported";
+
+/// Longest exit message sent to the view (bytes); the view refuses longer ones.
+const MAX_MESSAGE: usize = 1024;
+
+/// How long one watch stream is followed before re-subscribing (from the current version).
+const WATCH_REFRESH: Duration = Duration::from_secs(30);
 
 /// How the agent runs.
 #[derive(Clone, Debug)]
@@ -99,26 +108,114 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         .map_err(|e| AgentError::Discover(format!("view addresses: {e}")))?
         .with_deadline(Duration::from_secs(3));
     let probe = HealthProbe::new(&discovery).with_fake_health_file(cfg.fake_health_file.clone());
-    let mut agent = Agent {
+    let mut client = client;
+    let wire = v1::Topology::from(&topology);
+    let (server, lease) = register(&mut client, &cfg.name, &wire).await?;
+    let every = if lease.is_zero() { Duration::from_secs(1) } else { (lease / 3).max(Duration::from_millis(20)) };
+    // Heartbeats run on their own, so nothing the loop awaits (a snapshot, a task start, a
+    // report during a leader change) can delay them past the lease.
+    let beats = tokio::spawn(heartbeats(Beats {
+        client: client.clone(),
+        name: cfg.name.clone(),
+        wire,
+        server,
+        every,
+        probe,
+        devices: topology.all_devices(),
+    }));
+    let agent = Agent {
         cfg,
         discovery,
         topology,
         client,
-        probe,
         runner: std::sync::Arc::new(runner),
-        server: ServerId(0),
-        lease: Duration::ZERO,
+        server,
+        every,
         version: 0,
         names: Vec::new(),
         jobs: HashMap::new(),
         no_process: HashSet::new(),
+        failed_start: HashSet::new(),
         stopping: HashSet::new(),
+        grants: HashMap::new(),
         finished: VecDeque::new(),
         outbox: VecDeque::new(),
         synced: false,
     };
-    agent.register().await?;
-    agent.serve(shutdown).await
+    agent.serve(shutdown, beats).await
+}
+
+/// Registers the server, retrying while the view is unavailable; a refusal (unknown name,
+/// different model) is final. Answers the server's id and lease.
+async fn register(
+    client: &mut ViewClient,
+    name: &str,
+    wire: &v1::Topology,
+) -> Result<(ServerId, Duration), AgentError> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match client.register_server(name, wire.clone()).await {
+            Ok(l) => {
+                tracing::info!(server = %name, id = l.server, lease_ms = l.lease_ms, "registered");
+                return Ok((ServerId(l.server), Duration::from_millis(l.lease_ms)));
+            }
+            Err(ClientError::Status { status, .. })
+                if matches!(status.code(), Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument) =>
+            {
+                return Err(AgentError::Refused { name: name.to_string(), why: status.message().to_string() });
+            }
+            Err(e) => {
+                tracing::warn!(server = %name, "registration failed, retrying: {e}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// What the heartbeat task needs.
+struct Beats {
+    client: ViewClient,
+    name: String,
+    wire: v1::Topology,
+    server: ServerId,
+    every: Duration,
+    probe: HealthProbe,
+    /// Every device of the model: the health mask never names others.
+    devices: u64,
+}
+
+/// Renews the lease every `every` with the devices' health; registers again when the view
+/// marked the server down. Returns only on a final refusal.
+async fn heartbeats(mut b: Beats) -> AgentError {
+    let mut tick = tokio::time::interval(b.every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // NVML calls block: off the async threads.
+        let probe = b.probe;
+        let (probe, (unhealthy, reasons)) = match tokio::task::spawn_blocking(move || {
+            let mut probe = probe;
+            let r = probe.probe();
+            (probe, r)
+        })
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => return AgentError::Discover(format!("the device health probe failed: {e}")),
+        };
+        b.probe = probe;
+        match b.client.heartbeat(b.server.0, Some(unhealthy & b.devices), reasons).await {
+            Ok(_) => {}
+            Err(ClientError::Status { status, .. }) if status.code() == Code::FailedPrecondition => {
+                tracing::warn!(server = %b.name, "{}; registering again", status.message());
+                if let Err(e) = register(&mut b.client, &b.name, &b.wire).await {
+                    return e;
+                }
+            }
+            Err(e) => tracing::warn!(server = %b.name, "heartbeat failed: {e}"),
+        }
+    }
 }
 
 struct Agent {
@@ -126,10 +223,10 @@ struct Agent {
     discovery: Discovery,
     topology: Topology,
     client: ViewClient,
-    probe: HealthProbe,
     runner: std::sync::Arc<Runner>,
     server: ServerId,
-    lease: Duration,
+    /// How often the loop reconciles without an event (the heartbeat cadence).
+    every: Duration,
     /// The view version the local copy reflects.
     version: u64,
     /// Server names by id (for `MASTER_ADDR`).
@@ -138,8 +235,13 @@ struct Agent {
     jobs: HashMap<u64, Job>,
     /// Members placed with no command (simulated jobs): reported started, nothing runs.
     no_process: HashSet<TaskId>,
+    /// Members that could not start here (already reported failed).
+    failed_start: HashSet<TaskId>,
     /// Tasks this agent stopped because their placement went away; their exits are not reported.
     stopping: HashSet<TaskId>,
+    /// Devices and view cores of the tasks this agent started (adopted tasks are not known):
+    /// a new task does not start on what a stopping task still holds.
+    grants: HashMap<TaskId, (u64, CoreMask)>,
     /// Finished tasks whose directories are kept, oldest first.
     finished: VecDeque<TaskId>,
     /// Task reports not yet acknowledged by the view, oldest first.
@@ -149,54 +251,36 @@ struct Agent {
 }
 
 impl Agent {
-    /// Registers (again), retrying while the view is unavailable.
-    async fn register(&mut self) -> Result<(), AgentError> {
-        let wire = v1::Topology::from(&self.topology);
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.client.register_server(&self.cfg.name, wire.clone()).await {
-                Ok(l) => {
-                    self.server = ServerId(l.server);
-                    self.lease = Duration::from_millis(l.lease_ms);
-                    tracing::info!(server = %self.cfg.name, id = l.server, lease_ms = l.lease_ms, "registered");
-                    return Ok(());
-                }
-                Err(ClientError::Status { status, .. })
-                    if matches!(status.code(), Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument) =>
-                {
-                    return Err(AgentError::Refused { name: self.cfg.name.clone(), why: status.message().to_string() });
-                }
-                Err(e) => {
-                    tracing::warn!(server = %self.cfg.name, "registration failed, retrying: {e}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-    }
-
-    fn heartbeat_every(&self) -> Duration {
-        if self.lease.is_zero() { Duration::from_secs(1) } else { (self.lease / 3).max(Duration::from_millis(20)) }
-    }
-
-    async fn serve(mut self, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    async fn serve(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+        mut beats: tokio::task::JoinHandle<AgentError>,
+    ) -> Result<(), AgentError> {
         enum Ev {
             Shutdown,
-            Beat,
+            Tick,
+            Fatal(AgentError),
             Watch(Result<Option<v1::WatchEvent>, tonic::Status>),
             Exit(TaskExit),
         }
         let mut shutdown = std::pin::pin!(shutdown);
-        let mut beat = tokio::time::interval(self.heartbeat_every());
-        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut stream: Option<tonic::Streaming<v1::WatchEvent>> = None;
+        let mut opened = tokio::time::Instant::now();
         let mut backoff = Duration::from_millis(50);
         let runner = self.runner.clone();
-        loop {
+        let result = loop {
+            // Re-subscribing now and then (from the current version: a delta) bounds how long
+            // a watch on a replica cut off from the others can go stale unnoticed.
+            if stream.is_some() && opened.elapsed() > WATCH_REFRESH {
+                stream = None;
+            }
             if stream.is_none() {
                 match self.open_watch().await {
                     Ok(s) => {
                         stream = Some(s);
+                        opened = tokio::time::Instant::now();
                         backoff = Duration::from_millis(50);
                         self.reconcile().await;
                         self.flush().await;
@@ -216,15 +300,20 @@ impl Agent {
                     }
                 }
             };
+            let synced = self.synced;
             let ev = tokio::select! {
                 _ = &mut shutdown => Ev::Shutdown,
-                _ = beat.tick() => Ev::Beat,
+                r = &mut beats => Ev::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}")))),
+                _ = tick.tick() => Ev::Tick,
                 ev = next => Ev::Watch(ev),
-                exit = runner.next_exit() => Ev::Exit(exit),
+                // Exits wait for the first sync: keeping or forgetting a task directory needs
+                // to know which placements live.
+                exit = runner.next_exit(), if synced => Ev::Exit(exit),
             };
             match ev {
-                Ev::Shutdown => break,
-                Ev::Beat => self.heartbeat().await?,
+                Ev::Shutdown => break Ok(()),
+                Ev::Fatal(e) => break Err(e),
+                Ev::Tick => self.reconcile().await,
                 Ev::Watch(Ok(Some(ev))) => {
                     if let Err(e) = self.apply(ev) {
                         tracing::warn!(server = %self.cfg.name, "bad watch event, reading the view again: {e}");
@@ -244,32 +333,22 @@ impl Agent {
                 }
             }
             self.flush().await;
-        }
+        };
+        beats.abort();
         tracing::info!(server = %self.cfg.name, tasks = self.runner.running().len(), "agent stopping; tasks keep running");
-        Ok(())
+        result
     }
 
-    /// Loads the whole view (server names, the jobs placed here), then watches from its version.
+    /// Follows the view from the local copy's version. The first time, the copy is loaded from
+    /// a linearizable snapshot (server names, the jobs placed here), so a replica that lags
+    /// cannot hand the agent an older view than the one its placements were made on.
     async fn open_watch(&mut self) -> Result<tonic::Streaming<v1::WatchEvent>, String> {
-        let snap = self.client.snapshot(false).await.map_err(|e| e.to_string())?;
-        let snap = snap.snapshot.ok_or("the view answered no snapshot")?;
-        self.apply(v1::WatchEvent { event: Some(v1::watch_event::Event::Snapshot(snap)) })?;
-        self.client.watch(self.version).await.map_err(|e| e.to_string())
-    }
-
-    async fn heartbeat(&mut self) -> Result<(), AgentError> {
-        let (unhealthy, reasons) = self.probe.probe();
-        match self.client.heartbeat(self.server.0, Some(unhealthy), reasons).await {
-            Ok(_) => Ok(()),
-            Err(ClientError::Status { status, .. }) if status.code() == Code::FailedPrecondition => {
-                tracing::warn!(server = %self.cfg.name, "{}; registering again", status.message());
-                self.register().await
-            }
-            Err(e) => {
-                tracing::warn!(server = %self.cfg.name, "heartbeat failed: {e}");
-                Ok(())
-            }
+        if !self.synced {
+            let snap = self.client.snapshot(true).await.map_err(|e| e.to_string())?;
+            let snap = snap.snapshot.ok_or("the view answered no snapshot")?;
+            self.apply(v1::WatchEvent { event: Some(v1::watch_event::Event::Snapshot(snap)) })?;
         }
+        self.client.watch(self.version).await.map_err(|e| e.to_string())
     }
 
     /// Applies one watch event to the local copy.
@@ -277,6 +356,9 @@ impl Agent {
         match ev.event {
             Some(v1::watch_event::Event::Snapshot(s)) => {
                 let snap = ViewSnapshot::try_from(s).map_err(|e| e.to_string())?;
+                if snap.version.0 < self.version {
+                    return Err(format!("snapshot at version {} but the copy is at {}", snap.version.0, self.version));
+                }
                 self.version = snap.version.0;
                 self.names = snap.server_names;
                 self.jobs.clear();
@@ -333,27 +415,53 @@ impl Agent {
             return;
         }
         let running: HashSet<TaskId> = self.runner.running().into_iter().collect();
-        let (start, stop, gone_placeholders) = {
+        let (start, stop, unreported, wanted) = {
             let want = self.desired();
             let stop: Vec<TaskId> =
                 running.iter().filter(|id| !want.contains_key(id) && !self.stopping.contains(id)).copied().collect();
-            let gone: Vec<TaskId> = self.no_process.iter().filter(|id| !want.contains_key(id)).copied().collect();
             let mut start: Vec<(TaskId, Job, usize)> = want
                 .iter()
                 .filter(|(id, _)| {
-                    !running.contains(id) && !self.no_process.contains(id) && !self.runner.task_dir(id).exists()
+                    !running.contains(id)
+                        && !self.no_process.contains(id)
+                        && !self.failed_start.contains(id)
+                        && !self.runner.task_dir(id).exists()
                 })
                 .map(|(id, (j, k))| (*id, (*j).clone(), *k))
                 .collect();
             start.sort_by_key(|(id, _, _)| *id);
-            (start, stop, gone)
+            // Level-triggered: a running task the view still sees as starting (its report was
+            // lost with an earlier agent) is reported again.
+            let unreported: Vec<TaskId> = want
+                .iter()
+                .filter(|(id, (j, k))| {
+                    running.contains(id) && j.tasks.get(*k).is_none_or(|t| *t == TaskState::Starting)
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            let wanted: HashSet<TaskId> = want.keys().copied().collect();
+            (start, stop, unreported, wanted)
         };
-        for id in gone_placeholders {
-            self.no_process.remove(&id);
+        self.no_process.retain(|id| wanted.contains(id));
+        self.failed_start.retain(|id| wanted.contains(id));
+        for id in unreported {
+            if !self.outbox.iter().any(|r| is_report_of(r, id)) {
+                self.report(id, None);
+            }
         }
         for id in stop {
-            tracing::info!(server = %self.cfg.name, task = %id, "placement gone: stopping its task");
-            match self.runner.control(&id, Control::Stop { grace: self.cfg.stop_grace }) {
+            // A job being migrated keeps its placement until the move commits: its tasks get
+            // the chance to save their state first.
+            let migrating = self.jobs.get(&id.job).is_some_and(|j| {
+                j.state == JobState::Migrating && j.placement.as_ref().is_some_and(|p| p.proposal.0 == id.proposal)
+            });
+            let (what, control) = if migrating {
+                ("job migrating: checkpointing its task", Control::Checkpoint { grace: self.cfg.stop_grace })
+            } else {
+                ("placement gone: stopping its task", Control::Stop { grace: self.cfg.stop_grace })
+            };
+            tracing::info!(server = %self.cfg.name, task = %id, "{what}");
+            match self.runner.control(&id, control) {
                 Ok(()) => {
                     self.stopping.insert(id);
                 }
@@ -361,6 +469,17 @@ impl Agent {
             }
         }
         for (id, job, k) in start {
+            let m = job.placement.as_ref().and_then(|p| p.members.get(k)).map(|m| (m.gpus, m.cores));
+            let busy = self.stopping.iter().any(|s| match (self.grants.get(s), m) {
+                (Some((g, c)), Some((mg, mc))) => g & mg != 0 || c.intersects(mc),
+                _ => true,
+            });
+            if busy {
+                // Its devices or cores are still held by a task that is being stopped; the
+                // start happens once that task's exit is in.
+                tracing::info!(server = %self.cfg.name, task = %id, "waiting for a stopping task to release its grant");
+                continue;
+            }
             self.start(id, &job, k).await;
         }
     }
@@ -377,15 +496,21 @@ impl Agent {
             }
             Err(why) => {
                 tracing::error!(server = %self.cfg.name, task = %id, "cannot run the placement: {why}");
+                self.failed_start.insert(id);
                 self.report(id, Some((CANNOT_START, why)));
                 return;
             }
         };
+        if let Some(m) = job.placement.as_ref().and_then(|p| p.members.get(k)) {
+            self.grants.insert(id, (m.gpus, m.cores));
+        }
         tracing::info!(server = %self.cfg.name, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
         match self.runner.start(spec).await {
             Ok(()) => self.report(id, None),
             Err(e) => {
                 tracing::error!(server = %self.cfg.name, task = %id, "task did not start: {e}");
+                self.grants.remove(&id);
+                self.failed_start.insert(id);
                 self.report(id, Some((CANNOT_START, format!("the task could not start: {e}"))));
             }
         }
@@ -395,25 +520,8 @@ impl Agent {
     /// the placement names devices or cores this server does not have.
     fn task_spec(&self, id: TaskId, job: &Job, k: usize) -> Result<Option<TaskSpec>, String> {
         let p = job.placement.as_ref().ok_or("the job has no placement")?;
-        let m = &p.members[k];
-        let t = &self.topology;
-        let missing = m.gpus & !t.all_devices();
-        if missing != 0 {
-            return Err(format!(
-                "placement names devices {} but server {} has devices {}",
-                tessera_view::mask::format_indices(missing),
-                self.cfg.name,
-                tessera_view::mask::format_indices(t.all_devices())
-            ));
-        }
-        if !m.cores.is_subset_of(t.all_cores()) {
-            return Err(format!(
-                "placement names cores {} but server {} has {} cores",
-                m.cores.without(t.all_cores()).format(),
-                self.cfg.name,
-                t.cores()
-            ));
-        }
+        let m = p.members.get(k).ok_or_else(|| format!("the placement has no member {k}"))?;
+        check_member(&self.topology, &self.cfg.name, m)?;
         if job.spec.command.is_empty() {
             return Ok(None);
         }
@@ -467,9 +575,15 @@ impl Agent {
     fn on_exit(&mut self, exit: TaskExit) {
         let id = exit.id;
         let stopped_by_us = self.stopping.remove(&id);
+        self.grants.remove(&id);
         self.keep_finished(id);
         if stopped_by_us {
             tracing::info!(server = %self.cfg.name, task = %id, "stopped task ended: {}", exit.message);
+            return;
+        }
+        if self.runner.task_dir(&id).join(REPORTED).exists() {
+            // An earlier agent's report of this exit was acknowledged; the runner delivers
+            // every kept exit again after a restart.
             return;
         }
         let code = match (exit.code, exit.signal) {
@@ -509,7 +623,16 @@ impl Agent {
     fn report(&mut self, id: TaskId, exit: Option<(i32, String)>) {
         let event = match exit {
             None => v1::report_task_request::Event::Started(v1::TaskStarted {}),
-            Some((code, message)) => v1::report_task_request::Event::Exited(v1::TaskExited { code, message }),
+            Some((code, mut message)) => {
+                if message.len() > MAX_MESSAGE {
+                    let mut end = MAX_MESSAGE;
+                    while !message.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    message.truncate(end);
+                }
+                v1::report_task_request::Event::Exited(v1::TaskExited { code, message })
+            }
         };
         self.outbox.push_back(v1::ReportTaskRequest {
             job: id.job,
@@ -520,13 +643,23 @@ impl Agent {
         });
     }
 
-    /// Sends queued reports in order; keeps the rest when the view is unavailable.
+    /// Sends queued reports in order. A report the view refuses for good (stale: the placement
+    /// is gone; unknown job; malformed) is dropped; on any other error (unavailable, timed out,
+    /// outcome unknown) it stays queued, first, and is retried on the next pass: applying a
+    /// report is idempotent.
     async fn flush(&mut self) {
         while let Some(r) = self.outbox.front().cloned() {
             match self.client.report_task(r.clone()).await {
-                Ok(_) => {}
-                Err(ClientError::Status { status, .. }) if status.code() != Code::Unavailable => {
-                    // Stale (the placement is gone) or refused: nothing to retry.
+                Ok(_) => {
+                    if let Some(v1::report_task_request::Event::Exited(_)) = r.event {
+                        let id = TaskId { job: r.job, proposal: r.proposal, member: r.member };
+                        // Best effort: without it, a restarted agent reports the exit again.
+                        let _ = std::fs::write(self.runner.task_dir(&id).join(REPORTED), b"");
+                    }
+                }
+                Err(ClientError::Status { status, .. })
+                    if matches!(status.code(), Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument) =>
+                {
                     tracing::info!(server = %self.cfg.name, job = r.job, "task report not applied: {}", status.message());
                 }
                 Err(e) => {
@@ -539,10 +672,60 @@ impl Agent {
     }
 }
 
+/// Whether a queued report is the started report of task `id`.
+fn is_report_of(r: &v1::ReportTaskRequest, id: TaskId) -> bool {
+    (r.job, r.proposal, r.member) == (id.job, id.proposal, id.member)
+        && matches!(r.event, Some(v1::report_task_request::Event::Started(_)))
+}
+
+/// Whether a member's grant exists on this server's model; the reason when it does not.
+fn check_member(t: &Topology, server: &str, m: &tessera_view::MemberPlacement) -> Result<(), String> {
+    let missing = m.gpus & !t.all_devices();
+    if missing != 0 {
+        return Err(format!(
+            "placement names devices {} but server {server} has devices {}",
+            tessera_view::mask::format_indices(missing),
+            tessera_view::mask::format_indices(t.all_devices())
+        ));
+    }
+    if !m.cores.is_subset_of(t.all_cores()) {
+        return Err(format!(
+            "placement names cores {} but server {server} has {} cores",
+            m.cores.without(t.all_cores()).format(),
+            t.cores()
+        ));
+    }
+    Ok(())
+}
+
 /// A port for the gang's rendezvous, the same on every member: derived from the job and the
 /// placement, in 20000..32000 (below Linux's default ephemeral range, 32768..60999). Two gangs
 /// whose first members share a server may collide; the task's log then shows the bind error.
 fn master_port(id: TaskId) -> u16 {
     let h = id.job.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id.proposal.rotate_left(17);
     20_000 + (h % 12_000) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::{CoreMask, MemberPlacement};
+
+    #[test]
+    fn a_member_naming_what_the_server_lacks_is_refused_with_the_reason() {
+        let t = Topology::preset("pcie-4gpu").expect("preset");
+        let m = |gpus: u64, cores: CoreMask| MemberPlacement { server: ServerId(0), gpus, cores, memory_mib: 1 };
+        assert_eq!(check_member(&t, "s", &m(0b1111, CoreMask::range(0, 48))), Ok(()));
+        let e = check_member(&t, "s", &m(1 << 6, CoreMask::range(0, 1))).expect_err("device 6");
+        assert!(e.contains("devices 6") && e.contains("has devices 0-3"), "{e}");
+        let e = check_member(&t, "s", &m(1, CoreMask::range(40, 10))).expect_err("cores 48, 49");
+        assert!(e.contains("cores 48-49") && e.contains("48 cores"), "{e}");
+    }
+
+    #[test]
+    fn every_member_of_a_gang_derives_the_same_port() {
+        let id = |member| TaskId { job: 42, proposal: 0xabc, member };
+        assert_eq!(master_port(id(0)), master_port(id(3)));
+        assert!((20_000..32_000).contains(&master_port(id(0))));
+    }
 }

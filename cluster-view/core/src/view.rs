@@ -20,6 +20,9 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+/// Most characters of a task's exit message kept in [`Job::error`].
+pub const MAX_ERROR_CHARS: usize = 512;
+
 /// Default bound on the change log (entries).
 pub const DEFAULT_CHANGE_LOG: usize = 1 << 16;
 /// Default number of ended jobs kept for queries before the oldest are forgotten.
@@ -452,6 +455,8 @@ impl ClusterView {
 
     fn task_failed(&mut self, job: JobId, member: u32, server: ServerId, code: i32, message: &str) -> JobState {
         let name = self.server_name(server).unwrap_or("?").to_string();
+        // Bounded, deterministically: the text is replicated and kept with ended jobs.
+        let message: String = message.chars().take(MAX_ERROR_CHARS).collect();
         let why = match (code, message.trim()) {
             (c, "") if c < 0 => format!("killed by signal {}", -c),
             (c, "") => format!("exited with code {c}"),

@@ -113,6 +113,10 @@ impl ViewClient {
                     .map_err(|e| ClientError::BadAddress(addr.to_string(), e.to_string()))?
                     .connect_timeout(Duration::from_millis(500))
                     .timeout(self.deadline)
+                    // A watch on a replica whose host died silently ends in seconds.
+                    .http2_keep_alive_interval(Duration::from_secs(2))
+                    .keep_alive_timeout(Duration::from_secs(4))
+                    .keep_alive_while_idle(true)
                     .tcp_nodelay(true);
                 let c = ep.connect_lazy();
                 self.channels.insert(addr.to_string(), c.clone());

@@ -485,15 +485,6 @@ impl Driver {
         };
         let all = view.topology_of(rec.config_set).all_devices();
         let known = view.unhealthy_devices(server);
-        if let Some(u) = unhealthy
-            && u & !all != 0
-        {
-            return Err(NodeError::Invalid(format!(
-                "unhealthy devices {} do not exist on server {server} (it has {})",
-                tessera_view::mask::format_indices(u & !all),
-                tessera_view::mask::format_indices(all)
-            )));
-        }
         if rec.health == Health::Down {
             return Err(NodeError::Precondition(format!(
                 "server {server} is down (its lease expired); register again"
@@ -501,6 +492,17 @@ impl Driver {
         }
         if !self.cfg.lease.is_zero() {
             self.leases.insert(server, Instant::now() + self.cfg.lease);
+        }
+        // The lease is renewed even when the health report is bad: a malformed mask must not
+        // take the server down.
+        if let Some(u) = unhealthy
+            && u & !all != 0
+        {
+            return Err(NodeError::Invalid(format!(
+                "lease renewed, but unhealthy devices {} do not exist on server {server} (it has {})",
+                tessera_view::mask::format_indices(u & !all),
+                tessera_view::mask::format_indices(all)
+            )));
         }
         if let Some(u) = unhealthy.filter(|u| *u != known) {
             tracing::warn!(

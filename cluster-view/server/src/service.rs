@@ -268,7 +268,7 @@ impl v1::view_server::View for ViewService {
         let r = req.into_inner();
         let server = r.server;
         if !r.health_reasons.is_empty() {
-            tracing::info!(server, reasons = ?r.health_reasons, "agent reports unhealthy devices");
+            tracing::debug!(server, reasons = ?r.health_reasons, "agent reports unhealthy devices");
         }
         let lease_ms = self.node.ask(|reply| Req::Heartbeat(ServerId(server), r.unhealthy, reply)).await?;
         Ok(Response::new(v1::LeaseResponse { server, lease_ms }))

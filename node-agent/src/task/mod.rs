@@ -665,9 +665,19 @@ fn proc_stat(pid: i32) -> Option<ProcStat> {
     })
 }
 
-/// Whether a live process is left in the task's process group (one started no earlier than the
-/// task, so a recycled group id does not count).
+/// Whether a live process is left in the task's process group. The kernel does not reuse a pid
+/// while any process still uses it as its group id, so: if a process holds the task's pid with
+/// another start time, the pid was recycled and the group is gone; otherwise any live process
+/// whose group is the task's pid (and that started no earlier than the task) belongs to it.
 fn group_alive(task: TaskProc) -> bool {
+    if let Some(leader) = proc_stat(task.pid) {
+        if leader.start != task.start {
+            return false;
+        }
+        if leader.pgrp == task.pid && leader.alive() {
+            return true;
+        }
+    }
     let Ok(entries) = std::fs::read_dir("/proc") else { return false };
     entries
         .flatten()
