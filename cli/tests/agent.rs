@@ -94,12 +94,18 @@ impl Drop for Setup {
     }
 }
 
+/// Every task directory under an agent's data dir (`<data>/<cluster>/tasks/<task>`).
+fn task_dirs(data: &Path) -> Vec<PathBuf> {
+    let list = |p: PathBuf| std::fs::read_dir(p).into_iter().flatten().flatten().map(|e| e.path()).collect::<Vec<_>>();
+    list(data.to_path_buf()).into_iter().flat_map(|cluster| list(cluster.join("tasks"))).collect()
+}
+
 /// Task pids recorded by every task directory under an agent's data dir (`task.pid`: the pid,
 /// then its start time).
 fn task_pids(data: &Path) -> Vec<u32> {
-    let Ok(dirs) = std::fs::read_dir(data.join("tasks")) else { return Vec::new() };
-    dirs.filter_map(|d| d.ok())
-        .filter_map(|d| std::fs::read_to_string(d.path().join("task.pid")).ok())
+    task_dirs(data)
+        .into_iter()
+        .filter_map(|d| std::fs::read_to_string(d.join("task.pid")).ok())
         .filter_map(|p| p.lines().next().and_then(|l| l.trim().parse().ok()))
         .collect()
 }
@@ -181,7 +187,11 @@ fn tasks_run_pinned_and_report_their_exit() {
         let job = place(&mut c, "hello", &["sh", "-c", script], 2, 3, 1).await;
         let err = wait_state(&mut c, job, JobState::Finished, || s.agent_log()).await;
         assert_eq!(err, "");
-        let dir = s.data_dir().join("tasks").join(format!("j{}-p1-m0", job.0));
+        let name = format!("j{}-p1-m0", job.0);
+        let dir = task_dirs(&s.data_dir()).into_iter().find(|d| d.ends_with(&name)).expect("task dir");
+        // Under the cluster's identity, `t@<hash>`.
+        let cluster = dir.parent().and_then(Path::parent).and_then(Path::file_name).expect("cluster dir");
+        assert!(cluster.to_string_lossy().starts_with("t_"), "{dir:?}");
         let out = std::fs::read_to_string(dir.join("stdout.log")).expect("stdout log");
         assert!(out.contains(&format!("rank=0/1 local=0 gpus=2 job={} master=127.0.0.1:", job.0)), "{out}");
         let pus = std::thread::available_parallelism().map_or(1, |n| n.get());

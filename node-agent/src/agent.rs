@@ -48,7 +48,8 @@ pub struct AgentConfig {
     pub view: Vec<String>,
     /// This server's name in the cluster spec.
     pub name: String,
-    /// Where task directories (specs, logs, exit records) live; one per agent.
+    /// Where task directories (specs, logs, exit records) live, under a directory named after
+    /// the cluster's identity: `<data_dir>/<cluster>/tasks/<task>`; one per agent.
     pub data_dir: PathBuf,
     /// Fake-GPU mode: a topology preset name or file instead of NVML.
     pub topology: Option<String>,
@@ -99,18 +100,21 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
     for w in &discovery.warnings {
         tracing::warn!(server = %cfg.name, "{w}");
     }
-    let runner = Runner::open(&cfg.data_dir, cfg.shim.clone()).await.map_err(|e| AgentError::Runner(e.to_string()))?;
+    let mut client = ViewClient::new(cfg.view.clone())
+        .map_err(|e| AgentError::Discover(format!("view addresses: {e}")))?
+        .with_deadline(Duration::from_secs(3));
+    let probe = HealthProbe::new(&discovery).with_fake_health_file(cfg.fake_health_file.clone());
+    let wire = v1::Topology::from(&topology);
+    let (server, lease) = register(&mut client, &cfg.name, &wire).await?;
+    // Task directories are kept per cluster identity (`name@hash of its initial view`): a view
+    // rebuilt from scratch numbers jobs from 1 again, and must not meet the old directories.
+    let cluster = client.status().await.map_err(|e| AgentError::Discover(format!("view status: {e}")))?.cluster;
+    let state_dir = cfg.data_dir.join(dir_name(&cluster));
+    let runner = Runner::open(&state_dir, cfg.shim.clone()).await.map_err(|e| AgentError::Runner(e.to_string()))?;
     let adopted = runner.running();
     if !adopted.is_empty() {
         tracing::info!(server = %cfg.name, tasks = adopted.len(), "re-adopted tasks left running by an earlier agent");
     }
-    let client = ViewClient::new(cfg.view.clone())
-        .map_err(|e| AgentError::Discover(format!("view addresses: {e}")))?
-        .with_deadline(Duration::from_secs(3));
-    let probe = HealthProbe::new(&discovery).with_fake_health_file(cfg.fake_health_file.clone());
-    let mut client = client;
-    let wire = v1::Topology::from(&topology);
-    let (server, lease) = register(&mut client, &cfg.name, &wire).await?;
     let every = if lease.is_zero() { Duration::from_secs(1) } else { (lease / 3).max(Duration::from_millis(20)) };
     // Heartbeats run on their own, so nothing the loop awaits (a snapshot, a task start, a
     // report during a leader change) can delay them past the lease.
@@ -670,6 +674,13 @@ impl Agent {
             self.outbox.pop_front();
         }
     }
+}
+
+/// A cluster identity as a directory name: anything but `[A-Za-z0-9._-]` becomes `_`.
+fn dir_name(cluster: &str) -> String {
+    let name: String =
+        cluster.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    if name.is_empty() || name.starts_with('.') { format!("cluster-{name}") } else { name }
 }
 
 /// Whether a queued report is the started report of task `id`.
