@@ -26,6 +26,10 @@ echo "   a lost acknowledged placement, a double allocation or diverging replica
 "$CARGO_TARGET_DIR/release/tessera" bench commit --local-cluster 3 --clients 16 --duration-s 6 \
     --servers 4096 --preload 512 --kill-leader-after-s 2 --json
 
+echo "== node agent task path, short: one replica, 2 fake-GPU agents in one process, 40 jobs (exits"
+echo "   non-zero on a failed job or an invariant violation)"
+"$CARGO_TARGET_DIR/release/tessera" bench agent --servers 2 --jobs 40 --json
+
 echo "== all checks passed in $(( $(date +%s) - start )) s"
 # One closing line with the totals over every test binary (cargo prints one line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }

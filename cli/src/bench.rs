@@ -14,6 +14,8 @@ pub enum BenchCommand {
     Placement(PlacementArgs),
     /// Gang placements committed per second through a replicated view (separate processes).
     Commit(crate::bench_commit::CommitArgs),
+    /// The task path: placement committed → task started by a node agent → exit reported.
+    Agent(crate::bench_agent::AgentArgs),
 }
 
 #[derive(Args)]
@@ -63,6 +65,7 @@ fn default_trace() -> Option<PathBuf> {
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
         BenchCommand::Commit(a) => crate::bench_commit::run(a),
+        BenchCommand::Agent(a) => crate::bench_agent::run(a),
         BenchCommand::Placement(a) => {
             let sampler = match a.trace.or_else(default_trace) {
                 Some(p) => PhillySampler::from_csv(&p)?,

@@ -484,7 +484,7 @@ async fn release(c: &mut ViewClient, job: u64) -> Result<()> {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }

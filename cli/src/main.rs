@@ -6,6 +6,7 @@
 
 mod agent;
 mod bench;
+mod bench_agent;
 mod bench_commit;
 mod check;
 mod place;

@@ -38,6 +38,9 @@ const REPORTED: &str = "reported";
 /// Longest exit message sent to the view (bytes); the view refuses longer ones.
 const MAX_MESSAGE: usize = 1024;
 
+/// Most task reports sent at once.
+const FLUSH_BATCH: usize = 256;
+
 /// How long one watch stream is followed before re-subscribing (from the current version).
 const WATCH_REFRESH: Duration = Duration::from_secs(30);
 
@@ -472,6 +475,7 @@ impl Agent {
                 Err(e) => tracing::warn!(server = %self.cfg.name, task = %id, "cannot stop: {e}"),
             }
         }
+        let mut launch = Vec::new();
         for (id, job, k) in start {
             let m = job.placement.as_ref().and_then(|p| p.members.get(k)).map(|m| (m.gpus, m.cores));
             let busy = self.stopping.iter().any(|s| match (self.grants.get(s), m) {
@@ -484,40 +488,53 @@ impl Agent {
                 tracing::info!(server = %self.cfg.name, task = %id, "waiting for a stopping task to release its grant");
                 continue;
             }
-            self.start(id, &job, k).await;
+            if let Some(spec) = self.prepare(id, &job, k) {
+                launch.push(spec);
+            }
+        }
+        // Every start of one round at once: each waits for its shim to report the process.
+        let mut starting = tokio::task::JoinSet::new();
+        for spec in launch {
+            let runner = self.runner.clone();
+            starting.spawn(async move { (spec.id, runner.start(spec).await) });
+        }
+        while let Some(done) = starting.join_next().await {
+            let Ok((id, r)) = done else { continue };
+            match r {
+                Ok(()) => self.report(id, None),
+                Err(e) => {
+                    tracing::error!(server = %self.cfg.name, task = %id, "task did not start: {e}");
+                    self.grants.remove(&id);
+                    self.failed_start.insert(id);
+                    self.report(id, Some((CANNOT_START, format!("the task could not start: {e}"))));
+                }
+            }
         }
     }
 
-    /// Starts one member's task, or reports why it cannot run here.
-    async fn start(&mut self, id: TaskId, job: &Job, k: usize) {
+    /// The spec to start member `k` of `job` with; `None` (reported here) when it has nothing
+    /// to run or cannot run on this server.
+    fn prepare(&mut self, id: TaskId, job: &Job, k: usize) -> Option<TaskSpec> {
         let spec = match self.task_spec(id, job, k) {
             Ok(Some(spec)) => spec,
             Ok(None) => {
                 tracing::info!(server = %self.cfg.name, task = %id, "placement has no command: nothing to run");
                 self.no_process.insert(id);
                 self.report(id, None);
-                return;
+                return None;
             }
             Err(why) => {
                 tracing::error!(server = %self.cfg.name, task = %id, "cannot run the placement: {why}");
                 self.failed_start.insert(id);
                 self.report(id, Some((CANNOT_START, why)));
-                return;
+                return None;
             }
         };
         if let Some(m) = job.placement.as_ref().and_then(|p| p.members.get(k)) {
             self.grants.insert(id, (m.gpus, m.cores));
         }
         tracing::info!(server = %self.cfg.name, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
-        match self.runner.start(spec).await {
-            Ok(()) => self.report(id, None),
-            Err(e) => {
-                tracing::error!(server = %self.cfg.name, task = %id, "task did not start: {e}");
-                self.grants.remove(&id);
-                self.failed_start.insert(id);
-                self.report(id, Some((CANNOT_START, format!("the task could not start: {e}"))));
-            }
-        }
+        Some(spec)
     }
 
     /// What to run for member `k` of `job`; `None` when the job has no command; an error when
@@ -647,14 +664,28 @@ impl Agent {
         });
     }
 
-    /// Sends queued reports in order. A report the view refuses for good (stale: the placement
-    /// is gone; unknown job; malformed) is dropped; on any other error (unavailable, timed out,
-    /// outcome unknown) it stays queued, first, and is retried on the next pass: applying a
-    /// report is idempotent.
+    /// Sends queued reports. A report the view refuses for good (stale: the placement is gone;
+    /// unknown job; malformed) is dropped; on any other error (unavailable, timed out, outcome
+    /// unknown) it stays queued and is retried on the next pass: applying a report is
+    /// idempotent.
     async fn flush(&mut self) {
-        while let Some(r) = self.outbox.front().cloned() {
-            match self.client.report_task(r.clone()).await {
+        if self.outbox.is_empty() {
+            return;
+        }
+        // Sent concurrently, so the view commits them together; order does not matter, because
+        // the view's task state machine ignores a start after an exit.
+        let batch: Vec<v1::ReportTaskRequest> = self.outbox.drain(..self.outbox.len().min(FLUSH_BATCH)).collect();
+        let mut sending = tokio::task::JoinSet::new();
+        for (i, r) in batch.iter().cloned().enumerate() {
+            let mut client = self.client.clone();
+            sending.spawn(async move { (i, client.report_task(r).await) });
+        }
+        let mut keep = vec![true; batch.len()];
+        while let Some(Ok((i, res))) = sending.join_next().await {
+            let r = &batch[i];
+            match res {
                 Ok(_) => {
+                    keep[i] = false;
                     if let Some(v1::report_task_request::Event::Exited(_)) = r.event {
                         let id = TaskId { job: r.job, proposal: r.proposal, member: r.member };
                         // Best effort: without it, a restarted agent reports the exit again.
@@ -664,14 +695,18 @@ impl Agent {
                 Err(ClientError::Status { status, .. })
                     if matches!(status.code(), Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument) =>
                 {
+                    keep[i] = false;
                     tracing::info!(server = %self.cfg.name, job = r.job, "task report not applied: {}", status.message());
                 }
                 Err(e) => {
                     tracing::warn!(server = %self.cfg.name, job = r.job, "task report not delivered, will retry: {e}");
-                    return;
                 }
             }
-            self.outbox.pop_front();
+        }
+        for (r, keep) in batch.into_iter().zip(keep).rev() {
+            if keep {
+                self.outbox.push_front(r);
+            }
         }
     }
 }
