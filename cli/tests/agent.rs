@@ -88,8 +88,12 @@ impl Drop for Setup {
         let _ = self.view.kill();
         let _ = self.view.wait();
         // Tasks outlive agents by design; the tests stop theirs, this catches a failed test's.
-        for pid in task_pids(&self.data_dir()) {
-            let _ = Command::new("kill").args(["-9", &format!("-{pid}")]).status();
+        // Only a group whose leader is still the recorded task (same start time): pids are
+        // recycled quickly here, and a stale one could name anybody's group.
+        for (pid, start) in task_procs(&self.data_dir()) {
+            if alive((pid, start)) {
+                let _ = Command::new("kill").args(["-9", &format!("-{pid}")]).status();
+            }
         }
     }
 }
@@ -100,21 +104,34 @@ fn task_dirs(data: &Path) -> Vec<PathBuf> {
     list(data.to_path_buf()).into_iter().flat_map(|cluster| list(cluster.join("tasks"))).collect()
 }
 
-/// Task pids recorded by every task directory under an agent's data dir (`task.pid`: the pid,
-/// then its start time).
-fn task_pids(data: &Path) -> Vec<u32> {
+/// `(pid, start time)` recorded by every task directory under an agent's data dir (`task.pid`:
+/// the pid, then its start time from `/proc/<pid>/stat`).
+fn task_procs(data: &Path) -> Vec<(u32, u64)> {
     task_dirs(data)
         .into_iter()
         .filter_map(|d| std::fs::read_to_string(d.join("task.pid")).ok())
-        .filter_map(|p| p.lines().next().and_then(|l| l.trim().parse().ok()))
+        .filter_map(|p| {
+            let mut l = p.lines().map(|l| l.trim().parse::<u64>().ok());
+            Some((u32::try_from(l.next()??).ok()?, l.next()??))
+        })
         .collect()
 }
 
-fn alive(pid: u32) -> bool {
-    // A zombie has exited; only its parent's wait is missing.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
-        .unwrap_or(false)
+/// The tasks recorded under an agent's data dir that are still the recorded process.
+fn task_pids(data: &Path) -> Vec<(u32, u64)> {
+    task_procs(data).into_iter().filter(|t| alive(*t)).collect()
+}
+
+/// A live (not zombie) process's start time (`/proc/<pid>/stat` field 22).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    (fields.first() != Some(&"Z")).then(|| fields.get(19)?.parse().ok())?
+}
+
+/// Whether the process `(pid, start time)` still runs (a recycled pid does not count).
+fn alive((pid, start): (u32, u64)) -> bool {
+    start_time(pid) == Some(start)
 }
 
 fn spec(name: &str, command: &[&str]) -> v1::JobSpec {
@@ -161,10 +178,10 @@ async fn wait_state(c: &mut ViewClient, job: JobId, state: JobState, log: impl F
     }
 }
 
-fn wait_dead(pid: u32) {
+fn wait_dead(task: (u32, u64)) {
     let t0 = Instant::now();
-    while alive(pid) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "task process {pid} is still alive");
+    while alive(task) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "task process {task:?} is still alive");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -242,7 +259,7 @@ fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
         // A task that ends while no agent runs is reported by the next agent.
         let job = place(&mut c, "short", &["sleep", "1"], 2, 2, 3).await;
         wait_state(&mut c, job, JobState::Running, || s.agent_log()).await;
-        let pid = *task_pids(&s.data_dir()).iter().find(|p| alive(**p)).expect("running task");
+        let pid = *task_pids(&s.data_dir()).first().expect("running task");
         s.kill_agent(1);
         wait_dead(pid);
         let next = s.agent(&[]);
@@ -252,7 +269,7 @@ fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
         // there; the next agent registers and stops it.
         let job = place(&mut c, "long2", &["sleep", "600"], 1, 1, 2).await;
         wait_state(&mut c, job, JobState::Running, || s.agent_log()).await;
-        let pid = *task_pids(&s.data_dir()).iter().find(|p| alive(**p)).expect("running task");
+        let pid = *task_pids(&s.data_dir()).first().expect("running task");
         s.kill_agent(next);
         let err = wait_state(&mut c, job, JobState::Pending, || s.agent_log()).await;
         assert!(err.contains("went down"), "{err}");

@@ -86,9 +86,15 @@ fn run(dir: &Path) -> Result<ExitRecord, String> {
         let _ = child.wait();
         return Err(format!("shim failed: could not record the task's pid: {e}"));
     }
-    let status = child.wait();
+    // Wait for the task to exit without reaping it: while it is a zombie its pid, and so its
+    // group id, cannot be reused, so the group kill below cannot hit a stranger's group.
+    let _ = nix::sys::wait::waitid(
+        nix::sys::wait::Id::Pid(Pid::from_raw(pid)),
+        nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT,
+    );
     // Whatever the task left behind in its group ends with it.
     kill_group();
+    let status = child.wait();
     if let Some(cgroup) = cgroup {
         cgroup.leave();
     }
