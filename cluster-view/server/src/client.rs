@@ -131,8 +131,9 @@ impl ViewClient {
         self.current = self.addrs[i].clone();
     }
 
-    /// Runs `call` against the leader, following hints and retrying unavailability until the
-    /// deadline.
+    /// Runs `call` against the leader, following hints and retrying unavailability (and calls
+    /// cut off by a closed connection; every write of the API is safe to retry, except that a
+    /// retried submission may admit a job twice) until the deadline.
     pub async fn call<T, F, Fut>(&mut self, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(Grpc<Channel>) -> Fut,
@@ -152,7 +153,9 @@ impl ViewClient {
                 Err(s) => s,
             };
             let hint = status.metadata().get(LEADER_KEY).and_then(|v| v.to_str().ok()).map(str::to_string);
-            let retry = matches!(status.code(), Code::Unavailable | Code::Unknown | Code::ResourceExhausted);
+            // Cancelled: the connection closed under the call (a replica died mid-request).
+            let retry =
+                matches!(status.code(), Code::Unavailable | Code::Unknown | Code::ResourceExhausted | Code::Cancelled);
             if !retry {
                 return Err(ClientError::Status { addr, status: Box::new(status) });
             }
