@@ -6,11 +6,16 @@
 //! at the first problem; free-resource conflicts are gathered over every member so that the
 //! decision carries the fresh state of every stale server at once. Apply takes every member or
 //! none: nothing is written until every member has passed.
+//!
+//! A *move* ([`ClusterView::migrate`], the migration module's transaction) goes through the same
+//! checks for a job that already holds a placement: its new members are validated against the
+//! records net of its own current placement, and apply releases the old placement and takes the
+//! new one in one step, idempotent on the move's proposal id like any proposal.
 
 use crate::config_set::ConfigSet;
 use crate::fit;
 use crate::ids::ServerId;
-use crate::job::{JobState, TaskState};
+use crate::job::{Job, JobState, TaskState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, GangPlacement, MemberPlacement, Proposal, Rejection};
 use crate::server::ServerRecord;
@@ -30,11 +35,57 @@ impl ClusterView {
     pub fn propose(&mut self, p: &Proposal) -> Decision {
         match self.precheck(p) {
             Ok(level) => {
-                self.commit(p, level);
+                self.bump();
+                self.take(p, level, JobState::Placed);
                 Decision::Accepted { job: p.job, proposal: p.id, level, version: self.version }
             }
             Err(decision) => decision,
         }
+    }
+
+    /// Moves a job that holds a placement to `p.members`, atomically: its current placement is
+    /// released and the new one taken in one step, or nothing changes. The new members are
+    /// validated like a proposal's (shape, locality, health, free resources) against the records
+    /// net of the job's own current placement, so a move may reuse some of the job's devices.
+    /// The job becomes [`JobState::Migrating`] on the new placement, and running again once every
+    /// new member reports started. Idempotent on the proposal id, like [`ClusterView::propose`].
+    pub fn migrate(&mut self, p: &Proposal) -> Decision {
+        match self.precheck_move(p) {
+            Ok(level) => {
+                self.bump();
+                self.free_placement(p.job);
+                self.take(p, level, JobState::Migrating);
+                Decision::Accepted { job: p.job, proposal: p.id, level, version: self.version }
+            }
+            Err(decision) => decision,
+        }
+    }
+
+    /// Everything [`ClusterView::migrate`] decides, without applying.
+    pub fn precheck_move(&self, p: &Proposal) -> Result<LocalityLevel, Decision> {
+        if let Some(d) = self.idempotency(p) {
+            return Err(d);
+        }
+        let Some(job) = self.jobs.get(&p.job) else {
+            return Err(self.reject(p, Rejection::UnknownJob, &[]));
+        };
+        if !matches!(job.state, JobState::Placed | JobState::Running) {
+            return Err(self.reject(p, Rejection::NotMovable { state: job.state.as_str().to_string() }, &[]));
+        }
+        self.validate_members(p, job).map_err(|(reason, stale)| self.reject(p, reason, &stale))
+    }
+
+    /// The decision for a proposal id that was applied before, if it was.
+    fn idempotency(&self, p: &Proposal) -> Option<Decision> {
+        let &owner = self.applied.get(&p.id)?;
+        if owner != p.job {
+            return Some(self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]));
+        }
+        let current = self.jobs.get(&p.job).and_then(|j| j.placement.as_ref()).map(|pl| pl.proposal);
+        if current == Some(p.id) {
+            return Some(Decision::AlreadyApplied { job: p.job, proposal: p.id, version: self.version });
+        }
+        Some(self.reject(p, Rejection::ProposalSpent, &[]))
     }
 
     /// Everything [`ClusterView::propose`] decides, without applying: `Ok(level)` if the
@@ -42,15 +93,8 @@ impl ClusterView {
     /// rejected with its fresh records). The replicated leader pre-checks with this before
     /// spending a log entry; apply re-checks on every replica.
     pub fn precheck(&self, p: &Proposal) -> Result<LocalityLevel, Decision> {
-        if let Some(&owner) = self.applied.get(&p.id) {
-            if owner != p.job {
-                return Err(self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]));
-            }
-            let current = self.jobs.get(&p.job).and_then(|j| j.placement.as_ref()).map(|pl| pl.proposal);
-            if current == Some(p.id) {
-                return Err(Decision::AlreadyApplied { job: p.job, proposal: p.id, version: self.version });
-            }
-            return Err(self.reject(p, Rejection::ProposalSpent, &[]));
+        if let Some(d) = self.idempotency(p) {
+            return Err(d);
         }
         self.validate(p).map_err(|(reason, stale)| self.reject(p, reason, &stale))
     }
@@ -65,7 +109,16 @@ impl ClusterView {
         if job.state != JobState::Pending {
             return fail(Rejection::JobNotPending { state: job.state.as_str().to_string() });
         }
+        self.validate_members(p, job)
+    }
+
+    /// The member checks of [`ClusterView::validate`] for `job`. A job that holds a placement
+    /// (a move) is checked against the records with its own resources given back, and its
+    /// quota use is not counted twice.
+    fn validate_members(&self, p: &Proposal, job: &Job) -> Result<LocalityLevel, (Rejection, Vec<ServerId>)> {
+        let fail = |r: Rejection| Err((r, Vec::new()));
         let spec = &job.spec;
+        let held = job.placement.as_ref().map_or(&[][..], |g| &g.members[..]);
         if p.members.len() != spec.members as usize {
             return fail(Rejection::WrongMemberCount { expected: spec.members, got: p.members.len() as u32 });
         }
@@ -102,7 +155,8 @@ impl ClusterView {
         let mut first: Option<Rejection> = None;
         let mut stale: Vec<ServerId> = Vec::new();
         if let Some(&quota) = self.quotas.get(&spec.tenant) {
-            let used = self.tenant_used(&spec.tenant);
+            let own = if held.is_empty() { 0 } else { spec.total_gpus() };
+            let used = self.tenant_used(&spec.tenant).saturating_sub(own);
             if used + spec.total_gpus() > quota {
                 first = Some(Rejection::QuotaExceeded {
                     tenant: spec.tenant.clone(),
@@ -113,8 +167,13 @@ impl ClusterView {
             }
         }
         for m in claims.per_server() {
-            let rec = &self.servers[m.server.index()];
-            if let Err(r) = fit::check_member_free(rec, &m) {
+            let mut rec = self.servers[m.server.index()];
+            for h in held.iter().filter(|h| h.server == m.server) {
+                rec.free_gpus |= h.gpus & !self.unhealthy[m.server.index()];
+                rec.free_cores = rec.free_cores.or(h.cores);
+                rec.free_memory_mib += h.memory_mib;
+            }
+            if let Err(r) = fit::check_member_free(&rec, &m) {
                 first.get_or_insert(r);
                 stale.push(m.server);
             }
@@ -130,8 +189,8 @@ impl ClusterView {
         gang_level(&self.topologies, &self.config_sets, &self.servers, members)
     }
 
-    fn commit(&mut self, p: &Proposal, level: LocalityLevel) {
-        self.bump();
+    /// Writes a validated placement (the caller bumped the version) and puts the job in `state`.
+    fn take(&mut self, p: &Proposal, level: LocalityLevel, state: JobState) {
         for m in &p.members {
             let r = &mut self.servers[m.server.index()];
             // Second line of defence: validation proved these; a failure here is a bug.
@@ -145,7 +204,7 @@ impl ClusterView {
         }
         let version = self.version;
         let job = self.jobs.get_mut(&p.job).expect("validated job exists");
-        job.state = JobState::Placed;
+        job.state = state;
         job.placement = Some(GangPlacement { proposal: p.id, members: p.members.clone(), level, placed_at: version });
         job.proposals.push(p.id);
         job.tasks = vec![TaskState::Starting; p.members.len()];

@@ -58,6 +58,13 @@ pub enum Rejection {
         /// Its state.
         state: String,
     },
+    /// A move was proposed for a job that does not hold a placement it could move (pending,
+    /// ended, or already being moved).
+    #[error("job is {state}; only a placed or running job can be moved")]
+    NotMovable {
+        /// Its state.
+        state: String,
+    },
     /// The proposal id was already used for another job.
     #[error("proposal id already used for {other}")]
     ProposalIdReused {
@@ -229,6 +236,7 @@ impl Rejection {
         match self {
             Rejection::UnknownJob => "unknown_job",
             Rejection::JobNotPending { .. } => "job_not_pending",
+            Rejection::NotMovable { .. } => "not_movable",
             Rejection::ProposalIdReused { .. } => "proposal_id_reused",
             Rejection::ProposalSpent => "proposal_spent",
             Rejection::WrongMemberCount { .. } => "wrong_member_count",

@@ -35,6 +35,10 @@ pub enum Command {
     Submit(JobSpec),
     /// A batch of proposals, each approved or rejected on its own, each atomic.
     Propose(Vec<Proposal>),
+    /// A batch of moves by the migration module, each atomic on its own: the job's current
+    /// placement is released and the proposal's members taken in one step (see
+    /// [`ClusterView::migrate`]).
+    Migrate(Vec<Proposal>),
     /// A job ended; release its resources.
     Release {
         /// The job.
@@ -384,6 +388,7 @@ impl ClusterView {
         match cmd {
             Command::Submit(spec) => Outcome::Submitted(self.submit(spec.clone())),
             Command::Propose(ps) => Outcome::Decided(ps.iter().map(|p| self.propose(p)).collect()),
+            Command::Migrate(ps) => Outcome::Decided(ps.iter().map(|p| self.migrate(p)).collect()),
             Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
             Command::Cancel { job } => Outcome::Ended(self.cancel(*job)),
             Command::SetHealth { server, health } => Outcome::HealthSet(self.set_health(*server, *health)),
@@ -445,7 +450,10 @@ impl ClusterView {
             self.end_job(job, JobState::Finished);
             return Ok(JobState::Finished);
         }
-        if j.state == JobState::Placed && j.tasks.iter().all(|t| *t != TaskState::Starting) {
+        // A moved job (migrating) runs again once every member of its new placement started.
+        if matches!(j.state, JobState::Placed | JobState::Migrating)
+            && j.tasks.iter().all(|t| *t != TaskState::Starting)
+        {
             j.state = JobState::Running;
         }
         let state = j.state;

@@ -1,0 +1,470 @@
+//! The migration planner: frees a group for a job blocked by fragmentation.
+//!
+//! When a pending job cannot be placed at its locality level although enough GPUs are free in
+//! the cluster, the free GPUs are scattered. [`plan`] finds the fewest moves of small running
+//! jobs that free a group of the needed size at that level, and a new home for each moved job
+//! that keeps its locality (a move never makes the moved job slower, only pauses it). Each move
+//! is then applied through the approver as one atomic transaction ([`ClusterView::migrate`],
+//! `Command::Migrate`), and the blocked job proposes the planned target like any gang.
+//!
+//! The planner is pure, like the rest of this crate: it reads no clock, so the caller passes
+//! remaining-time estimates (a job near its end is never moved) and the rules in
+//! [`MigrationParams`]. Jobs without an estimate count as far from their end.
+//!
+//! Search: for every server and every group of the level (PCIe switch, socket or the whole
+//! server), the movable jobs that occupy the group are taken largest first until enough GPUs are
+//! free — for disjoint occupants this is the fewest moves — and more jobs of the server are
+//! added while cores or memory are still short. A multi-server gang takes the cheapest servers
+//! of one rack, IB domain or the cluster, as its level allows. Destinations are planned on the
+//! current records with the target's resources withheld and the moved jobs' old resources still
+//! held, so a moved job can land neither on the freed group nor where it was.
+
+use crate::fit::{self, FitMode};
+use crate::ids::{JobId, ServerId};
+use crate::job::{JobSpec, JobState};
+use crate::locality::LocalityLevel;
+use crate::placement::MemberPlacement;
+use crate::server::{Health, ServerRecord};
+use crate::view::ClusterView;
+use std::collections::BTreeMap;
+
+/// Candidate targets (servers, or domains for multi-server gangs) tried for destinations
+/// before the planner gives up; bounds the work of one call.
+const CANDIDATES_TRIED: usize = 16;
+
+/// The rules a plan follows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MigrationParams {
+    /// Most moves in one plan.
+    pub max_moves: usize,
+    /// A job with less remaining time than this is never moved.
+    pub min_remaining_s: f64,
+    /// Largest job (total GPUs) that may be moved; only single-member jobs move.
+    pub small_job_max_gpus: u32,
+    /// Checkpoint-restart time of one move: the moved job makes no progress for this long.
+    pub checkpoint_restart_s: f64,
+}
+
+impl Default for MigrationParams {
+    fn default() -> Self {
+        MigrationParams { max_moves: 4, min_remaining_s: 1800.0, small_job_max_gpus: 4, checkpoint_restart_s: 60.0 }
+    }
+}
+
+/// One planned move: a running job's whole placement to new members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Move {
+    /// The job moved.
+    pub job: JobId,
+    /// Its current members.
+    pub from: Vec<MemberPlacement>,
+    /// Its new members.
+    pub to: Vec<MemberPlacement>,
+}
+
+/// A plan: the moves, then the blocked job's placement they make possible.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrationPlan {
+    /// The blocked job.
+    pub job: JobId,
+    /// Its placement once the moves are applied (propose it after them).
+    pub target: Vec<MemberPlacement>,
+    /// The level the target achieves.
+    pub level: LocalityLevel,
+    /// The moves, in the order to apply them.
+    pub moves: Vec<Move>,
+    /// GPU-seconds lost to checkpoint-restart: moved GPUs × [`MigrationParams::checkpoint_restart_s`].
+    pub cost_gpu_s: f64,
+}
+
+/// A running job's member on one server, as the planner sees it.
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    job: JobId,
+    member: MemberPlacement,
+    movable: bool,
+}
+
+/// What freeing a target on one server takes.
+#[derive(Clone, Debug)]
+struct Freeing {
+    server: ServerId,
+    movers: Vec<usize>,
+    target: Vec<MemberPlacement>,
+    moved_gpus: u32,
+}
+
+/// Plans the fewest moves that let pending `job` be placed at `level` (or tighter), or `None`
+/// when no plan within the rules exists. `remaining_s` holds remaining-time estimates by job.
+pub fn plan(
+    view: &ClusterView,
+    job: JobId,
+    level: LocalityLevel,
+    remaining_s: &BTreeMap<JobId, f64>,
+    params: &MigrationParams,
+) -> Option<MigrationPlan> {
+    let blocked = view.job(job).filter(|j| j.state == JobState::Pending)?;
+    let spec = &blocked.spec;
+    let level = level.min(spec.tolerate);
+    let holders = holders(view, job, spec.total_gpus(), remaining_s, params);
+    let member_level = if spec.members == 1 { level.min(LocalityLevel::Server) } else { LocalityLevel::Server };
+    let mut options: Vec<Freeing> = (0..view.servers().len())
+        .filter_map(|s| freeing(view, ServerId(s as u32), spec, member_level, &holders, params))
+        .collect();
+    // Fewest moves, then fewest GPUs moved, then the lowest server: deterministic.
+    options.sort_by_key(|f| (f.movers.len(), f.moved_gpus, f.server));
+    let candidates: Vec<Vec<Freeing>> = if spec.members == 1 {
+        options.into_iter().take(CANDIDATES_TRIED).map(|f| vec![f]).collect()
+    } else {
+        gang_candidates(view, options, spec.members as usize, level, params.max_moves)
+    };
+    for chosen in candidates {
+        if let Some(p) = with_destinations(view, job, &chosen, &holders, params) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Every running member per server, with whether its job may be moved.
+fn holders(
+    view: &ClusterView,
+    blocked: JobId,
+    blocked_gpus: u32,
+    remaining_s: &BTreeMap<JobId, f64>,
+    params: &MigrationParams,
+) -> Vec<Vec<Holder>> {
+    let mut out: Vec<Vec<Holder>> = vec![Vec::new(); view.servers().len()];
+    // Placed jobs only, in id order (pending ones may be many; the order makes plans
+    // deterministic).
+    let mut placed: Vec<&crate::job::Job> = view.jobs.values().filter(|j| j.placement.is_some()).collect();
+    placed.sort_unstable_by_key(|j| j.id);
+    for j in placed {
+        let Some(p) = &j.placement else { continue };
+        let total = j.spec.total_gpus();
+        let movable = j.id != blocked
+            && matches!(j.state, JobState::Placed | JobState::Running)
+            && j.spec.members == 1
+            && total <= params.small_job_max_gpus
+            && total < blocked_gpus
+            && remaining_s.get(&j.id).is_none_or(|r| *r >= params.min_remaining_s);
+        for m in &p.members {
+            out[m.server.index()].push(Holder { job: j.id, member: *m, movable });
+        }
+    }
+    out
+}
+
+/// The record of a server with some members' resources given back.
+fn released(view: &ClusterView, rec: &ServerRecord, server: ServerId, freed: &[&MemberPlacement]) -> ServerRecord {
+    let mut r = *rec;
+    for m in freed {
+        r.free_gpus |= m.gpus & !view.unhealthy_devices(server);
+        r.free_cores = r.free_cores.or(m.cores);
+        r.free_memory_mib += m.memory_mib;
+    }
+    r
+}
+
+/// The cheapest way to make one member of `spec` fit on `server` at `level` by moving jobs
+/// off it, if any within the move bound.
+fn freeing(
+    view: &ClusterView,
+    server: ServerId,
+    spec: &JobSpec,
+    level: LocalityLevel,
+    holders: &[Vec<Holder>],
+    params: &MigrationParams,
+) -> Option<Freeing> {
+    let rec = view.server(server)?;
+    let topo = view.topology_of(rec.config_set);
+    if rec.health != Health::Up
+        || topo.devices < spec.gpus_per_member
+        || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type)
+    {
+        return None;
+    }
+    let req = fit::member_request(spec, topo);
+    let here = &holders[server.index()];
+    let mut best: Option<Freeing> = None;
+    for group in topo.groups(level) {
+        if group.count_ones() < req.gpus {
+            continue;
+        }
+        let movable_in = |h: &Holder| h.movable && h.member.gpus & group != 0;
+        let reachable = (rec.free_gpus & group).count_ones()
+            + here.iter().filter(|h| movable_in(h)).map(|h| (h.member.gpus & group).count_ones()).sum::<u32>();
+        if reachable < req.gpus {
+            continue;
+        }
+        // Occupants of the group, largest share of it first; then the server's other movable
+        // jobs, most cores first, in case cores or memory are what is short.
+        let mut order: Vec<usize> = (0..here.len()).filter(|&i| movable_in(&here[i])).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse((here[i].member.gpus & group).count_ones()), here[i].job));
+        let mut rest: Vec<usize> = (0..here.len()).filter(|&i| here[i].movable && !order.contains(&i)).collect();
+        rest.sort_by_key(|&i| (std::cmp::Reverse(here[i].member.cores.count()), here[i].job));
+        order.extend(rest);
+        let bound = best.as_ref().map_or(params.max_moves, |b| b.movers.len().saturating_sub(1));
+        let mut movers: Vec<usize> = Vec::new();
+        for k in 0..=order.len().min(bound) {
+            if k > 0 {
+                movers.push(order[k - 1]);
+            }
+            let freed: Vec<&MemberPlacement> = movers.iter().map(|&i| &here[i].member).collect();
+            let mut r = released(view, rec, server, &freed);
+            r.free_gpus &= group;
+            if let Some((m, _)) = fit::plan_member(topo, &r, server, &req, level, FitMode::Pack) {
+                let moved_gpus = movers.iter().map(|&i| here[i].member.gpus.count_ones()).sum();
+                best = Some(Freeing { server, movers: movers.clone(), target: vec![m], moved_gpus });
+                break;
+            }
+        }
+    }
+    best
+}
+
+/// For a multi-server gang: per domain the level allows, the cheapest `members` servers;
+/// domains cheapest first, within the move bound.
+fn gang_candidates(
+    view: &ClusterView,
+    options: Vec<Freeing>,
+    members: usize,
+    level: LocalityLevel,
+    max_moves: usize,
+) -> Vec<Vec<Freeing>> {
+    let domain = |s: ServerId| -> u32 {
+        let cs = &view.config_sets()[view.servers()[s.index()].config_set.index()];
+        match level {
+            LocalityLevel::Rack => cs.rack,
+            LocalityLevel::IbDomain => cs.ib_domain,
+            _ => 0,
+        }
+    };
+    if level <= LocalityLevel::Server {
+        return Vec::new();
+    }
+    let mut by_domain: BTreeMap<u32, Vec<Freeing>> = BTreeMap::new();
+    for f in options {
+        let d = by_domain.entry(domain(f.server)).or_default();
+        if d.len() < members {
+            d.push(f); // options are sorted cheapest first
+        }
+    }
+    let mut out: Vec<(usize, Vec<Freeing>)> = by_domain
+        .into_values()
+        .filter(|fs| fs.len() == members)
+        .map(|fs| (fs.iter().map(|f| f.movers.len()).sum(), fs))
+        .filter(|(cost, _)| *cost <= max_moves)
+        .collect();
+    out.sort_by_key(|(cost, fs)| (*cost, fs[0].server));
+    out.into_iter().take(CANDIDATES_TRIED).map(|(_, fs)| fs).collect()
+}
+
+/// Completes a choice of freed servers with a destination for every moved job, or `None`.
+fn with_destinations(
+    view: &ClusterView,
+    job: JobId,
+    chosen: &[Freeing],
+    holders: &[Vec<Holder>],
+    params: &MigrationParams,
+) -> Option<MigrationPlan> {
+    let movers: Vec<&Holder> =
+        chosen.iter().flat_map(|f| f.movers.iter().map(move |&i| &holders[f.server.index()][i])).collect();
+    if movers.len() > params.max_moves {
+        return None;
+    }
+    // Destinations see the current records minus what the target takes of what is free now
+    // (the rest of the target comes from the moved jobs, whose old resources stay held here).
+    let mut dest: Vec<ServerRecord> = view.servers().to_vec();
+    for f in chosen {
+        let r = &mut dest[f.server.index()];
+        let freed_mem: u32 = f.movers.iter().map(|&i| holders[f.server.index()][i].member.memory_mib).sum();
+        for t in &f.target {
+            r.free_gpus &= !t.gpus;
+            r.free_cores = r.free_cores.without(t.cores);
+            let from_free = t.memory_mib.saturating_sub(freed_mem);
+            r.free_memory_mib = r.free_memory_mib.saturating_sub(from_free);
+        }
+    }
+    let mut moves = Vec::with_capacity(movers.len());
+    for h in movers {
+        let j = view.job(h.job)?;
+        let keep = j.placement.as_ref().map_or(LocalityLevel::Server, |p| p.level).min(LocalityLevel::Server);
+        let to = destination(view, &dest, &j.spec, keep)?;
+        let r = &mut dest[to.server.index()];
+        r.free_gpus &= !to.gpus;
+        r.free_cores = r.free_cores.without(to.cores);
+        r.free_memory_mib -= to.memory_mib;
+        moves.push(Move { job: h.job, from: vec![h.member], to: vec![to] });
+    }
+    let target: Vec<MemberPlacement> = chosen.iter().flat_map(|f| f.target.iter().copied()).collect();
+    let level = view.gang_level(&target);
+    let moved_gpus: u32 = moves.iter().flat_map(|m| m.from.iter()).map(|m| m.gpus.count_ones()).sum();
+    Some(MigrationPlan { job, target, level, moves, cost_gpu_s: f64::from(moved_gpus) * params.checkpoint_restart_s })
+}
+
+/// A new home for a single-member job at `keep` or tighter: the fullest server where it fits
+/// (best fit, so moves do not fragment other servers).
+fn destination(
+    view: &ClusterView,
+    dest: &[ServerRecord],
+    spec: &JobSpec,
+    keep: LocalityLevel,
+) -> Option<MemberPlacement> {
+    let mut best: Option<(u32, MemberPlacement)> = None;
+    for (i, rec) in dest.iter().enumerate() {
+        let topo = view.topology_of(rec.config_set);
+        if rec.free_gpus.count_ones() < spec.gpus_per_member
+            || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type)
+            || best.as_ref().is_some_and(|(free, _)| rec.free_gpus.count_ones() >= *free)
+        {
+            continue;
+        }
+        let req = fit::member_request(spec, topo);
+        if let Some((m, _)) = fit::plan_member(topo, rec, ServerId(i as u32), &req, keep, FitMode::Pack) {
+            best = Some((rec.free_gpus.count_ones(), m));
+        }
+    }
+    best.map(|(_, m)| m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{CpuDemand, TaskEvent};
+    use crate::mask::CoreMask;
+    use crate::placement::{Decision, Proposal, Rejection};
+    use crate::view::{Command, Outcome};
+    use crate::{ClusterSpec, ProposalId, Topology, invariants};
+
+    fn view(servers: u32) -> ClusterView {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        ClusterView::from_spec(&ClusterSpec::uniform(topo, servers, servers, 1))
+    }
+
+    fn spec(gpus: u32) -> JobSpec {
+        let mut s = JobSpec::simple("j", 1, gpus);
+        s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+        s.memory_mib_per_gpu = Some(1024);
+        s
+    }
+
+    fn member(server: u32, gpus: u64, first_core: u32) -> MemberPlacement {
+        let n = gpus.count_ones();
+        MemberPlacement { server: ServerId(server), gpus, cores: CoreMask::range(first_core, n), memory_mib: 1024 * n }
+    }
+
+    fn decide(view: &mut ClusterView, cmd: Command) -> Vec<Decision> {
+        match view.apply(&cmd) {
+            Outcome::Decided(ds) => ds,
+            o => panic!("unexpected outcome {o:?}"),
+        }
+    }
+
+    /// Submits a job of `gpus` GPUs and places it as `m` under proposal id `id`.
+    fn running(view: &mut ClusterView, m: MemberPlacement, id: u64) -> JobId {
+        let job = view.submit(spec(m.gpus.count_ones())).expect("submit");
+        let p = Proposal { id: ProposalId(id), job, members: vec![m], based_on: view.version() };
+        assert!(decide(view, Command::Propose(vec![p]))[0].is_placed());
+        job
+    }
+
+    /// Two 8-GPU servers, each with one small job on it: 14 GPUs free, no whole server.
+    fn fragmented() -> (ClusterView, JobId, JobId, JobId) {
+        let mut v = view(2);
+        let a = running(&mut v, member(0, 0b1, 0), 1);
+        let b = running(&mut v, member(1, 0b1000_0000, 31), 2);
+        let big = v.submit(spec(8)).expect("submit");
+        (v, a, b, big)
+    }
+
+    #[test]
+    fn one_move_frees_a_server_for_a_blocked_gang() {
+        let (mut v, a, b, big) = fragmented();
+        let p = plan(&v, big, LocalityLevel::Server, &BTreeMap::new(), &MigrationParams::default()).expect("a plan");
+        assert_eq!(p.moves.len(), 1, "{p:?}");
+        let moved = p.moves[0].job;
+        assert!(moved == a || moved == b);
+        assert_eq!(p.target[0].gpus, 0xff);
+        assert_ne!(p.moves[0].to[0].server, p.target[0].server, "the moved job leaves the freed server");
+        assert_eq!(p.cost_gpu_s, 60.0);
+        let moves: Vec<Proposal> = p
+            .moves
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Proposal {
+                id: ProposalId(100 + i as u64),
+                job: m.job,
+                members: m.to.clone(),
+                based_on: v.version(),
+            })
+            .collect();
+        assert!(decide(&mut v, Command::Migrate(moves.clone())).iter().all(Decision::is_placed));
+        assert!(invariants::check(&v).is_clean(), "{:?}", invariants::check(&v));
+        assert_eq!(v.job(moved).map(|j| j.state), Some(JobState::Migrating));
+        let target = Proposal { id: ProposalId(200), job: big, members: p.target.clone(), based_on: v.version() };
+        assert!(decide(&mut v, Command::Propose(vec![target]))[0].is_placed());
+        assert!(invariants::check(&v).is_clean());
+        // The moved job runs again once its new member reports started.
+        let to = moves[0].members[0].server;
+        let r = v.apply(&Command::Task {
+            job: moved,
+            proposal: ProposalId(100),
+            member: 0,
+            server: to,
+            event: TaskEvent::Started,
+        });
+        assert_eq!(r, Outcome::TaskReported(Ok(JobState::Running)));
+        // A retried move is answered as applied and changes nothing.
+        let h = v.state_hash();
+        assert!(matches!(decide(&mut v, Command::Migrate(moves))[0], Decision::AlreadyApplied { .. }));
+        assert_eq!(v.state_hash(), h);
+    }
+
+    #[test]
+    fn jobs_near_their_end_and_the_move_bound_are_respected() {
+        let (v, a, b, big) = fragmented();
+        let ending: BTreeMap<JobId, f64> = [(a, 10.0), (b, 10.0)].into_iter().collect();
+        assert!(plan(&v, big, LocalityLevel::Server, &ending, &MigrationParams::default()).is_none());
+        let only_b: BTreeMap<JobId, f64> = [(a, 10.0)].into_iter().collect();
+        let p = plan(&v, big, LocalityLevel::Server, &only_b, &MigrationParams::default()).expect("plan");
+        assert_eq!(p.moves.iter().map(|m| m.job).collect::<Vec<_>>(), vec![b]);
+        let none = MigrationParams { max_moves: 0, ..MigrationParams::default() };
+        assert!(plan(&v, big, LocalityLevel::Server, &BTreeMap::new(), &none).is_none());
+        // A 4-GPU job fits a free socket without moves: the plan is empty.
+        let mut v = v;
+        let four = v.submit(spec(4)).expect("submit");
+        let p = plan(&v, four, LocalityLevel::Socket, &BTreeMap::new(), &MigrationParams::default()).expect("plan");
+        assert!(p.moves.is_empty() && p.level <= LocalityLevel::Socket);
+    }
+
+    #[test]
+    fn moves_are_validated_atomically() {
+        let (mut v, a, b, big) = fragmented();
+        let before = v.state_hash();
+        let mv = |id: u64, job: JobId, m: MemberPlacement| Proposal {
+            id: ProposalId(id),
+            job,
+            members: vec![m],
+            based_on: crate::ViewVersion(0),
+        };
+        // Onto b's device: a conflict, nothing changes (a keeps its placement).
+        let d = decide(&mut v, Command::Migrate(vec![mv(10, a, member(1, 0b1000_0000, 0))]));
+        assert!(matches!(&d[0], Decision::Rejected { reason: Rejection::DevicesBusy { .. }, .. }), "{d:?}");
+        // A pending job cannot be moved.
+        let d = decide(&mut v, Command::Migrate(vec![mv(11, big, member(0, 0xff, 0))]));
+        assert!(matches!(&d[0], Decision::Rejected { reason: Rejection::NotMovable { .. }, .. }), "{d:?}");
+        assert_eq!(v.state_hash(), before, "refused moves change nothing");
+        // A move may reuse the job's own device and core (device 0 plus device 1).
+        let d = decide(&mut v, Command::Migrate(vec![mv(12, a, member(0, 0b10, 0))]));
+        assert!(d[0].is_placed(), "{d:?}");
+        assert!(invariants::check(&v).is_clean());
+        // A migrating job is not moved again until it runs.
+        let d = decide(&mut v, Command::Migrate(vec![mv(13, a, member(0, 0b100, 2))]));
+        assert!(matches!(&d[0], Decision::Rejected { reason: Rejection::NotMovable { .. }, .. }), "{d:?}");
+        // The old proposal id of `a` is spent.
+        let d = decide(&mut v, Command::Migrate(vec![mv(1, a, member(0, 0b1, 0))]));
+        assert!(matches!(&d[0], Decision::Rejected { reason: Rejection::ProposalSpent, .. }), "{d:?}");
+        let _ = b;
+    }
+}
