@@ -11,6 +11,7 @@
 //! | [`policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
 //! | [`trace`] | job-size and duration samplers from the Philly trace (file or built-in histogram) |
 //! | [`bench`] | the placement benchmark behind `tessera bench placement` |
+//! | [`sim`] | the trace-driven simulator behind `tessera sim`: trace loaders, speed model, policies, event loop |
 //!
 //! The search builds members with the same fit helpers the approver checks them with
 //! ([`tessera_view::fit`]), so a proposal made from a current view is never refused for a
@@ -20,6 +21,7 @@ pub mod bench;
 pub mod local_view;
 pub mod policy;
 pub mod search;
+pub mod sim;
 pub mod trace;
 
 pub use local_view::{LocalView, Overlay};

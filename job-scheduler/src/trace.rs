@@ -97,6 +97,14 @@ pub enum TraceError {
         /// What is wrong.
         message: String,
     },
+    /// A file is wrong as a whole (a model or cluster file, a trace that yields nothing).
+    #[error("{file}: {message}")]
+    Invalid {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The file has no rows.
     #[error("{file}: no data rows")]
     Empty {

@@ -1,0 +1,718 @@
+//! The event loop of one simulated run, and its metrics.
+//!
+//! Events are arrivals, job completions, the end of a moved job's checkpoint-restart pause and
+//! wake-ups when a waiting job's locality tolerance relaxes. After all events of one instant, a
+//! scheduling pass offers waiting jobs to the policy in arrival order (a job that does not fit
+//! is skipped, not waited on, as generic schedulers do): after a release every waiting job is
+//! tried, after an arrival only the new ones. A shape that failed once in a pass is not searched
+//! again in that pass. A job's progress is work (seconds at full speed) done at its current
+//! speed; speeds change when jobs start, end or move beside it (interference) and are
+//! recomputed for the jobs on the servers touched.
+
+use super::model::SpeedModel;
+use super::policy::{self, Affinity, SimPolicy};
+use super::{SIZE_BUCKETS, Trace, size_bucket};
+use crate::local_view::LocalView;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use tessera_view::migration::{self, MigrationParams};
+use tessera_view::view::DEFAULT_CHANGE_LOG;
+use tessera_view::{
+    ClusterSpec, ClusterView, Command, CpuDemand, Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Outcome,
+    Proposal, ProposalId, ServerId, TaskEvent, ViewError, invariants,
+};
+
+/// Ended jobs the simulated view keeps (the simulator keeps its own records).
+const ENDED_KEPT: usize = 1024;
+/// Simulated seconds after a migration plan was not found before the next attempt: bounds the
+/// planner's work (each attempt scans the cluster) and the rate of moves.
+pub const MIGRATION_RETRY_S: f64 = 300.0;
+/// Points of the utilization series.
+const UTILIZATION_POINTS: usize = 400;
+
+/// One run's parameters.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The policy.
+    pub policy: SimPolicy,
+    /// Seed: decorrelates the searches' probe order (the only randomness).
+    pub seed: u64,
+    /// Arrival-rate multiplier: arrival times are divided by it.
+    pub load_scale: f64,
+    /// Migration rules (for policies that migrate).
+    pub migration: MigrationParams,
+    /// Run the independent invariant checker every this many events (0: only at the end).
+    pub invariant_check_every: u64,
+}
+
+impl SimConfig {
+    /// Defaults for `policy`.
+    pub fn new(policy: SimPolicy) -> SimConfig {
+        SimConfig { policy, seed: 1, load_scale: 1.0, migration: MigrationParams::default(), invariant_check_every: 0 }
+    }
+}
+
+/// The results of one policy (the object `tessera sim --json` prints per policy).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PolicyReport {
+    /// Jobs simulated.
+    pub jobs: u64,
+    /// Jobs that finished.
+    pub finished: u64,
+    /// Mean job completion time (arrival to end), seconds.
+    pub avg_jct_s: f64,
+    /// Median JCT.
+    pub p50_jct_s: f64,
+    /// 95th-percentile JCT.
+    pub p95_jct_s: f64,
+    /// 99th-percentile JCT.
+    pub p99_jct_s: f64,
+    /// First arrival to last completion, seconds.
+    pub makespan_s: f64,
+    /// Busy GPU-seconds over GPU capacity × makespan.
+    pub gpu_utilization: f64,
+    /// Mean queueing delay (arrival to first start) by size bucket.
+    pub queue_s_by_size: BTreeMap<String, f64>,
+    /// Jobs per size bucket.
+    pub jobs_by_size: BTreeMap<String, u64>,
+    /// Mean queueing delay over all jobs.
+    pub avg_queue_s: f64,
+    /// Mean fraction of GPUs free while jobs waited (free GPUs no waiting job could use).
+    pub fragmentation: f64,
+    /// Share of jobs whose first placement was at their preferred level (the tightest level at
+    /// which a job of their size fits a server of the cluster).
+    pub preferred_locality_share: f64,
+    /// Mean speed of jobs over their run (1 = the trace's duration).
+    pub avg_speed: f64,
+    /// Jobs moved by migration.
+    pub migrations: u64,
+    /// GPU-seconds lost to checkpoint-restart of moved jobs.
+    pub migration_cost_gpu_s: f64,
+    /// Jobs whose CPU-aware spec could never fit and that ran with the GPU-proportional share.
+    pub cpu_fallbacks: u64,
+    /// Proposals the approver refused (0 expected: searches plan on a current view).
+    pub rejected_proposals: u64,
+    /// Invariant checks run.
+    pub invariant_checks: u64,
+    /// Violations they found (0 expected).
+    pub invariant_violations: u64,
+    /// Sorted JCTs, seconds (for CDFs; not in JSON).
+    #[serde(skip)]
+    pub jct_s: Vec<f64>,
+    /// `(time_s, busy GPU fraction)`, time-averaged over equal intervals (not in JSON).
+    #[serde(skip)]
+    pub utilization: Vec<(f64, f64)>,
+    /// `(gpus, queue_s)` per finished job (not in JSON).
+    #[serde(skip)]
+    pub queue_by_job: Vec<(u32, f64)>,
+}
+
+/// Simulation failures (a bug or a trace no policy can run).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A job was refused at admission even with the proportional CPU share.
+    #[error("job {job}: {error}")]
+    Admission {
+        /// The trace's job id.
+        job: String,
+        /// The refusal.
+        error: ViewError,
+    },
+}
+
+/// What decides whether a search can succeed in one pass: gang shape, allowed level, CPU
+/// sweet point (bits), memory and device type.
+type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Arrive(usize),
+    Resume(usize, u64),
+    Finish(usize, u64),
+    Wake,
+}
+
+struct Rt {
+    view_id: JobId,
+    spec: JobSpec,
+    class: usize,
+    theta: f64,
+    gpus: u32,
+    arrival_s: f64,
+    work_left_s: f64,
+    speed: f64,
+    since_s: f64,
+    epoch: u64,
+    start_s: Option<f64>,
+    finish_s: Option<f64>,
+    paused: bool,
+    members: Vec<MemberPlacement>,
+    level: LocalityLevel,
+    preferred: LocalityLevel,
+    at_preferred: bool,
+    next_wake_s: f64,
+    speed_time: f64,
+    /// Counts the job's moves; a resume event names the move it ends.
+    moves: u64,
+}
+
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    model: &'a SpeedModel,
+    view: ClusterView,
+    local: LocalView,
+    jobs: Vec<Rt>,
+    by_view: HashMap<JobId, usize>,
+    pending: BTreeSet<usize>,
+    fresh: Vec<usize>,
+    resources_freed: bool,
+    woke: bool,
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    next_proposal: u64,
+    server_jobs: Vec<Vec<usize>>,
+    total_gpus: u64,
+    busy_gpus: u64,
+    last_t: f64,
+    busy_area: f64,
+    frag_area: f64,
+    frag_time: f64,
+    busy_series: Vec<(f64, u64)>,
+    next_plan_s: f64,
+    rep: PolicyReport,
+}
+
+/// Runs one policy over `trace` on `cluster`. `progress(done, total)` is called now and then
+/// with events processed (for a progress bar); the run itself is deterministic.
+pub fn simulate(
+    cluster: &ClusterSpec,
+    trace: &Trace,
+    model: &SpeedModel,
+    cfg: &SimConfig,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PolicyReport, SimError> {
+    let view = ClusterView::from_spec(cluster).with_limits(DEFAULT_CHANGE_LOG, ENDED_KEPT);
+    let local = LocalView::of_view(&view);
+    let total_gpus = view.servers().iter().map(|r| u64::from(view.topology_of(r.config_set).devices)).sum();
+    let mut sim = Sim {
+        cfg,
+        model,
+        server_jobs: vec![Vec::new(); view.servers().len()],
+        view,
+        local,
+        jobs: Vec::with_capacity(trace.jobs.len()),
+        by_view: HashMap::new(),
+        pending: BTreeSet::new(),
+        fresh: Vec::new(),
+        resources_freed: false,
+        woke: false,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        next_proposal: 1,
+        total_gpus,
+        busy_gpus: 0,
+        last_t: 0.0,
+        busy_area: 0.0,
+        frag_area: 0.0,
+        frag_time: 0.0,
+        busy_series: vec![(0.0, 0)],
+        next_plan_s: 0.0,
+        rep: PolicyReport::default(),
+    };
+    let scale = cfg.load_scale.max(1e-9);
+    for (i, j) in trace.jobs.iter().enumerate() {
+        let class = model.class_of(&j.job_type);
+        let theta = policy::theta_of(j, model, class);
+        let spec = cfg.policy.spec(j, theta, sim.view.topologies());
+        let preferred = policy::preferred_level(j.gpus, sim.view.topologies());
+        sim.jobs.push(Rt {
+            view_id: JobId(0),
+            spec,
+            class,
+            theta,
+            gpus: j.gpus,
+            arrival_s: j.arrival_s / scale,
+            work_left_s: j.duration_s,
+            speed: 0.0,
+            since_s: 0.0,
+            epoch: 0,
+            start_s: None,
+            finish_s: None,
+            paused: false,
+            members: Vec::new(),
+            level: LocalityLevel::Any,
+            preferred,
+            at_preferred: false,
+            next_wake_s: 0.0,
+            speed_time: 0.0,
+            moves: 0,
+        });
+        let t = sim.jobs[i].arrival_s;
+        sim.push(t, Event::Arrive(i));
+    }
+    let total_events = trace.jobs.len() as u64 * 2;
+    let mut events = 0u64;
+    while let Some(Reverse((bits, _, ev))) = sim.heap.pop() {
+        let now = f64::from_bits(bits);
+        sim.advance(now);
+        sim.handle(ev, now, trace)?;
+        events += 1;
+        if cfg.invariant_check_every > 0 && events.is_multiple_of(cfg.invariant_check_every) {
+            sim.check_invariants();
+        }
+        if events.is_multiple_of(1024) {
+            progress(events.min(total_events), total_events);
+        }
+        if sim.heap.peek().is_some_and(|Reverse((b, _, _))| *b == bits) {
+            continue;
+        }
+        sim.schedule(now);
+    }
+    progress(total_events, total_events);
+    sim.check_invariants();
+    Ok(sim.report())
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Sim<'_> {
+    fn push(&mut self, t: f64, ev: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse((t.max(0.0).to_bits(), self.seq, ev)));
+    }
+
+    /// Integrates utilization and fragmentation up to `now`.
+    fn advance(&mut self, now: f64) {
+        let dt = now - self.last_t;
+        if dt > 0.0 {
+            self.busy_area += self.busy_gpus as f64 * dt;
+            if !self.pending.is_empty() {
+                self.frag_area += (self.total_gpus - self.busy_gpus) as f64 * dt;
+                self.frag_time += dt;
+            }
+            self.last_t = now;
+        }
+    }
+
+    fn set_busy(&mut self, now: f64, busy: u64) {
+        self.busy_gpus = busy;
+        self.busy_series.push((now, busy));
+    }
+
+    fn handle(&mut self, ev: Event, now: f64, trace: &Trace) -> Result<(), SimError> {
+        match ev {
+            Event::Arrive(i) => self.arrive(i, now, trace)?,
+            Event::Finish(i, epoch) if self.jobs[i].epoch == epoch && !self.jobs[i].paused => self.finish(i, now),
+            Event::Resume(i, moves) if self.jobs[i].moves == moves && self.jobs[i].paused => self.resume(i, now),
+            Event::Wake => self.woke = true,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn arrive(&mut self, i: usize, now: f64, trace: &Trace) -> Result<(), SimError> {
+        let spec = self.jobs[i].spec.clone();
+        let id = match self.view.submit(spec.clone()) {
+            Ok(id) => id,
+            Err(ViewError::NeverFits(_)) if !matches!(spec.cpu, CpuDemand::Proportional) => {
+                // A CPU or memory request no server can grant: run with the proportional share.
+                let mut spec = spec;
+                spec.cpu = CpuDemand::Proportional;
+                spec.memory_mib_per_gpu = None;
+                self.rep.cpu_fallbacks += 1;
+                self.jobs[i].spec = spec.clone();
+                self.view
+                    .submit(spec)
+                    .map_err(|error| SimError::Admission { job: trace.jobs[i].name.clone(), error })?
+            }
+            Err(error) => return Err(SimError::Admission { job: trace.jobs[i].name.clone(), error }),
+        };
+        self.jobs[i].view_id = id;
+        self.jobs[i].next_wake_s = now;
+        self.by_view.insert(id, i);
+        self.pending.insert(i);
+        self.fresh.push(i);
+        Ok(())
+    }
+
+    fn next_proposal(&mut self) -> ProposalId {
+        self.next_proposal += 1;
+        ProposalId(self.next_proposal)
+    }
+
+    /// One scheduling pass at `now`.
+    fn schedule(&mut self, now: f64) {
+        let candidates: Vec<usize> = if self.resources_freed || self.woke {
+            self.pending.iter().copied().collect()
+        } else {
+            self.fresh.iter().copied().filter(|i| self.pending.contains(i)).collect()
+        };
+        self.fresh.clear();
+        self.resources_freed = false;
+        self.woke = false;
+        if candidates.is_empty() {
+            return;
+        }
+        self.local.catch_up(&self.view);
+        let mut failed: BTreeSet<ShapeKey> = BTreeSet::new();
+        let mut migrated = false;
+        for i in candidates {
+            let free = self.total_gpus - self.busy_gpus;
+            if free == 0 {
+                break;
+            }
+            let rt = &self.jobs[i];
+            if u64::from(rt.gpus) > free {
+                continue;
+            }
+            let waited = now - rt.arrival_s;
+            let allowed = rt.spec.allowed_level(waited.max(0.0) as u64);
+            let key = (
+                rt.spec.members,
+                rt.spec.gpus_per_member,
+                allowed,
+                rt.theta.to_bits(),
+                rt.spec.memory_mib_per_gpu,
+                rt.spec.gpu_type.clone(),
+            );
+            if failed.contains(&key) {
+                self.wake_later(i, now, allowed);
+                continue;
+            }
+            let salt = splitmix(self.cfg.seed ^ (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+            let server_jobs = &self.server_jobs;
+            let jobs = &self.jobs;
+            let affinity = |s: ServerId| -> Affinity {
+                let on = &server_jobs[s.index()];
+                match on.first() {
+                    None => Affinity::Empty,
+                    Some(&f) if on.iter().all(|&j| jobs[j].gpus == jobs[f].gpus) => Affinity::Size(jobs[f].gpus),
+                    Some(_) => Affinity::Mixed,
+                }
+            };
+            let found = self.cfg.policy.place(&self.local, &self.jobs[i].spec, waited, salt, &affinity);
+            match found {
+                Some(members) => {
+                    if !self.propose(i, members, now) {
+                        failed.insert(key);
+                    }
+                }
+                None => {
+                    let plan_now =
+                        self.cfg.policy.migrates() && !migrated && self.jobs[i].gpus > 1 && now >= self.next_plan_s;
+                    if plan_now {
+                        migrated = true; // one attempt per pass
+                    }
+                    if plan_now && self.try_migrate(i, allowed, now) {
+                    } else {
+                        if plan_now {
+                            self.next_plan_s = now + MIGRATION_RETRY_S;
+                        }
+                        failed.insert(key);
+                        self.wake_later(i, now, allowed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Schedules a pass when a waiting job's tolerance next relaxes.
+    fn wake_later(&mut self, i: usize, now: f64, allowed: LocalityLevel) {
+        let rt = &self.jobs[i];
+        let Some(step) = rt.spec.relax_after_s.filter(|_| allowed < rt.spec.tolerate) else { return };
+        let waited = (now - rt.arrival_s).max(0.0);
+        let next = rt.arrival_s + ((waited / step as f64).floor() + 1.0) * step as f64;
+        if next > rt.next_wake_s {
+            self.jobs[i].next_wake_s = next;
+            self.push(next, Event::Wake);
+        }
+    }
+
+    /// Proposes `members` for job `i` and starts it if accepted.
+    fn propose(&mut self, i: usize, members: Vec<MemberPlacement>, now: f64) -> bool {
+        let id = self.next_proposal();
+        let p = Proposal { id, job: self.jobs[i].view_id, members: members.clone(), based_on: self.view.version() };
+        match self.view.propose(&p) {
+            Decision::Accepted { level, .. } => {
+                self.start(i, id, members, level, now);
+                true
+            }
+            _ => {
+                self.rep.rejected_proposals += 1;
+                false
+            }
+        }
+    }
+
+    fn start(&mut self, i: usize, proposal: ProposalId, members: Vec<MemberPlacement>, level: LocalityLevel, now: f64) {
+        self.pending.remove(&i);
+        self.report_started(i, proposal, &members);
+        let rt = &mut self.jobs[i];
+        rt.start_s = Some(now);
+        rt.at_preferred = level <= rt.preferred;
+        rt.level = level;
+        rt.members = members;
+        rt.since_s = now;
+        let gpus = u64::from(rt.gpus);
+        self.set_busy(now, self.busy_gpus + gpus);
+        self.occupy(i);
+        self.local.catch_up(&self.view);
+    }
+
+    /// Node agents' reports: every member started (the job runs).
+    fn report_started(&mut self, i: usize, proposal: ProposalId, members: &[MemberPlacement]) {
+        let job = self.jobs[i].view_id;
+        for (k, m) in members.iter().enumerate() {
+            let cmd = Command::Task { job, proposal, member: k as u32, server: m.server, event: TaskEvent::Started };
+            let out = self.view.apply(&cmd);
+            debug_assert!(matches!(out, Outcome::TaskReported(Ok(_))), "{out:?}");
+        }
+    }
+
+    /// Adds job `i` to its servers and recomputes the speeds there.
+    fn occupy(&mut self, i: usize) {
+        let servers: BTreeSet<ServerId> = self.jobs[i].members.iter().map(|m| m.server).collect();
+        for s in &servers {
+            self.server_jobs[s.index()].push(i);
+        }
+        self.respeed(&servers);
+    }
+
+    /// Removes job `i` from its servers and recomputes the speeds of the others there.
+    fn vacate(&mut self, i: usize) -> BTreeSet<ServerId> {
+        let servers: BTreeSet<ServerId> = self.jobs[i].members.iter().map(|m| m.server).collect();
+        for s in &servers {
+            self.server_jobs[s.index()].retain(|&j| j != i);
+        }
+        servers
+    }
+
+    fn respeed(&mut self, servers: &BTreeSet<ServerId>) {
+        let affected: BTreeSet<usize> =
+            servers.iter().flat_map(|s| self.server_jobs[s.index()].iter().copied()).collect();
+        let now = self.last_t;
+        for j in affected {
+            self.set_speed(j, now);
+        }
+    }
+
+    /// Recomputes job `j`'s speed at `now` and reschedules its completion.
+    fn set_speed(&mut self, j: usize, now: f64) {
+        let rt = &self.jobs[j];
+        let done = rt.speed * (now - rt.since_s);
+        let speed = if rt.paused { 0.0 } else { self.speed_of(j) };
+        let rt = &mut self.jobs[j];
+        rt.work_left_s = (rt.work_left_s - done).max(0.0);
+        rt.speed_time += rt.speed * (now - rt.since_s);
+        rt.since_s = now;
+        rt.speed = speed;
+        rt.epoch += 1;
+        if speed > 0.0 {
+            let (t, epoch) = (now + rt.work_left_s / speed, rt.epoch);
+            self.push(t, Event::Finish(j, epoch));
+        }
+    }
+
+    fn speed_of(&self, j: usize) -> f64 {
+        let rt = &self.jobs[j];
+        let servers: BTreeSet<ServerId> = rt.members.iter().map(|m| m.server).collect();
+        let cores_per_gpu = rt
+            .members
+            .iter()
+            .map(|m| f64::from(m.cores.count()) / f64::from(m.gpus.count_ones().max(1)))
+            .fold(f64::INFINITY, f64::min);
+        let interfered = rt.members.iter().any(|m| {
+            let topo = self.view.topology_of(self.view.servers()[m.server.index()].config_set);
+            let mine = topo.pcie_switches.iter().filter(|&&sw| sw & m.gpus != 0).fold(0u64, |a, sw| a | sw);
+            self.server_jobs[m.server.index()]
+                .iter()
+                .filter(|&&o| o != j)
+                .any(|&o| self.jobs[o].members.iter().any(|om| om.server == m.server && om.gpus & mine != 0))
+        });
+        self.model.speed(rt.class, rt.theta, rt.level, servers.len(), cores_per_gpu, interfered)
+    }
+
+    fn finish(&mut self, i: usize, now: f64) {
+        self.set_speed(i, now);
+        let job = self.jobs[i].view_id;
+        let out = self.view.apply(&Command::Release { job, failed: false });
+        debug_assert_eq!(out, Outcome::Ended(Ok(())));
+        let servers = self.vacate(i);
+        let rt = &mut self.jobs[i];
+        rt.finish_s = Some(now);
+        rt.epoch += 1;
+        let gpus = u64::from(rt.gpus);
+        self.set_busy(now, self.busy_gpus - gpus);
+        self.respeed(&servers);
+        self.resources_freed = true;
+    }
+
+    fn resume(&mut self, i: usize, now: f64) {
+        let (job, members) = (self.jobs[i].view_id, self.jobs[i].members.clone());
+        let Some(proposal) = self.view.job(job).and_then(|j| j.placement.as_ref()).map(|p| p.proposal) else { return };
+        self.report_started(i, proposal, &members);
+        self.jobs[i].paused = false;
+        self.set_speed(i, now);
+    }
+
+    /// Plans and applies moves that let job `i` start; true if it started.
+    fn try_migrate(&mut self, i: usize, level: LocalityLevel, now: f64) -> bool {
+        let remaining: BTreeMap<JobId, f64> = self
+            .server_jobs
+            .iter()
+            .flatten()
+            .map(|&j| {
+                let rt = &self.jobs[j];
+                let left = rt.work_left_s - rt.speed * (now - rt.since_s);
+                (rt.view_id, if rt.speed > 0.0 { left / rt.speed } else { f64::INFINITY })
+            })
+            .collect();
+        let job = self.jobs[i].view_id;
+        let Some(plan) = migration::plan(&self.view, job, level, &remaining, &self.cfg.migration) else { return false };
+        let moves: Vec<Proposal> = plan
+            .moves
+            .iter()
+            .map(|m| {
+                self.next_proposal += 1;
+                Proposal {
+                    id: ProposalId(self.next_proposal),
+                    job: m.job,
+                    members: m.to.clone(),
+                    based_on: self.view.version(),
+                }
+            })
+            .collect();
+        if !moves.is_empty() {
+            let Outcome::Decided(ds) = self.view.apply(&Command::Migrate(moves.clone())) else { return false };
+            for (p, d) in moves.iter().zip(&ds) {
+                if !d.is_placed() {
+                    self.rep.rejected_proposals += 1;
+                    continue;
+                }
+                let Some(&j) = self.by_view.get(&p.job) else { continue };
+                self.pause_for_move(j, p, now);
+            }
+            self.local.catch_up(&self.view);
+            if !ds.iter().all(Decision::is_placed) {
+                return false;
+            }
+        }
+        self.propose(i, plan.target, now)
+    }
+
+    /// A moved job: new members, no progress until its checkpoint-restart pause ends.
+    fn pause_for_move(&mut self, j: usize, p: &Proposal, now: f64) {
+        let mut servers = self.vacate(j);
+        let cost = self.cfg.migration.checkpoint_restart_s;
+        self.rep.migrations += 1;
+        self.rep.migration_cost_gpu_s += f64::from(self.jobs[j].gpus) * cost;
+        let level = self.view.gang_level(&p.members);
+        {
+            let rt = &mut self.jobs[j];
+            rt.paused = true;
+            rt.members = p.members.clone();
+            rt.level = level;
+        }
+        self.set_speed(j, now);
+        servers.extend(p.members.iter().map(|m| m.server));
+        for s in p.members.iter().map(|m| m.server).collect::<BTreeSet<_>>() {
+            self.server_jobs[s.index()].push(j);
+        }
+        self.respeed(&servers);
+        self.jobs[j].moves += 1;
+        let moves = self.jobs[j].moves;
+        self.push(now + cost, Event::Resume(j, moves));
+    }
+
+    fn check_invariants(&mut self) {
+        let r = invariants::check(&self.view);
+        self.rep.invariant_checks += 1;
+        self.rep.invariant_violations += r.violations.len() as u64;
+        debug_assert!(r.is_clean(), "{:?}", r.violations);
+    }
+
+    fn report(mut self) -> PolicyReport {
+        let mut rep = std::mem::take(&mut self.rep);
+        rep.jobs = self.jobs.len() as u64;
+        let first = self.jobs.iter().map(|j| j.arrival_s).fold(f64::INFINITY, f64::min);
+        let last = self.jobs.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
+        let mut jct = Vec::new();
+        let mut queue_sum = [0.0f64; 4];
+        let mut queue_n = [0u64; 4];
+        let mut at_pref = 0u64;
+        let mut speed_sum = 0.0;
+        for j in &self.jobs {
+            let (Some(start), Some(end)) = (j.start_s, j.finish_s) else { continue };
+            rep.finished += 1;
+            jct.push(end - j.arrival_s);
+            let b = size_bucket(j.gpus);
+            queue_sum[b] += start - j.arrival_s;
+            queue_n[b] += 1;
+            rep.queue_by_job.push((j.gpus, start - j.arrival_s));
+            at_pref += u64::from(j.at_preferred);
+            if end > start {
+                speed_sum += j.speed_time / (end - start);
+            }
+        }
+        jct.sort_by(f64::total_cmp);
+        let n = jct.len().max(1) as f64;
+        let pct = |p: f64| -> f64 {
+            if jct.is_empty() {
+                return 0.0;
+            }
+            jct[((p * jct.len() as f64).ceil() as usize).clamp(1, jct.len()) - 1]
+        };
+        rep.avg_jct_s = jct.iter().sum::<f64>() / n;
+        rep.p50_jct_s = pct(0.50);
+        rep.p95_jct_s = pct(0.95);
+        rep.p99_jct_s = pct(0.99);
+        rep.makespan_s = if last > first { last - first } else { 0.0 };
+        rep.gpu_utilization =
+            if rep.makespan_s > 0.0 { self.busy_area / (self.total_gpus as f64 * rep.makespan_s) } else { 0.0 };
+        for (b, name) in SIZE_BUCKETS.iter().enumerate() {
+            let mean = if queue_n[b] > 0 { queue_sum[b] / queue_n[b] as f64 } else { 0.0 };
+            rep.queue_s_by_size.insert((*name).to_string(), mean);
+            rep.jobs_by_size.insert((*name).to_string(), queue_n[b]);
+        }
+        rep.avg_queue_s = queue_sum.iter().sum::<f64>() / n;
+        rep.fragmentation =
+            if self.frag_time > 0.0 { self.frag_area / (self.total_gpus as f64 * self.frag_time) } else { 0.0 };
+        rep.preferred_locality_share = at_pref as f64 / n;
+        rep.avg_speed = speed_sum / n;
+        rep.utilization = downsample(&self.busy_series, last, self.total_gpus);
+        rep.jct_s = jct;
+        rep
+    }
+}
+
+/// Time-averages a step series of busy GPUs into [`UTILIZATION_POINTS`] equal intervals.
+fn downsample(series: &[(f64, u64)], end: f64, total: u64) -> Vec<(f64, f64)> {
+    if end <= 0.0 || total == 0 {
+        return Vec::new();
+    }
+    let dt = end / UTILIZATION_POINTS as f64;
+    let mut out = Vec::with_capacity(UTILIZATION_POINTS);
+    let mut k = 0;
+    for p in 0..UTILIZATION_POINTS {
+        let (a, b) = (p as f64 * dt, (p + 1) as f64 * dt);
+        let mut area = 0.0;
+        while k + 1 < series.len() && series[k + 1].0 <= a {
+            k += 1;
+        }
+        let mut q = k;
+        while q < series.len() && series[q].0 < b {
+            let from = series[q].0.max(a);
+            let to = series.get(q + 1).map_or(b, |n| n.0.min(b));
+            area += series[q].1 as f64 * (to - from).max(0.0);
+            q += 1;
+        }
+        out.push((a, area / dt / total as f64));
+    }
+    out
+}

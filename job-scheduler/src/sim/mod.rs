@@ -1,0 +1,59 @@
+//! The trace-driven simulator behind `tessera sim`.
+//!
+//! A deterministic, seeded discrete-event simulation that replays a job trace on a simulated
+//! cluster through the live system's own code: jobs are admitted by
+//! [`tessera_view::ClusterView::submit`], placed by the policies' searches over a
+//! [`crate::LocalView`] kept current from the view's change log, approved by
+//! [`tessera_view::ClusterView::propose`], moved by [`tessera_view::migration::plan`] and
+//! `Command::Migrate`, started by task reports and ended by releases. No network, no Raft, no
+//! wall clock: simulated time advances from event to event.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`trace`] | loaders: Philly per-VC jobs, Alibaba v2023 pods and node list |
+//! | [`model`] | the job-speed model (locality, interference, CPU) and the `ideal` model |
+//! | [`policy`] | the compared policies and how each writes specs and chooses servers |
+//! | [`engine`] | the event loop and the metrics of one run |
+
+pub mod engine;
+pub mod model;
+pub mod policy;
+pub mod trace;
+
+pub use engine::{PolicyReport, SimConfig, simulate};
+pub use model::SpeedModel;
+pub use policy::SimPolicy;
+pub use trace::{SimJob, Trace};
+
+use tessera_view::{ClusterSpec, Topology};
+
+/// Size buckets of the queueing report: `1`, `2-4`, `8` (5 to 8 GPUs) and `>8`.
+pub const SIZE_BUCKETS: [&str; 4] = ["1", "2-4", "8", ">8"];
+
+/// The bucket of a job of `gpus` GPUs.
+pub fn size_bucket(gpus: u32) -> usize {
+    match gpus {
+        0 | 1 => 0,
+        2..=4 => 1,
+        5..=8 => 2,
+        _ => 3,
+    }
+}
+
+/// A cluster of `servers` servers of `topology`, 16 to a rack and 4 racks to an InfiniBand
+/// domain (the layout the placement benchmark uses).
+pub fn uniform_cluster(topology: Topology, servers: u32) -> ClusterSpec {
+    ClusterSpec::uniform(topology, servers.max(1), 16, 4)
+}
+
+/// Servers of `gpus_per_server` GPUs at which `trace` (arrivals divided by `load_scale`) offers
+/// `load` × the cluster's GPU capacity on average over its arrival span, and at least enough for
+/// its largest job. With `load` near 1, bursts exceed capacity and queues form.
+pub fn servers_for_load(trace: &Trace, load_scale: f64, gpus_per_server: u32, load: f64) -> u32 {
+    let span_s = trace.jobs.iter().map(|j| j.arrival_s).fold(0.0, f64::max) / load_scale.max(1e-9);
+    let gpu_s: f64 = trace.jobs.iter().map(|j| f64::from(j.gpus) * j.duration_s).sum();
+    let largest = trace.jobs.iter().map(|j| j.gpus).max().unwrap_or(1);
+    let demand_gpus = if span_s > 0.0 { gpu_s / span_s } else { f64::from(largest) };
+    let servers = (demand_gpus / load.max(1e-9) / f64::from(gpus_per_server.max(1))).ceil() as u32;
+    servers.max(largest.div_ceil(gpus_per_server.max(1))).max(1)
+}
