@@ -30,6 +30,10 @@ echo "== node agent task path, short: one replica, 2 fake-GPU agents in one proc
 echo "   non-zero on a failed job or an invariant violation)"
 "$CARGO_TARGET_DIR/release/tessera" bench agent --servers 2 --jobs 40 --json
 
+echo "== tessera dev, the quick start's main job: 3 replicas, 4 fake-GPU agents, a scheduler host;"
+echo "   every example job submitted and run to its end (exits non-zero if one fails)"
+"$CARGO_TARGET_DIR/release/tessera" dev --view-port 0 --http-port 0 --submit examples/jobs/*.toml --exit-when-done
+
 echo "== all checks passed in $(( $(date +%s) - start )) s"
 # One closing line with the totals over every test binary (cargo prints one line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }

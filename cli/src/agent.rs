@@ -60,6 +60,11 @@ pub struct RunArgs {
     /// health counters).
     #[arg(long)]
     fake_health_file: Option<PathBuf>,
+    /// Where the agent serves task logs (gRPC `tessera.v1.Agent`), `host:port`; port 0 picks a
+    /// free one. The address is announced to the view, so `tessera logs` can find it (a
+    /// wildcard host is announced as the server's name, or 127.0.0.1 with --peers-on-loopback).
+    #[arg(long, default_value = "0.0.0.0:0")]
+    listen: String,
 }
 
 pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
@@ -96,6 +101,7 @@ pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
                 stop_grace: Duration::from_millis(a.stop_grace_ms),
                 peers_on_loopback: a.peers_on_loopback,
                 fake_health_file: a.fake_health_file,
+                listen: Some(a.listen),
             };
             let rt = crate::view::runtime()?;
             rt.block_on(run_agent(cfg, crate::view::terminated()))?;
@@ -111,7 +117,7 @@ pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
     }
 }
 
-fn hostname() -> Result<String> {
+pub(crate) fn hostname() -> Result<String> {
     let h = std::fs::read_to_string("/proc/sys/kernel/hostname").context("cannot read the host name; pass --name")?;
     Ok(h.trim().to_string())
 }

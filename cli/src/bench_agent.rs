@@ -86,6 +86,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
             stop_grace: Duration::from_secs(2),
             peers_on_loopback: true,
             fake_health_file: None,
+            listen: None,
         };
         agents.push(tokio::spawn(run_agent(cfg, stopped(stop_rx.clone()))));
     }

@@ -9,7 +9,10 @@ mod bench;
 mod bench_agent;
 mod bench_commit;
 mod check;
+mod dev;
+mod jobs;
 mod place;
+mod scheduler;
 mod view;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +41,24 @@ enum Command {
     /// The replicated cluster view: run a replica, show status, change membership.
     #[command(subcommand)]
     View(view::ViewCommand),
+    /// A whole cluster in one process (3 view replicas, fake-GPU agents, a scheduler host,
+    /// the HTTP API), for a first try.
+    Dev(dev::DevArgs),
+    /// Scheduler hosts: run the per-job schedulers of pending jobs.
+    #[command(subcommand)]
+    Scheduler(scheduler::SchedulerCommand),
+    /// Submit job files; --wait follows them to the end.
+    Submit(jobs::SubmitArgs),
+    /// The cluster in brief, or one job in detail.
+    Status(jobs::StatusArgs),
+    /// Every job: id, state, GPUs, placement.
+    Jobs(jobs::ListArgs),
+    /// Every server: health and GPU bitmap.
+    Servers(jobs::ListArgs),
+    /// Cancel a job.
+    Cancel(jobs::CancelArgs),
+    /// The tail of a job member's stdout or stderr.
+    Logs(jobs::LogsArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +73,14 @@ fn main() -> ExitCode {
         Command::Check(c) => check::run(c),
         Command::Place(p) => place::run(p),
         Command::View(v) => view::run(v),
+        Command::Dev(d) => dev::run(d),
+        Command::Scheduler(s) => scheduler::run(s),
+        Command::Submit(a) => jobs::submit(a),
+        Command::Status(a) => jobs::status(a),
+        Command::Jobs(a) => jobs::jobs(a),
+        Command::Servers(a) => jobs::servers(a),
+        Command::Cancel(a) => jobs::cancel(a),
+        Command::Logs(a) => jobs::logs(a),
     };
     match result {
         Ok(code) => code,

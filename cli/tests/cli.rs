@@ -124,3 +124,43 @@ fn bench_prints_the_promised_json() {
     let (_, err) = text(&o);
     assert!(!o.status.success() && err.contains("/nonexistent.csv"), "{err}");
 }
+
+#[test]
+fn submit_names_file_line_and_field_of_a_bad_job_and_checks_every_example() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"x\"\ngpus = 2\n\n[locality]\nprefer = \"server\"\ntolerate = \"socket\"\n")
+        .expect("write");
+    // The file is read before the view is contacted: no cluster needed to be told what is wrong.
+    let o = tessera(&["submit", "--view", "127.0.0.1:1", bad.to_str().expect("path")]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad.toml:6: field `locality.tolerate`"), "{err}");
+    std::fs::write(&bad, "name = \"x\"\ngpus = 2\ncolour = \"red\"\n").expect("write");
+    let (_, err) = text(&tessera(&["submit", "--view", "127.0.0.1:1", bad.to_str().expect("path")]));
+    assert!(err.contains("bad.toml") && err.contains("line 3") && err.contains("colour"), "{err}");
+    // Every shipped example job is valid and fits the dev cluster.
+    let mut args = vec!["check", "job", "--cluster", "deploy/clusters/dev.toml"];
+    let examples: Vec<String> = std::fs::read_dir(repo().join("examples/jobs"))
+        .expect("examples/jobs")
+        .map(|e| format!("examples/jobs/{}", e.expect("entry").file_name().to_string_lossy()))
+        .collect();
+    args.extend(examples.iter().map(String::as_str));
+    let o = tessera(&args);
+    assert!(o.status.success(), "{:?}", text(&o));
+}
+
+#[test]
+fn an_unreachable_view_is_one_line_naming_the_address() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let addr = format!("127.0.0.1:{port}");
+    for args in [vec!["jobs"], vec!["cancel", "3"]] {
+        let mut a = args.clone();
+        a.extend(["--view", addr.as_str()]);
+        let o = tessera(&a);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{args:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&addr), "{args:?}: {err}");
+    }
+}

@@ -233,7 +233,10 @@ fn api_contract() {
         let mut raw = v1::view_client::ViewClient::connect(format!("http://{follower}")).await.expect("connect");
 
         // A write sent to a follower: UNAVAILABLE with the leader's address.
-        let s = raw.cancel_job(v1::CancelJobRequest { job: 1 }).await.expect_err("follower refuses writes");
+        let s = raw
+            .cancel_job(v1::CancelJobRequest { job: 1, ..Default::default() })
+            .await
+            .expect_err("follower refuses writes");
         assert_eq!(s.code(), Code::Unavailable, "{s:?}");
         assert_eq!(s.metadata().get(LEADER_KEY).and_then(|v| v.to_str().ok()), Some(leader.leader_addr.as_str()));
         assert!(s.message().contains("leader is replica"), "{}", s.message());
@@ -313,7 +316,7 @@ fn api_contract() {
         assert_eq!(s.code(), Code::InvalidArgument);
         assert!(s.message().contains("gpus_per_member"), "{}", s.message());
         let s = lead
-            .register_server(v1::RegisterServerRequest { name: "r0-0".into(), topology: None })
+            .register_server(v1::RegisterServerRequest { name: "r0-0".into(), topology: None, ..Default::default() })
             .await
             .expect_err("no topology");
         assert_eq!(s.code(), Code::InvalidArgument);
@@ -420,6 +423,7 @@ fn registration_heartbeat_and_lease_expiry() {
             .register_server(v1::RegisterServerRequest {
                 name: "nope".into(),
                 topology: Some(v1::Topology::from(&seed)),
+                ..Default::default()
             })
             .await
             .expect_err("unknown server");
@@ -432,20 +436,32 @@ fn registration_heartbeat_and_lease_expiry() {
         let mut wrong = seed.clone();
         wrong.memory_mib /= 2;
         let s = g
-            .register_server(v1::RegisterServerRequest { name: n0.clone(), topology: Some(v1::Topology::from(&wrong)) })
+            .register_server(v1::RegisterServerRequest {
+                name: n0.clone(),
+                topology: Some(v1::Topology::from(&wrong)),
+                ..Default::default()
+            })
             .await
             .expect_err("wrong topology");
         assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
         assert!(s.message().contains("memory"), "{}", s.message());
         let r0 = g
-            .register_server(v1::RegisterServerRequest { name: n0.clone(), topology: Some(v1::Topology::from(&seed)) })
+            .register_server(v1::RegisterServerRequest {
+                name: n0.clone(),
+                topology: Some(v1::Topology::from(&seed)),
+                ..Default::default()
+            })
             .await
             .expect("register")
             .into_inner();
         assert_eq!((r0.server, r0.lease_ms), (0, 600));
-        g.register_server(v1::RegisterServerRequest { name: n1, topology: Some(v1::Topology::from(&seed)) })
-            .await
-            .expect("register");
+        g.register_server(v1::RegisterServerRequest {
+            name: n1,
+            topology: Some(v1::Topology::from(&seed)),
+            ..Default::default()
+        })
+        .await
+        .expect("register");
         // A job on server 1, which will stop heartbeating; server 0 keeps its lease.
         let jobs = submit(&mut c, 1).await;
         let p = Proposal {
@@ -476,9 +492,13 @@ fn registration_heartbeat_and_lease_expiry() {
         // A heartbeat after expiry is refused; registering again brings the server back.
         let s = g.heartbeat(v1::HeartbeatRequest { server: 1, ..Default::default() }).await.expect_err("expired");
         assert_eq!(s.code(), Code::FailedPrecondition);
-        g.register_server(v1::RegisterServerRequest { name: n0, topology: Some(v1::Topology::from(&seed)) })
-            .await
-            .expect("re-register");
+        g.register_server(v1::RegisterServerRequest {
+            name: n0,
+            topology: Some(v1::Topology::from(&seed)),
+            ..Default::default()
+        })
+        .await
+        .expect("re-register");
         expired_after
     });
     let _ = child.kill();

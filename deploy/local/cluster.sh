@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts, stops and shows a 3-replica Tessera view cluster on loopback: clients on ports
-# 7101-7103, raft between the replicas on 7201-7203.
+# 7101-7103, raft between the replicas on 7201-7203, the HTTP/JSON API on 8081-8083.
 #
 #   deploy/local/cluster.sh start     build tessera if needed, start the replicas, wait for a leader
 #   deploy/local/cluster.sh status    role, term and applied index of each replica
@@ -48,6 +48,7 @@ start() {
             ! "$bin" view status --view "$view" --json 2>/dev/null | grep -q '"error"'; then
             "$bin" view status --view "$view"
             echo "export TESSERA_VIEW=$view"
+            echo "HTTP API: http://127.0.0.1:8081/v1/status (also :8082, :8083; GET /v1/openapi.json lists the routes)"
             return 0
         fi
         sleep 0.2

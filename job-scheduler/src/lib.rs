@@ -1,11 +1,16 @@
 //! # tessera-scheduler: the per-job scheduler SDK
 //!
 //! A per-job scheduler reads a (possibly stale) copy of the cluster view, searches for a gang
-//! placement that suits its job, and proposes it to the approver. This crate holds the parts of
-//! that loop that do no I/O:
+//! placement that suits its job, and proposes it to the approver. Writing one means
+//! implementing [`Scheduler`] (a pure function: job + view in, proposal or wait out) and
+//! running it in a [`host`]; docs/SDK.md is the tutorial.
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`scheduler`] | the [`Scheduler`] trait, [`Verdict`], and the built-in schedulers (`default`, `cpu-aware`, `optimus`) |
+//! | [`runtime`] | [`place_job`]: propose, learn from rejections, retry with jittered backoff, relax locality, give up |
+//! | [`host`] | [`run_host`]: the scheduler host, one task per adopted job, jobs held under a lease |
+//! | [`cache`] | [`ViewCache`]: a live copy of the view from a snapshot plus the `Watch` stream, following leader changes |
 //! | [`local_view`] | [`LocalView`]: a scheduler's copy of the view, kept current from deltas, with a free-capacity index over servers |
 //! | [`search`] | [`search::find_placement`]: topology-aware gang placement at the tightest feasible level within tolerance, via bit operations |
 //! | [`policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
@@ -17,13 +22,23 @@
 //! ([`tessera_view::fit`]), so a proposal made from a current view is never refused for a
 //! disagreement about what fits — only for state that changed since.
 
+#![deny(missing_docs)]
+
 pub mod bench;
+pub mod cache;
+pub mod host;
 pub mod local_view;
 pub mod policy;
+pub mod runtime;
+pub mod scheduler;
 pub mod search;
 pub mod sim;
 pub mod trace;
 
+pub use cache::ViewCache;
+pub use host::{HostConfig, Registry, run_host};
 pub use local_view::{LocalView, Overlay};
 pub use policy::Policy;
+pub use runtime::{Placed, RuntimeOptions, place_job};
+pub use scheduler::{Attempt, CpuAware, LocalityTolerant, Optimus, Scheduler, Verdict};
 pub use search::{SearchError, find_placement};

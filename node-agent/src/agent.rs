@@ -19,9 +19,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
+use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::v1;
 use tessera_view::{CoreMask, Job, JobState, ServerId, TaskState, Topology, ViewDelta, ViewSnapshot};
-use tessera_view_server::client::{ClientError, ViewClient};
 use thiserror::Error;
 use tonic::Code;
 
@@ -65,6 +65,9 @@ pub struct AgentConfig {
     pub peers_on_loopback: bool,
     /// Fake-GPU mode: a file listing unhealthy device indices (a stand-in for NVML health).
     pub fake_health_file: Option<PathBuf>,
+    /// Where the agent's own gRPC service (task logs) listens, `host:port` (port 0 picks one);
+    /// none when absent. The bound address is announced to the view.
+    pub listen: Option<String>,
 }
 
 /// Why the agent stopped.
@@ -108,12 +111,39 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         .with_deadline(Duration::from_secs(3));
     let probe = HealthProbe::new(&discovery).with_fake_health_file(cfg.fake_health_file.clone());
     let wire = v1::Topology::from(&topology);
-    let (server, lease) = register(&mut client, &cfg.name, &wire).await?;
+    // Bound before registering, so the registration can say where logs are served.
+    let listener = match &cfg.listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| AgentError::Runner(format!("agent service address {a}: {e}")))?,
+        ),
+        None => None,
+    };
+    let agent_addr = match &listener {
+        Some(l) => {
+            let a = l.local_addr().map_err(|e| AgentError::Runner(e.to_string()))?;
+            // A wildcard address names no host to reach: announce the server's name (as
+            // MASTER_ADDR does), or loopback when every server runs on this machine.
+            match (a.ip().is_unspecified(), cfg.peers_on_loopback) {
+                (false, _) => a.to_string(),
+                (true, true) => format!("127.0.0.1:{}", a.port()),
+                (true, false) => format!("{}:{}", cfg.name, a.port()),
+            }
+        }
+        None => String::new(),
+    };
+    let (server, lease) = register(&mut client, &cfg.name, &wire, &agent_addr).await?;
     // Task directories are kept per cluster identity (`name@hash of its initial view`): a view
     // rebuilt from scratch numbers jobs from 1 again, and must not meet the old directories.
     let cluster = client.status().await.map_err(|e| AgentError::Discover(format!("view status: {e}")))?.cluster;
     let state_dir = cfg.data_dir.join(dir_name(&cluster));
     let runner = Runner::open(&state_dir, cfg.shim.clone()).await.map_err(|e| AgentError::Runner(e.to_string()))?;
+    let log_server = listener.map(|l| {
+        let svc = v1::agent_server::AgentServer::new(crate::logs::LogService::new(state_dir.join("tasks")));
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
+        tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming))
+    });
     let adopted = runner.running();
     if !adopted.is_empty() {
         tracing::info!(server = %cfg.name, tasks = adopted.len(), "re-adopted tasks left running by an earlier agent");
@@ -129,6 +159,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         every,
         probe,
         devices: topology.all_devices(),
+        agent_addr,
     }));
     let agent = Agent {
         cfg,
@@ -149,7 +180,11 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         outbox: VecDeque::new(),
         synced: false,
     };
-    agent.serve(shutdown, beats).await
+    let r = agent.serve(shutdown, beats).await;
+    if let Some(h) = log_server {
+        h.abort();
+    }
+    r
 }
 
 /// Registers the server, retrying while the view is unavailable; a refusal (unknown name,
@@ -158,10 +193,11 @@ async fn register(
     client: &mut ViewClient,
     name: &str,
     wire: &v1::Topology,
+    agent_addr: &str,
 ) -> Result<(ServerId, Duration), AgentError> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match client.register_server(name, wire.clone()).await {
+        match client.register_server(name, wire.clone(), agent_addr).await {
             Ok(l) => {
                 tracing::info!(server = %name, id = l.server, lease_ms = l.lease_ms, "registered");
                 return Ok((ServerId(l.server), Duration::from_millis(l.lease_ms)));
@@ -190,6 +226,8 @@ struct Beats {
     probe: HealthProbe,
     /// Every device of the model: the health mask never names others.
     devices: u64,
+    /// Where the agent's service listens (empty: nowhere).
+    agent_addr: String,
 }
 
 /// Renews the lease every `every` with the devices' health; registers again when the view
@@ -212,11 +250,11 @@ async fn heartbeats(mut b: Beats) -> AgentError {
             Err(e) => return AgentError::Discover(format!("the device health probe failed: {e}")),
         };
         b.probe = probe;
-        match b.client.heartbeat(b.server.0, Some(unhealthy & b.devices), reasons).await {
+        match b.client.heartbeat(b.server.0, Some(unhealthy & b.devices), reasons, &b.agent_addr).await {
             Ok(_) => {}
             Err(ClientError::Status { status, .. }) if status.code() == Code::FailedPrecondition => {
                 tracing::warn!(server = %b.name, "{}; registering again", status.message());
-                if let Err(e) = register(&mut b.client, &b.name, &b.wire).await {
+                if let Err(e) = register(&mut b.client, &b.name, &b.wire, &b.agent_addr).await {
                     return e;
                 }
             }

@@ -7,4 +7,5 @@
 
 pub mod agent;
 pub mod discover;
+pub mod logs;
 pub mod task;

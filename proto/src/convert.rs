@@ -360,6 +360,7 @@ impl From<&JobSpec> for v1::JobSpec {
             memory_mib_per_gpu: s.memory_mib_per_gpu,
             priority: s.priority,
             command: s.command.clone(),
+            scheduler: s.scheduler.clone(),
         }
     }
 }
@@ -390,6 +391,7 @@ impl TryFrom<v1::JobSpec> for JobSpec {
             memory_mib_per_gpu: w.memory_mib_per_gpu,
             priority: w.priority,
             command: w.command,
+            scheduler: w.scheduler,
         };
         validate::check_job_spec(&spec)?;
         Ok(spec)
@@ -724,6 +726,7 @@ mod tests {
         spec.memory_mib_per_gpu = Some(32_768);
         spec.priority = -3;
         spec.command = vec!["python3".into(), "train.py".into()];
+        spec.scheduler = Some("optimus".into());
         spec
     }
 

@@ -10,6 +10,7 @@
 //! | [`v1`] | the generated messages of package `tessera.v1`; `v1::view_server`/`v1::view_client` and `v1::raft_server`/`v1::raft_client` for the services |
 //! | [`convert`] | core to wire (`From`, infallible), wire to core (`TryFrom`, validating), [`RemoteDecision`] |
 //! | [`validate`] | checks restoring the core types' guarantees on outside values (topologies, specs, snapshots) |
+//! | [`client`] | [`ViewClient`]: the leader-following, retrying gRPC client every Tessera program uses (SDK, agents, CLI) |
 //! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
 //!
 //! Decoding untrusted bytes is two steps, neither of which panics:
@@ -25,6 +26,7 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod convert;
 pub mod error;
 pub mod validate;
@@ -35,8 +37,12 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/tessera.v1.rs"));
 }
 
+pub use client::{ClientError, ViewClient};
 pub use convert::{RemoteDecision, RemoteRejection, remote};
 pub use error::WireError;
+/// The response metadata key in which a follower names the leader's client address.
+pub const LEADER_KEY: &str = "tessera-leader";
+
 /// The protobuf runtime, re-exported for `Message::encode` / `decode`.
 pub use prost;
 /// The gRPC runtime the services are generated for.

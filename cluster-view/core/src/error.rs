@@ -43,6 +43,21 @@ impl SpecError {
         SpecError::Invalid { file: file.to_string(), field: field.into(), message: message.into() }
     }
 
+    /// Names the line of an `Invalid` field in `text` (the file's contents) as `file:line`,
+    /// when the field is written there (a missing field has no line). TOML syntax errors carry
+    /// their line already.
+    pub fn with_line(self, text: &str) -> SpecError {
+        match self {
+            SpecError::Invalid { file, field, message } => match field_line(text, &field) {
+                Some(line) if !file.ends_with(&format!(":{line}")) => {
+                    SpecError::Invalid { file: format!("{file}:{line}"), field, message }
+                }
+                _ => SpecError::Invalid { file, field, message },
+            },
+            other => other,
+        }
+    }
+
     /// A `Syntax` error from a TOML parse error.
     pub fn syntax(file: &str, err: &toml::de::Error) -> SpecError {
         SpecError::Syntax { file: file.to_string(), message: err.to_string().trim_end().to_string() }
@@ -125,4 +140,55 @@ pub enum ViewError {
         /// What does not match.
         why: String,
     },
+}
+
+/// The 1-based line of TOML `text` that sets the dotted `field` (`locality.tolerate`), or,
+/// failing that, the line that sets its nearest enclosing key (an inline table, an array).
+/// Tracks `[table]` headers; good enough to point a person at a line, not a TOML parser.
+pub fn field_line(text: &str, field: &str) -> Option<usize> {
+    let unquote =
+        |k: &str| k.split('.').map(|p| p.trim().trim_matches('"').trim_matches('\'')).collect::<Vec<_>>().join(".");
+    let mut table = String::new();
+    let mut best: Option<(usize, usize)> = None; // (matched prefix length, line)
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.starts_with('#') || l.is_empty() {
+            continue;
+        }
+        if let Some(h) = l.strip_prefix('[') {
+            let h = h.trim_start_matches('[');
+            if let Some(end) = h.find(']') {
+                table = unquote(&h[..end]);
+                if table == field {
+                    return Some(i + 1);
+                }
+            }
+            continue;
+        }
+        let Some((key, _)) = l.split_once('=') else { continue };
+        let key = unquote(key);
+        let full = if table.is_empty() { key } else { format!("{table}.{key}") };
+        if full == field {
+            return Some(i + 1);
+        }
+        if field.starts_with(&format!("{full}.")) && best.is_none_or(|(n, _)| full.len() > n) {
+            best = Some((full.len(), i + 1));
+        }
+    }
+    best.map(|(_, line)| line)
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::field_line;
+
+    #[test]
+    fn finds_keys_in_tables_dotted_keys_and_inline_tables() {
+        let t = "name = 'x'\ngpus = 4\n\n[locality]\nprefer = 'rack'\ntolerate = 'socket'\nslowdown = { rack = 2.0 }\n";
+        assert_eq!(field_line(t, "gpus"), Some(2));
+        assert_eq!(field_line(t, "locality.tolerate"), Some(6));
+        assert_eq!(field_line(t, "locality.slowdown.rack"), Some(7));
+        assert_eq!(field_line("cpu.cores_per_gpu = 0\n", "cpu.cores_per_gpu"), Some(1));
+        assert_eq!(field_line(t, "memory_mib_per_gpu"), None);
+    }
 }

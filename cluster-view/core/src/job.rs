@@ -154,6 +154,10 @@ pub struct JobSpec {
     pub priority: i32,
     /// The command each member runs (empty for simulated jobs).
     pub command: Vec<String>,
+    /// The scheduler that places the job, by the name a scheduler host knows it by
+    /// (`default`, `cpu-aware`, `optimus`, or one of your own); the host's default when `None`.
+    #[serde(default)]
+    pub scheduler: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +180,8 @@ struct RawJob {
     memory_mib_per_gpu: Option<u32>,
     #[serde(default)]
     command: Vec<String>,
+    #[serde(default)]
+    scheduler: Option<String>,
     #[serde(default)]
     locality: Option<RawLocality>,
     #[serde(default)]
@@ -224,6 +230,7 @@ impl JobSpec {
             memory_mib_per_gpu: None,
             priority: 0,
             command: Vec::new(),
+            scheduler: None,
         }
     }
 
@@ -247,6 +254,10 @@ impl JobSpec {
     /// zero, or disagreeing with `members` and `gpus_per_member`; both `cores_per_gpu` and
     /// `predictor`; `min_cores_per_gpu` without `predictor`); the rest is [`JobSpec::validate`]'s.
     pub fn from_toml(file: &str, text: &str) -> Result<JobSpec, SpecError> {
+        JobSpec::parse_toml(file, text).map_err(|e| e.with_line(text))
+    }
+
+    fn parse_toml(file: &str, text: &str) -> Result<JobSpec, SpecError> {
         let raw: RawJob = toml::from_str(text).map_err(|e| SpecError::syntax(file, &e))?;
         let inv = |field: &str, msg: String| SpecError::invalid(file, field, msg);
         let members = raw.members.unwrap_or(1);
@@ -304,6 +315,7 @@ impl JobSpec {
             memory_mib_per_gpu: raw.memory_mib_per_gpu,
             priority: raw.priority,
             command: raw.command,
+            scheduler: raw.scheduler,
         };
         spec.validate().map_err(|e| e.in_file(file))?;
         Ok(spec)
@@ -358,6 +370,16 @@ impl JobSpec {
         }
         if self.command.first().is_some_and(|c| c.trim().is_empty()) {
             return bad("command", "the program name must not be empty".into());
+        }
+        if let Some(name) = &self.scheduler
+            && (name.is_empty()
+                || name.len() > 64
+                || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'))
+        {
+            return bad(
+                "scheduler",
+                format!("`{name}` is not a scheduler name (1 to 64 of a-z, 0-9, `-`, `_`; omit it for the default)"),
+            );
         }
         Ok(())
     }

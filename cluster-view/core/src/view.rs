@@ -50,6 +50,9 @@ pub enum Command {
     Cancel {
         /// The job.
         job: JobId,
+        /// Why, kept as the job's error (a scheduler that gives up says why here).
+        #[serde(default)]
+        reason: Option<String>,
     },
     /// Change a server's health; `Down` re-queues its gangs whole.
     SetHealth {
@@ -390,7 +393,7 @@ impl ClusterView {
             Command::Propose(ps) => Outcome::Decided(ps.iter().map(|p| self.propose(p)).collect()),
             Command::Migrate(ps) => Outcome::Decided(ps.iter().map(|p| self.migrate(p)).collect()),
             Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
-            Command::Cancel { job } => Outcome::Ended(self.cancel(*job)),
+            Command::Cancel { job, reason } => Outcome::Ended(self.cancel_because(*job, reason.clone())),
             Command::SetHealth { server, health } => Outcome::HealthSet(self.set_health(*server, *health)),
             Command::Task { job, proposal, member, server, event } => {
                 Outcome::TaskReported(self.task_event(*job, *proposal, *member, *server, event))
@@ -637,6 +640,11 @@ impl ClusterView {
 
     /// Cancels a pending or running job.
     pub fn cancel(&mut self, job: JobId) -> Result<(), ViewError> {
+        self.cancel_because(job, None)
+    }
+
+    /// Cancels a pending or running job, recording why as its error.
+    pub fn cancel_because(&mut self, job: JobId, reason: Option<String>) -> Result<(), ViewError> {
         let j = self.jobs.get(&job).ok_or(ViewError::UnknownJob(job))?;
         match j.state {
             JobState::Finished | JobState::Failed => {
@@ -646,6 +654,9 @@ impl ClusterView {
                 self.bump();
                 if s.holds_resources() {
                     self.free_placement(job);
+                }
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.error = Some(reason.unwrap_or_else(|| "cancelled".to_string()));
                 }
                 self.end_job(job, JobState::Failed);
                 Ok(())

@@ -87,9 +87,21 @@ pub struct ServeConfig {
     /// is marked down and its gangs re-queued. 0 disables leases (clusters without agents).
     #[serde(default)]
     pub server_lease_ms: u64,
+    /// Scheduler hosts' lease on the jobs they adopt, in milliseconds: a host that does not
+    /// renew for this long loses its jobs to another host.
+    #[serde(default = "d_scheduler_lease_ms")]
+    pub scheduler_lease_ms: u64,
+    /// Address of the HTTP/JSON API and dashboard (actix-web), e.g. `127.0.0.1:8080`; none
+    /// when absent.
+    #[serde(default)]
+    pub http_listen: Option<String>,
     /// Most concurrent `Watch` streams.
     #[serde(default = "d_max_watchers")]
     pub max_watchers: usize,
+}
+
+fn d_scheduler_lease_ms() -> u64 {
+    5_000
 }
 
 fn d_tick_ms() -> u64 {
@@ -205,6 +217,9 @@ impl ServeConfig {
         }
         if self.snapshot_every == 0 {
             return bad("snapshot_every must be at least 1");
+        }
+        if !(100..=600_000).contains(&self.scheduler_lease_ms) {
+            return bad("scheduler_lease_ms must be in 100..=600000");
         }
         let peers = self.peer_map()?;
         if !self.join && !peers.contains_key(&self.id) {

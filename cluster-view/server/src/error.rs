@@ -4,7 +4,7 @@ use thiserror::Error;
 use tonic::{Code, Status};
 
 /// Metadata key of a follower's answer to a write: the leader's address.
-pub const LEADER_KEY: &str = "tessera-leader";
+pub use tessera_proto::LEADER_KEY;
 
 /// Why a request to the replica's driver failed.
 #[derive(Debug, Error)]

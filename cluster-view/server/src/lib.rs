@@ -2,28 +2,31 @@
 //!
 //! One process per replica (`tessera view serve`): a [`tessera_replica::Replica`] driven by one
 //! OS thread ([`node`]), the `View` gRPC service for schedulers, agents and operators
-//! ([`service`]), raft messages to and from peers over gRPC ([`transport`]), and a client that
-//! follows the leader ([`client`]).
+//! ([`service`]) and raft messages to and from peers over gRPC ([`transport`]). The
+//! leader-following client lives in `tessera-proto` (re-exported here as [`client`]) so that
+//! the SDK and the agents need no RocksDB.
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`adoption`] | scheduler hosts' leases on pending jobs (leader memory) |
 //! | [`config`] | [`ServeConfig`]: the TOML file and its defaults |
 //! | [`node`] | the driver thread: requests in, ready rounds (persist, apply, send), answers out; leases |
 //! | [`service`] | the `View` service: request checks, conversions, leader hints |
 //! | [`transport`] | per-peer raft streams and the `Raft` service |
-//! | [`client`] | [`ViewClient`]: leader-following, retrying gRPC client |
+//! | [`http`] | the HTTP/JSON API (actix-web) over the view client, OpenAPI document, metrics |
 //! | [`error`] | [`NodeError`] (→ gRPC status), [`ServeError`] |
 
-pub mod client;
+pub mod adoption;
 pub mod config;
 pub mod error;
+pub mod http;
 pub mod node;
 pub mod service;
 pub mod transport;
 
-pub use client::{ClientError, ViewClient};
 pub use config::ServeConfig;
 pub use error::{LEADER_KEY, NodeError, ServeError};
+pub use tessera_proto::client::{self, ClientError, ViewClient};
 
 use node::{Driver, DriverConfig, PeerSenders};
 use std::collections::HashMap;
@@ -81,6 +84,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         tick: Duration::from_millis(cfg.tick_ms),
         timeout: Duration::from_millis(cfg.request_timeout_ms),
         lease: Duration::from_millis(cfg.server_lease_ms),
+        scheduler_lease: Duration::from_millis(cfg.scheduler_lease_ms),
         queue: 65_536,
         peer_queue: 8_192,
     };
@@ -149,6 +153,22 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     let failed2 = failed.clone();
     // Set once shutdown begins; every listener and the grace timer watch it.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    if let Some(listen) = cfg.http_listen.clone() {
+        // This replica first, then the others: reads stay local, writes follow the leader.
+        let mut view_addrs = vec![cfg.advertised()];
+        if let Ok(a) = handle.addrs.read() {
+            let others = a.iter().filter(|(id, _)| **id != cfg.id);
+            view_addrs.extend(others.map(|(_, r)| config::split_addr(r).0.to_string()));
+        }
+        let hcfg = http::HttpConfig {
+            listen,
+            replica: cfg.id,
+            view_addrs,
+            request_timeout: Duration::from_millis(cfg.request_timeout_ms) + Duration::from_secs(2),
+            max_body_bytes: http::MAX_BODY_BYTES,
+        };
+        http::start(hcfg, stopping.clone())?;
+    }
     let stop = async move {
         tokio::select! {
             () = shutdown => {}

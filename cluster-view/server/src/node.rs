@@ -6,6 +6,7 @@
 //! drained together share one ready round, so many concurrent proposals share one fsync and one
 //! raft entry (group commit).
 
+use crate::adoption::{Adopted, Adoptions};
 use crate::error::NodeError;
 use raft::eraftpb::{Message, MessageType};
 use std::collections::{BTreeMap, HashMap};
@@ -90,10 +91,15 @@ pub enum Req {
     Delta(u64, Reply<WatchStep>),
     /// Status.
     Status(Reply<NodeStatus>),
-    /// A server registers: name and topology.
-    Register(String, Topology, Reply<(ServerId, u64)>),
-    /// A server renews its lease, with its unhealthy devices when its agent reports them.
-    Heartbeat(ServerId, Option<u64>, Reply<u64>),
+    /// A server registers: name, topology and its agent's address (empty if none).
+    Register(String, Topology, String, Reply<(ServerId, u64)>),
+    /// A server renews its lease, with its unhealthy devices when its agent reports them, and
+    /// its agent's address (empty if none).
+    Heartbeat(ServerId, Option<u64>, String, Reply<u64>),
+    /// A scheduler host renews its jobs and asks for more: host, held, want.
+    AdoptJobs(String, Vec<JobId>, usize, Reply<(Adopted, u64, u64)>),
+    /// The node agents' addresses the leader knows: (server, name, address).
+    Agents(Reply<Vec<(u32, String, String)>>),
     /// Add (true) or remove a replica.
     Membership(bool, u64, String, Reply<Vec<u64>>),
     /// Raft messages from a peer.
@@ -188,6 +194,8 @@ pub struct DriverConfig {
     pub timeout: Duration,
     /// Server lease; zero disables leases.
     pub lease: Duration,
+    /// Scheduler hosts' lease on the jobs they adopt.
+    pub scheduler_lease: Duration,
     /// Capacity of the request queue.
     pub queue: usize,
     /// Capacity of each peer's outgoing message queue.
@@ -219,6 +227,10 @@ pub struct Driver {
     on_new_peer: Box<dyn FnMut(u64, String) + Send>,
     pending: HashMap<Ticket, (Instant, Pending)>,
     leases: HashMap<ServerId, Instant>,
+    /// Scheduler hosts' holds on pending jobs (leader only).
+    adoptions: Adoptions,
+    /// Node agents' service addresses, from registrations and heartbeats (leader only).
+    agents: HashMap<ServerId, String>,
     was_leader: bool,
     /// (applied index, state hash) of the last Status.
     hash_at: Option<(u64, u64)>,
@@ -248,8 +260,10 @@ impl Driver {
         let addrs = Arc::new(RwLock::new(all));
         let raft = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
         let handle = NodeHandle { tx, raft: raft.clone(), version, addrs: addrs.clone(), timeout: cfg.timeout };
+        let adoptions = Adoptions::new(cfg.scheduler_lease, Instant::now());
         let d = Driver {
             replica,
+            adoptions,
             cfg,
             rx,
             raft,
@@ -259,6 +273,7 @@ impl Driver {
             on_new_peer,
             pending: HashMap::new(),
             leases: HashMap::new(),
+            agents: HashMap::new(),
             was_leader: false,
             hash_at: None,
         };
@@ -405,9 +420,40 @@ impl Driver {
             Req::Status(reply) => {
                 let _ = reply.send(Ok(self.status()));
             }
-            Req::Register(name, topo, reply) => self.register(&name, &topo, reply),
-            Req::Heartbeat(server, unhealthy, reply) => {
-                let _ = reply.send(self.heartbeat(server, unhealthy));
+            Req::Register(name, topo, agent, reply) => self.register(&name, &topo, agent, reply),
+            Req::Heartbeat(server, unhealthy, agent, reply) => {
+                let r = self.heartbeat(server, unhealthy);
+                if r.is_ok() || matches!(r, Err(NodeError::Invalid(_))) {
+                    self.note_agent(server, agent);
+                }
+                let _ = reply.send(r);
+            }
+            Req::AdoptJobs(host, held, want, reply) => {
+                if !self.replica.is_leader() {
+                    let _ = reply.send(Err(self.not_leader()));
+                    return;
+                }
+                let view = self.replica.view();
+                let got = self.adoptions.adopt(view, &host, &held, want, Instant::now());
+                if !got.adopted.is_empty() || !got.dropped.is_empty() {
+                    tracing::debug!(host, adopted = ?got.adopted, dropped = ?got.dropped, "scheduler host jobs");
+                }
+                let lease_ms = self.adoptions.lease().as_millis() as u64;
+                let _ = reply.send(Ok((got, lease_ms, view.version().0)));
+            }
+            Req::Agents(reply) => {
+                if !self.replica.is_leader() {
+                    let _ = reply.send(Err(self.not_leader()));
+                    return;
+                }
+                let view = self.replica.view();
+                let mut out: Vec<(u32, String, String)> = self
+                    .agents
+                    .iter()
+                    .map(|(s, a)| (s.0, view.server_name(*s).unwrap_or_default().to_string(), a.clone()))
+                    .collect();
+                out.sort();
+                let _ = reply.send(Ok(out));
             }
             Req::Membership(add, id, addr, reply) => {
                 let r = self.replica.propose_membership(add, id, &addr);
@@ -440,7 +486,14 @@ impl Driver {
         self.cfg.lease.as_millis() as u64
     }
 
-    fn register(&mut self, name: &str, topo: &Topology, reply: Reply<(ServerId, u64)>) {
+    /// Remembers where a server's agent serves (an empty address changes nothing).
+    fn note_agent(&mut self, server: ServerId, addr: String) {
+        if !addr.is_empty() && self.agents.get(&server) != Some(&addr) {
+            self.agents.insert(server, addr);
+        }
+    }
+
+    fn register(&mut self, name: &str, topo: &Topology, agent: String, reply: Reply<(ServerId, u64)>) {
         if !self.replica.is_leader() {
             let _ = reply.send(Err(self.not_leader()));
             return;
@@ -465,6 +518,7 @@ impl Driver {
         if !self.cfg.lease.is_zero() {
             self.leases.insert(id, Instant::now() + self.cfg.lease);
         }
+        self.note_agent(id, agent);
         if rec.health == Health::Up {
             let _ = reply.send(Ok((id, self.lease_ms())));
             return;
@@ -583,6 +637,7 @@ impl Driver {
         if leader && !self.was_leader {
             tracing::info!(replica = self.replica.id(), term = self.replica.term(), "became leader");
             self.leases.clear();
+            self.adoptions.took_office(Instant::now());
             if !self.cfg.lease.is_zero() {
                 // Every server that is up gets a full lease from the new leader.
                 let deadline = Instant::now() + self.cfg.lease;

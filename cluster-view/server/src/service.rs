@@ -60,6 +60,15 @@ fn view_error(e: ViewError) -> Status {
     }
 }
 
+/// An agent's address is `host:port`, at most 256 bytes, or empty.
+fn check_agent_addr(a: &str) -> Result<(), Status> {
+    if a.is_empty() {
+        return Ok(());
+    }
+    let ok = a.len() <= 256 && a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+    if ok { Ok(()) } else { Err(Status::invalid_argument(format!("agent_addr `{a}` is not host:port"))) }
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + Send>>;
 
 impl ViewService {
@@ -234,7 +243,15 @@ impl v1::view_server::View for ViewService {
     }
 
     async fn cancel_job(&self, req: Request<v1::CancelJobRequest>) -> Result<Response<v1::WriteResponse>, Status> {
-        self.write_ended(Command::Cancel { job: JobId(req.into_inner().job) }).await
+        let req = req.into_inner();
+        if req.reason.len() > MAX_TASK_MESSAGE {
+            return Err(Status::invalid_argument(format!(
+                "CancelJobRequest.reason: {} bytes; at most {MAX_TASK_MESSAGE}",
+                req.reason.len()
+            )));
+        }
+        let reason = (!req.reason.is_empty()).then_some(req.reason);
+        self.write_ended(Command::Cancel { job: JobId(req.job), reason }).await
     }
 
     async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::GetJobResponse>, Status> {
@@ -260,7 +277,8 @@ impl v1::view_server::View for ViewService {
         }
         let wire = r.topology.ok_or_else(|| Status::invalid_argument("topology is missing"))?;
         let topo = Topology::try_from(wire).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let (server, lease_ms) = self.node.ask(|reply| Req::Register(r.name, topo, reply)).await?;
+        check_agent_addr(&r.agent_addr)?;
+        let (server, lease_ms) = self.node.ask(|reply| Req::Register(r.name, topo, r.agent_addr, reply)).await?;
         Ok(Response::new(v1::LeaseResponse { server: server.0, lease_ms }))
     }
 
@@ -270,7 +288,9 @@ impl v1::view_server::View for ViewService {
         if !r.health_reasons.is_empty() {
             tracing::debug!(server, reasons = ?r.health_reasons, "agent reports unhealthy devices");
         }
-        let lease_ms = self.node.ask(|reply| Req::Heartbeat(ServerId(server), r.unhealthy, reply)).await?;
+        check_agent_addr(&r.agent_addr)?;
+        let lease_ms =
+            self.node.ask(|reply| Req::Heartbeat(ServerId(server), r.unhealthy, r.agent_addr, reply)).await?;
         Ok(Response::new(v1::LeaseResponse { server, lease_ms }))
     }
 
@@ -306,6 +326,37 @@ impl v1::view_server::View for ViewService {
             (Outcome::TaskReported(Err(e)), _) => Err(view_error(e)),
             (o, _) => Err(Status::internal(format!("unexpected outcome {o:?}"))),
         }
+    }
+
+    async fn adopt_jobs(&self, req: Request<v1::AdoptJobsRequest>) -> Result<Response<v1::AdoptJobsResponse>, Status> {
+        let r = req.into_inner();
+        if r.host.is_empty() || r.host.len() > 128 {
+            return Err(Status::invalid_argument("AdoptJobsRequest.host: 1 to 128 bytes"));
+        }
+        if r.held.len() > crate::adoption::MAX_ADOPT || r.want as usize > crate::adoption::MAX_ADOPT {
+            return Err(Status::invalid_argument(format!(
+                "AdoptJobsRequest: at most {} held and wanted jobs",
+                crate::adoption::MAX_ADOPT
+            )));
+        }
+        let held: Vec<JobId> = r.held.iter().map(|&j| JobId(j)).collect();
+        let (got, lease_ms, version) =
+            self.node.ask(|reply| Req::AdoptJobs(r.host, held, r.want as usize, reply)).await?;
+        let ids = |v: Vec<JobId>| v.into_iter().map(|j| j.0).collect();
+        Ok(Response::new(v1::AdoptJobsResponse {
+            kept: ids(got.kept),
+            adopted: ids(got.adopted),
+            dropped: ids(got.dropped),
+            lease_ms,
+            version,
+        }))
+    }
+
+    async fn agents(&self, _req: Request<v1::AgentsRequest>) -> Result<Response<v1::AgentsResponse>, Status> {
+        let list = self.node.ask(Req::Agents).await?;
+        Ok(Response::new(v1::AgentsResponse {
+            agents: list.into_iter().map(|(server, name, addr)| v1::AgentInfo { server, name, addr }).collect(),
+        }))
     }
 
     async fn add_replica(

@@ -20,6 +20,7 @@ fn start(dir: &std::path::Path) -> NodeHandle {
         tick: Duration::from_millis(5),
         timeout: Duration::from_secs(5),
         lease: Duration::ZERO,
+        scheduler_lease: Duration::from_secs(5),
         queue: 1024,
         peer_queue: 16,
     };

@@ -9,11 +9,11 @@
 //! cancels (a second one is refused as the job is no longer live) and reads. A job submission
 //! retried after an unknown outcome may admit the job twice.
 
-use crate::error::LEADER_KEY;
+use crate::LEADER_KEY;
+use crate::v1;
+use crate::v1::view_client::ViewClient as Grpc;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use tessera_proto::v1;
-use tessera_proto::v1::view_client::ViewClient as Grpc;
 use thiserror::Error;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -251,8 +251,13 @@ impl ViewClient {
         &mut self,
         name: &str,
         topology: v1::Topology,
+        agent_addr: &str,
     ) -> Result<v1::LeaseResponse, ClientError> {
-        let req = v1::RegisterServerRequest { name: name.to_string(), topology: Some(topology) };
+        let req = v1::RegisterServerRequest {
+            name: name.to_string(),
+            topology: Some(topology),
+            agent_addr: agent_addr.to_string(),
+        };
         self.call(|mut g| {
             let req = req.clone();
             async move { g.register_server(req).await }
@@ -260,14 +265,16 @@ impl ViewClient {
         .await
     }
 
-    /// Renews a server's lease, reporting its unhealthy devices when given.
+    /// Renews a server's lease, reporting its unhealthy devices when given, and where its agent
+    /// serves (empty: nowhere).
     pub async fn heartbeat(
         &mut self,
         server: u32,
         unhealthy: Option<u64>,
         health_reasons: Vec<String>,
+        agent_addr: &str,
     ) -> Result<v1::LeaseResponse, ClientError> {
-        let req = v1::HeartbeatRequest { server, unhealthy, health_reasons };
+        let req = v1::HeartbeatRequest { server, unhealthy, health_reasons, agent_addr: agent_addr.to_string() };
         self.call(|mut g| {
             let req = req.clone();
             async move { g.heartbeat(req).await }
@@ -297,8 +304,67 @@ impl ViewClient {
 
     /// Cancels a job.
     pub async fn cancel(&mut self, job: u64) -> Result<u64, ClientError> {
-        let r = self.call(|mut g| async move { g.cancel_job(v1::CancelJobRequest { job }).await });
+        self.cancel_because(job, "").await
+    }
+
+    /// Cancels a job, recording `reason` as its error (empty: "cancelled").
+    pub async fn cancel_because(&mut self, job: u64, reason: &str) -> Result<u64, ClientError> {
+        let req = v1::CancelJobRequest { job, reason: reason.to_string() };
+        let r = self.call(|mut g| {
+            let req = req.clone();
+            async move { g.cancel_job(req).await }
+        });
         Ok(r.await?.version)
+    }
+
+    /// Scheduler hosts: renews the hold on `held` and asks for up to `want` more pending jobs.
+    pub async fn adopt_jobs(
+        &mut self,
+        host: &str,
+        held: Vec<u64>,
+        want: u32,
+    ) -> Result<v1::AdoptJobsResponse, ClientError> {
+        let req = v1::AdoptJobsRequest { host: host.to_string(), held, want };
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.adopt_jobs(req).await }
+        })
+        .await
+    }
+
+    /// The node agents the leader knows, with their Agent service addresses.
+    pub async fn agents(&mut self) -> Result<Vec<v1::AgentInfo>, ClientError> {
+        let r = self.call(|mut g| async move { g.agents(v1::AgentsRequest {}).await });
+        Ok(r.await?.agents)
+    }
+
+    /// The tail of one task's log, from the agent of the server running (or that ran) the
+    /// member: the leader says where each agent serves.
+    pub async fn logs(&mut self, server: u32, req: v1::LogsRequest) -> Result<v1::LogsResponse, ClientError> {
+        let agents = self.agents().await?;
+        let Some(a) = agents.iter().find(|a| a.server == server) else {
+            return Err(ClientError::Unavailable {
+                tried: self.current.clone(),
+                waited_ms: 0,
+                last: format!("the leader knows no agent address for server {server} (no agent registered with one)"),
+            });
+        };
+        let addr = a.addr.clone();
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| ClientError::BadAddress(addr.clone(), e.to_string()))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(self.deadline);
+        let ch = ep.connect().await.map_err(|e| ClientError::Unavailable {
+            tried: addr.clone(),
+            waited_ms: 0,
+            last: format!("agent of server {server} at {addr}: {e}"),
+        })?;
+        crate::v1::agent_client::AgentClient::new(ch)
+            .max_decoding_message_size(8 << 20)
+            .logs(req)
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|status| ClientError::Status { addr, status: Box::new(status) })
     }
 
     /// One job.

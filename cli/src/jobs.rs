@@ -1,0 +1,484 @@
+//! The user's commands: `tessera submit | status | jobs | servers | cancel | logs`.
+//!
+//! Each talks gRPC to the view (`--view` or `TESSERA_VIEW`, comma-separated replicas; writes
+//! follow the leader). An unreachable view is one line naming the addresses tried.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tessera_proto::v1;
+use tessera_scheduler::ViewCache;
+use tessera_view::mask::format_indices;
+use tessera_view::{Health, Job, JobId, JobSpec, JobState, ServerId, ViewSnapshot};
+use tessera_view_server::ViewClient;
+
+/// Where the view is.
+#[derive(Args, Clone)]
+pub struct ViewArg {
+    /// View replica addresses, comma-separated `host:port`.
+    #[arg(long, env = "TESSERA_VIEW", default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")]
+    pub view: String,
+}
+
+impl ViewArg {
+    fn client(&self) -> Result<ViewClient> {
+        Ok(ViewClient::from_list(&self.view)?.with_deadline(Duration::from_secs(5)))
+    }
+}
+
+#[derive(Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    view: ViewArg,
+    /// Job files (TOML).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Wait until every job ends, with a live progress line; exit non-zero if one fails.
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: give up waiting after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    timeout_s: u64,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    view: ViewArg,
+    /// A job id: that job in detail. Without: the cluster in brief.
+    job: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    view: ViewArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    view: ViewArg,
+    /// The job.
+    job: u64,
+    /// Why (kept as the job's error).
+    #[arg(long, default_value = "")]
+    reason: String,
+}
+
+#[derive(Args)]
+pub struct LogsArgs {
+    #[command(flatten)]
+    view: ViewArg,
+    /// The job.
+    job: u64,
+    /// The member (rank).
+    #[arg(long, default_value_t = 0)]
+    member: u32,
+    /// Standard error instead of standard output.
+    #[arg(long)]
+    stderr: bool,
+    /// Bytes from the end of the log.
+    #[arg(long, default_value_t = 65_536)]
+    tail_bytes: u64,
+}
+
+fn rt() -> Result<tokio::runtime::Runtime> {
+    crate::view::runtime()
+}
+
+async fn snapshot(c: &mut ViewClient) -> Result<ViewSnapshot> {
+    let s = c.snapshot(true).await?.snapshot.context("the view sent no snapshot")?;
+    Ok(ViewSnapshot::try_from(s)?)
+}
+
+/// Reads and checks job files; every problem names the file, the line and the field.
+fn read_specs(files: &[PathBuf]) -> Result<Vec<JobSpec>, String> {
+    let mut specs = Vec::new();
+    let mut errors = Vec::new();
+    for f in files {
+        match JobSpec::from_file(f) {
+            Ok(s) => specs.push(s),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    if errors.is_empty() { Ok(specs) } else { Err(errors.join("\n")) }
+}
+
+pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
+    let specs = match read_specs(&a.files) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    rt()?.block_on(async move {
+        let mut c = a.view.client()?;
+        let results = c.submit(specs.iter().map(v1::JobSpec::from).collect()).await?;
+        let mut ids = Vec::new();
+        let mut refused = 0;
+        for ((r, spec), f) in results.iter().zip(&specs).zip(&a.files) {
+            if r.error.is_empty() {
+                println!("submitted job {} `{}` ({} GPUs) from {}", r.job, spec.name, spec.total_gpus(), f.display());
+                ids.push(JobId(r.job));
+            } else {
+                eprintln!("{}: refused: {}", f.display(), r.error);
+                refused += 1;
+            }
+        }
+        if !a.wait || ids.is_empty() {
+            return Ok(if refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS });
+        }
+        let failed = wait_for(&c, &ids, Duration::from_secs(a.timeout_s)).await?;
+        Ok(if failed > 0 || refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    })
+}
+
+/// Follows jobs until each ends, redrawing one progress line; prints each job's end. Answers
+/// how many failed.
+pub async fn wait_for(c: &ViewClient, ids: &[JobId], timeout: Duration) -> Result<usize> {
+    let cache = ViewCache::connect(c.clone()).await?;
+    let start = Instant::now();
+    let mut reported = std::collections::HashSet::new();
+    let mut failed = 0;
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut last_line = String::new();
+    loop {
+        let (line, ended): (String, Vec<Job>) = cache.read(|s| {
+            let mut counts = [0usize; 6];
+            let mut ended = Vec::new();
+            for id in ids {
+                let Some(j) = s.jobs.get(id) else { continue };
+                counts[j.state as usize] += 1;
+                if matches!(j.state, JobState::Finished | JobState::Failed) && !reported.contains(id) {
+                    ended.push(j.clone());
+                }
+            }
+            let line = format!(
+                "[{:>5.1}s] {} jobs: {} pending, {} placed, {} running, {} finished, {} failed",
+                start.elapsed().as_secs_f64(),
+                ids.len(),
+                counts[JobState::Pending as usize],
+                counts[JobState::Placed as usize] + counts[JobState::Migrating as usize],
+                counts[JobState::Running as usize],
+                counts[JobState::Finished as usize],
+                counts[JobState::Failed as usize]
+            );
+            (line, ended)
+        });
+        for j in ended {
+            reported.insert(j.id);
+            if j.state == JobState::Failed {
+                failed += 1;
+            }
+            let why = j.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            if tty {
+                eprint!("\r\x1b[2K");
+            }
+            println!("job {} `{}` {}{why}", j.id.0, j.spec.name, j.state.as_str());
+        }
+        if tty {
+            eprint!("\r\x1b[2K{line}");
+            let _ = std::io::stderr().flush();
+        } else if line != last_line && start.elapsed() > Duration::from_millis(1) {
+            // Not a terminal: a line only when the counts change, without the clock.
+            let counts = line.split_once("] ").map(|(_, r)| r.to_string()).unwrap_or_default();
+            if last_line.split_once("] ").map(|(_, r)| r) != Some(counts.as_str()) {
+                eprintln!("{line}");
+            }
+        }
+        last_line = line;
+        if reported.len() == ids.len() {
+            if tty {
+                eprintln!();
+            }
+            return Ok(failed);
+        }
+        if start.elapsed() > timeout {
+            bail!("gave up waiting after {} s: {}", timeout.as_secs(), last_line);
+        }
+        let seen = cache.version();
+        cache.changed_since(seen, Duration::from_millis(250)).await;
+    }
+}
+
+/// One job as a JSON object (the shape `--json` prints).
+pub fn job_json(j: &Job, s: &ViewSnapshot) -> serde_json::Value {
+    let name = |id: ServerId| s.server_names.get(id.index()).cloned().unwrap_or_else(|| id.to_string());
+    let placement = j.placement.as_ref().map(|p| {
+        serde_json::json!({
+            "proposal": p.proposal.0,
+            "level": p.level.to_string(),
+            "members": p.members.iter().map(|m| serde_json::json!({
+                "server": name(m.server),
+                "gpus": format_indices(m.gpus),
+                "cores": m.cores.format(),
+                "memory_mib": m.memory_mib,
+            })).collect::<Vec<_>>(),
+        })
+    });
+    serde_json::json!({
+        "id": j.id.0,
+        "name": j.spec.name,
+        "state": j.state.as_str(),
+        "gpus": j.spec.total_gpus(),
+        "members": j.spec.members,
+        "tenant": j.spec.tenant,
+        "scheduler": j.spec.scheduler.clone().unwrap_or_else(|| "default".into()),
+        "prefer": j.spec.prefer.to_string(),
+        "tolerate": j.spec.tolerate.to_string(),
+        "placement": placement,
+        "tasks": j.tasks.iter().map(|t| format!("{t:?}").to_lowercase()).collect::<Vec<_>>(),
+        "error": j.error,
+    })
+}
+
+fn placement_text(j: &Job, s: &ViewSnapshot) -> String {
+    match &j.placement {
+        None => "-".into(),
+        Some(p) => {
+            let members: Vec<String> = p
+                .members
+                .iter()
+                .map(|m| {
+                    let n = s.server_names.get(m.server.index()).cloned().unwrap_or_else(|| m.server.to_string());
+                    format!("{n}[{}]", format_indices(m.gpus))
+                })
+                .collect();
+            format!("{} ({})", members.join(" "), p.level)
+        }
+    }
+}
+
+pub fn status(a: StatusArgs) -> Result<ExitCode> {
+    rt()?.block_on(async move {
+        let mut c = a.view.client()?;
+        let s = snapshot(&mut c).await?;
+        if let Some(id) = a.job {
+            let Some(j) = s.jobs.iter().find(|j| j.id.0 == id) else {
+                bail!("no job {id} in the view (never submitted, or ended long ago)");
+            };
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&job_json(j, &s))?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let spec = &j.spec;
+            println!("job {} `{}`: {}", j.id.0, spec.name, j.state.as_str());
+            println!(
+                "  asks     {} x {} GPUs{}, prefer {}, tolerate {}{}",
+                spec.members,
+                spec.gpus_per_member,
+                spec.gpu_type.as_ref().map(|t| format!(" of {t}")).unwrap_or_default(),
+                spec.prefer,
+                spec.tolerate,
+                spec.relax_after_s.map(|r| format!(" (relax every {r} s)")).unwrap_or_default()
+            );
+            println!("  scheduler {}", spec.scheduler.as_deref().unwrap_or("default"));
+            if let Some(p) = &j.placement {
+                println!("  placed   at {} (proposal {:x})", p.level, p.proposal.0);
+                for (rank, m) in p.members.iter().enumerate() {
+                    let n = s.server_names.get(m.server.index()).cloned().unwrap_or_default();
+                    let task = j.tasks.get(rank).map(|t| format!("{t:?}").to_lowercase()).unwrap_or_default();
+                    println!(
+                        "    rank {rank}: {n} GPUs {} cores {} memory {} MiB  {task}",
+                        format_indices(m.gpus),
+                        m.cores.format(),
+                        m.memory_mib
+                    );
+                }
+            }
+            if let Some(e) = &j.error {
+                println!("  error    {e}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        let mut by_state = std::collections::BTreeMap::new();
+        for j in &s.jobs {
+            *by_state.entry(j.state.as_str()).or_insert(0u64) += 1;
+        }
+        let (mut total, mut free, mut up) = (0u64, 0u64, 0usize);
+        for r in &s.servers {
+            let t = &s.topologies[s.config_sets[r.config_set.index()].topology as usize];
+            total += t.devices as u64;
+            if r.health == Health::Up {
+                up += 1;
+                free += r.free_gpus.count_ones() as u64;
+            }
+        }
+        let st = c.status().await?;
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "cluster": st.cluster, "leader": st.leader, "leader_addr": st.leader_addr, "term": st.term,
+                    "version": s.version.0, "servers": s.servers.len(), "servers_up": up,
+                    "gpus": total, "gpus_free": free, "jobs": by_state,
+                })
+            );
+        } else {
+            println!("cluster {} — leader replica {} at {} (term {})", st.cluster, st.leader, st.leader_addr, st.term);
+            println!("servers {} ({} up), GPUs {} ({} free)", s.servers.len(), up, total, free);
+            let jobs: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            println!("jobs    {}", if jobs.is_empty() { "none".to_string() } else { jobs.join(", ") });
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn jobs(a: ListArgs) -> Result<ExitCode> {
+    rt()?.block_on(async move {
+        let mut c = a.view.client()?;
+        let s = snapshot(&mut c).await?;
+        let mut jobs: Vec<&Job> = s.jobs.iter().collect();
+        jobs.sort_by_key(|j| j.id);
+        if a.json {
+            let v: Vec<serde_json::Value> = jobs.iter().map(|j| job_json(j, &s)).collect();
+            println!("{}", serde_json::Value::Array(v));
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!("{:>6} {:<9} {:>5} {:<24} PLACEMENT", "ID", "STATE", "GPUS", "NAME");
+        for j in jobs {
+            println!(
+                "{:>6} {:<9} {:>5} {:<24} {}",
+                j.id.0,
+                j.state.as_str(),
+                j.spec.total_gpus(),
+                j.spec.name,
+                placement_text(j, &s)
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// A server's devices: `x` held by a job, `.` free, `!` unhealthy, `-` the server is not up.
+pub fn gpu_bitmap(devices: u32, free: u64, unhealthy: u64, up: bool) -> String {
+    (0..devices)
+        .map(|d| {
+            let bit = 1u64 << d;
+            if unhealthy & bit != 0 {
+                '!'
+            } else if !up {
+                '-'
+            } else if free & bit != 0 {
+                '.'
+            } else {
+                'x'
+            }
+        })
+        .collect()
+}
+
+pub fn servers(a: ListArgs) -> Result<ExitCode> {
+    rt()?.block_on(async move {
+        let mut c = a.view.client()?;
+        let s = snapshot(&mut c).await?;
+        let mut rows = Vec::new();
+        for (i, r) in s.servers.iter().enumerate() {
+            let cs = &s.config_sets[r.config_set.index()];
+            let t = &s.topologies[cs.topology as usize];
+            let unhealthy = s.unhealthy.get(i).copied().unwrap_or(0);
+            rows.push(serde_json::json!({
+                "name": s.server_names.get(i).cloned().unwrap_or_default(),
+                "health": format!("{:?}", r.health).to_lowercase(),
+                "type": t.device_type,
+                "rack": s.racks.get(cs.rack as usize).cloned().unwrap_or_default(),
+                "gpus": gpu_bitmap(t.devices, r.free_gpus, unhealthy, r.health == Health::Up),
+                "gpus_free": r.free_gpus.count_ones(),
+                "cores_free": r.free_cores.count(),
+                "cores": t.cores(),
+                "memory_free_mib": r.free_memory_mib,
+                "unhealthy": format_indices(unhealthy),
+            }));
+        }
+        if a.json {
+            println!("{}", serde_json::Value::Array(rows));
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}",
+            "NAME", "HEALTH", "TYPE", "RACK", "GPUS (x used . free)", "CORES", "MEMORY MIB"
+        );
+        let t = |v: &serde_json::Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+        for r in &rows {
+            println!(
+                "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}",
+                t(&r["name"]),
+                t(&r["health"]),
+                t(&r["type"]),
+                t(&r["rack"]),
+                t(&r["gpus"]),
+                format!("{}/{}", r["cores_free"], r["cores"]),
+                t(&r["memory_free_mib"])
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
+    rt()?.block_on(async move {
+        let mut c = a.view.client()?;
+        c.cancel_because(a.job, &a.reason).await?;
+        println!("cancelled job {}", a.job);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The tail of a member's log: from the agent of the member's server while the job holds a
+/// placement, otherwise from whichever agent still has it.
+pub async fn fetch_logs(
+    c: &mut ViewClient,
+    job: u64,
+    member: u32,
+    stderr: bool,
+    tail: u64,
+) -> Result<v1::LogsResponse> {
+    let req = v1::LogsRequest { job, member, stderr, tail_bytes: tail };
+    let j = c.job(job, true).await?.job.context("no job in the answer")?;
+    if let Some(p) = &j.placement {
+        let m = p
+            .members
+            .get(member as usize)
+            .with_context(|| format!("job {job} has {} members; no member {member}", p.members.len()))?;
+        return Ok(c.logs(m.server, req).await?);
+    }
+    // Ended (or re-queued): ask every agent; the newest task directory wins on each.
+    let mut last = None;
+    for a in c.agents().await? {
+        match c.logs(a.server, req).await {
+            Ok(r) => return Ok(r),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => bail!("no agent has logs of job {job} member {member} (last answer: {e})"),
+        None => bail!("no agent has registered an address to ask for logs"),
+    }
+}
+
+pub fn logs(a: LogsArgs) -> Result<ExitCode> {
+    rt()?.block_on(async move {
+        let mut c = a.view.client()?;
+        let r = fetch_logs(&mut c, a.job, a.member, a.stderr, a.tail_bytes).await?;
+        if r.truncated {
+            eprintln!(
+                "... ({} bytes before the last {} left out; --tail-bytes for more)",
+                r.size - r.data.len() as u64,
+                r.data.len()
+            );
+        }
+        std::io::stdout().write_all(&r.data)?;
+        Ok(ExitCode::SUCCESS)
+    })
+}

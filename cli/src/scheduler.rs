@@ -1,0 +1,48 @@
+//! `tessera scheduler run`: a scheduler host (job-scheduler/src/host.rs).
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use std::process::ExitCode;
+use tessera_scheduler::{HostConfig, Registry, RuntimeOptions, run_host};
+
+#[derive(Subcommand)]
+pub enum SchedulerCommand {
+    /// Run a scheduler host: adopt pending jobs under a lease, run each job's scheduler.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    view: crate::jobs::ViewArg,
+    /// This host's name, unique among hosts (default: host name and process id).
+    #[arg(long)]
+    name: Option<String>,
+    /// Most jobs scheduled at once.
+    #[arg(long, default_value_t = 256)]
+    max_jobs: usize,
+    /// The scheduler for jobs that name none: default, cpu-aware or optimus.
+    #[arg(long, default_value = "default")]
+    default_scheduler: String,
+}
+
+pub fn run(cmd: SchedulerCommand) -> Result<ExitCode> {
+    let SchedulerCommand::Run(a) = cmd;
+    let name = match a.name {
+        Some(n) => n,
+        None => format!("{}-{}", crate::agent::hostname()?, std::process::id()),
+    };
+    let registry = Registry::default().with_default(&a.default_scheduler)?;
+    let cfg = HostConfig {
+        view: a.view.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        name,
+        max_jobs: a.max_jobs.max(1),
+        runtime: RuntimeOptions { salt: u64::from(std::process::id()), ..RuntimeOptions::default() },
+    };
+    let stats = crate::view::runtime()?.block_on(run_host(cfg, registry, crate::view::terminated()))?;
+    eprintln!(
+        "scheduler host stopped: {} jobs adopted, {} placed, {} given up",
+        stats.adopted, stats.placed, stats.gave_up
+    );
+    Ok(ExitCode::SUCCESS)
+}

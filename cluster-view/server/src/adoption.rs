@@ -1,0 +1,167 @@
+//! Scheduler hosts' leases on pending jobs, kept by the leader in memory.
+//!
+//! A scheduler host (`tessera scheduler run`) runs one scheduler task per job it holds. It
+//! calls `AdoptJobs` every third of a lease with the jobs it still schedules and how many more
+//! it will take; the leader renews the held ones and hands out pending jobs nobody holds. A host
+//! that stops calling loses its jobs to the next host that asks, one lease later.
+//!
+//! Nothing here is replicated, and nothing needs to be for safety: the approver places a job at
+//! most once whoever proposes it, so two hosts scheduling one job (for a moment after a leader
+//! change) waste work but never double-allocate. To keep that moment short, a new leader hands
+//! out no job during its first lease, while the hosts renew what they held under the old one.
+//!
+//! The table is pure (time comes in as an argument) so it is unit-tested without a clock.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tessera_view::{ClusterView, JobId, JobState};
+
+/// Most jobs in one request's `held` list, and most handed out per call.
+pub const MAX_ADOPT: usize = 1024;
+
+/// The leader's record of which host schedules which pending job.
+#[derive(Debug)]
+pub struct Adoptions {
+    lease: Duration,
+    owners: HashMap<JobId, (String, Instant)>,
+    /// No job is handed out before this instant (one lease after taking office).
+    grants_from: Instant,
+}
+
+/// What one `AdoptJobs` call gets.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Adopted {
+    /// Held jobs renewed.
+    pub kept: Vec<JobId>,
+    /// Jobs newly handed to the host.
+    pub adopted: Vec<JobId>,
+    /// Held jobs the host must stop scheduling.
+    pub dropped: Vec<JobId>,
+}
+
+impl Adoptions {
+    /// An empty table; `lease` is how long a host holds a job without renewing.
+    pub fn new(lease: Duration, now: Instant) -> Adoptions {
+        Adoptions { lease, owners: HashMap::new(), grants_from: now }
+    }
+
+    /// The lease.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// A new leader forgets the old table and waits one lease before handing out jobs.
+    pub fn took_office(&mut self, now: Instant) {
+        self.owners.clear();
+        self.grants_from = now + self.lease;
+    }
+
+    /// Hosts holding at least one job now, with how many.
+    pub fn hosts(&self, now: Instant) -> Vec<(String, usize)> {
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for (host, until) in self.owners.values() {
+            if *until > now {
+                *count.entry(host).or_default() += 1;
+            }
+        }
+        let mut v: Vec<(String, usize)> = count.into_iter().map(|(h, n)| (h.to_string(), n)).collect();
+        v.sort();
+        v
+    }
+
+    /// The host holding `job` now, if any.
+    pub fn owner(&self, job: JobId, now: Instant) -> Option<&str> {
+        self.owners.get(&job).filter(|(_, until)| *until > now).map(|(h, _)| h.as_str())
+    }
+
+    /// Renews `host`'s hold on `held` and hands it up to `want` more pending jobs, highest
+    /// priority first, then oldest. Jobs that are no longer pending are dropped from the table.
+    pub fn adopt(&mut self, view: &ClusterView, host: &str, held: &[JobId], want: usize, now: Instant) -> Adopted {
+        let until = now + self.lease;
+        // Forget jobs that are placed, running or over: nobody schedules them now.
+        self.owners.retain(|j, _| view.job(*j).is_some_and(|j| j.state == JobState::Pending));
+        let mut out = Adopted::default();
+        for &j in held.iter().take(MAX_ADOPT) {
+            let pending = view.job(j).is_some_and(|j| j.state == JobState::Pending);
+            let other = self.owner(j, now).is_some_and(|h| h != host);
+            if pending && !other {
+                self.owners.insert(j, (host.to_string(), until));
+                out.kept.push(j);
+            } else {
+                out.dropped.push(j);
+            }
+        }
+        let want = want.min(MAX_ADOPT);
+        if want == 0 || now < self.grants_from {
+            return out;
+        }
+        let mut free: Vec<(i32, JobId)> = view
+            .jobs()
+            .into_iter()
+            .filter(|j| j.state == JobState::Pending && self.owner(j.id, now).is_none())
+            .map(|j| (j.spec.priority, j.id))
+            .collect();
+        free.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (_, j) in free.into_iter().take(want) {
+            self.owners.insert(j, (host.to_string(), until));
+            out.adopted.push(j);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::{ClusterSpec, JobSpec};
+
+    fn view_with_jobs(n: u32) -> (ClusterView, Vec<JobId>) {
+        let spec = ClusterSpec::from_toml(
+            "c.toml",
+            "name='t'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='seed-8gpu'\nservers=2\n",
+            None,
+        )
+        .expect("spec");
+        let mut v = ClusterView::from_spec(&spec);
+        let ids = (0..n).map(|i| v.submit(JobSpec::simple(&format!("j{i}"), 1, 1)).expect("admitted")).collect();
+        (v, ids)
+    }
+
+    #[test]
+    fn a_job_has_one_host_until_its_lease_lapses() {
+        let t0 = Instant::now();
+        let (v, ids) = view_with_jobs(3);
+        let mut a = Adoptions::new(Duration::from_secs(3), t0);
+        let got = a.adopt(&v, "h1", &[], 2, t0);
+        assert_eq!(got.adopted, ids[..2].to_vec());
+        // Another host gets only the job nobody holds.
+        let got = a.adopt(&v, "h2", &[], 5, t0);
+        assert_eq!(got.adopted, vec![ids[2]]);
+        // h2 claiming h1's job is refused while h1's lease lasts.
+        let got = a.adopt(&v, "h2", &[ids[0]], 0, t0 + Duration::from_secs(1));
+        assert_eq!(got.dropped, vec![ids[0]]);
+        // h1 renews one job and stops renewing the other; after the lease h2 takes it.
+        let t1 = t0 + Duration::from_secs(2);
+        assert_eq!(a.adopt(&v, "h1", &[ids[0]], 0, t1).kept, vec![ids[0]]);
+        let t2 = t0 + Duration::from_secs(4);
+        let got = a.adopt(&v, "h2", &[ids[2]], 5, t2);
+        assert_eq!((got.kept, got.adopted), (vec![ids[2]], vec![ids[1]]));
+        assert_eq!(a.owner(ids[0], t2), Some("h1"));
+    }
+
+    #[test]
+    fn jobs_no_longer_pending_are_dropped_and_a_new_leader_waits_a_lease() {
+        let t0 = Instant::now();
+        let (mut v, ids) = view_with_jobs(2);
+        let mut a = Adoptions::new(Duration::from_secs(3), t0);
+        a.took_office(t0);
+        assert!(a.adopt(&v, "h1", &[], 5, t0).adopted.is_empty(), "no grants in the first lease");
+        // Renewals are honoured at once, so hosts keep what they held under the old leader.
+        assert_eq!(a.adopt(&v, "h1", &[ids[0]], 0, t0).kept, vec![ids[0]]);
+        v.cancel(ids[0]).expect("cancel");
+        let t1 = t0 + Duration::from_secs(3);
+        let got = a.adopt(&v, "h1", &[ids[0]], 5, t1);
+        assert_eq!((got.dropped, got.adopted), (vec![ids[0]], vec![ids[1]]));
+        assert_eq!(a.hosts(t1), vec![("h1".to_string(), 1)]);
+    }
+}

@@ -1,0 +1,233 @@
+//! The scheduler host (`tessera scheduler run`): one scheduler task per pending job it holds.
+//!
+//! The host shares one [`ViewCache`] among its tasks. Every third of a lease it calls
+//! `AdoptJobs` on the leader with the jobs it still schedules and how many more it will take;
+//! the leader renews those and hands out pending jobs nobody holds. Each adopted job gets a
+//! task running [`place_job`] with the scheduler the job names (or the host's default). A job
+//! the leader says is no longer this host's (it was placed, cancelled, or another host took it
+//! after this one missed its lease) has its task stopped.
+//!
+//! Several hosts may run at once: each job has one host at a time, and when two hosts' jobs
+//! want the same GPUs the approver decides, atomically. If a host dies, its jobs go to the
+//! others one lease later.
+
+use crate::cache::ViewCache;
+use crate::runtime::{Placed, RuntimeOptions, place_job};
+use crate::scheduler::{BUILTIN, Scheduler, builtin};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_proto::client::{ClientError, ViewClient};
+use tessera_view::JobId;
+use tokio::task::JoinHandle;
+
+/// Schedulers by name, and the one used for jobs that name none.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    schedulers: BTreeMap<String, Arc<dyn Scheduler>>,
+    default: String,
+}
+
+impl Default for Registry {
+    /// The built-in schedulers, `default` by default.
+    fn default() -> Self {
+        let mut r = Registry { schedulers: BTreeMap::new(), default: "default".into() };
+        for name in BUILTIN {
+            if let Some(s) = builtin(name) {
+                r.schedulers.insert(name.to_string(), Arc::from(s));
+            }
+        }
+        r
+    }
+}
+
+impl Registry {
+    /// Adds (or replaces) a scheduler under its [`Scheduler::name`].
+    pub fn register(mut self, s: impl Scheduler + 'static) -> Registry {
+        self.schedulers.insert(s.name().to_string(), Arc::new(s));
+        self
+    }
+
+    /// Uses `name` for jobs that name no scheduler; an error if it is not registered.
+    pub fn with_default(mut self, name: &str) -> Result<Registry, HostError> {
+        if !self.schedulers.contains_key(name) {
+            return Err(HostError::UnknownScheduler { name: name.to_string(), known: self.names() });
+        }
+        self.default = name.to_string();
+        Ok(self)
+    }
+
+    /// Registered names, comma-separated.
+    pub fn names(&self) -> String {
+        self.schedulers.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
+    /// The scheduler for a job that asks for `name` (none: the default).
+    pub fn get(&self, name: Option<&str>) -> Option<Arc<dyn Scheduler>> {
+        self.schedulers.get(name.unwrap_or(&self.default)).cloned()
+    }
+}
+
+/// How a host runs.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// View replica addresses.
+    pub view: Vec<String>,
+    /// The host's name, unique among hosts.
+    pub name: String,
+    /// Most jobs scheduled at once.
+    pub max_jobs: usize,
+    /// Retry settings of every task.
+    pub runtime: RuntimeOptions,
+}
+
+/// Why a host stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The view could not be read at start.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+    /// The view refused the host for good.
+    #[error("the view refused the scheduler host")]
+    Client(#[from] ClientError),
+    /// A scheduler name no one registered.
+    #[error("no scheduler `{name}` (known: {known})")]
+    UnknownScheduler {
+        /// The name asked for.
+        name: String,
+        /// What is registered.
+        known: String,
+    },
+}
+
+/// What a host has done so far (for logs and tests).
+#[derive(Debug, Default, Clone)]
+pub struct HostStats {
+    /// Jobs adopted.
+    pub adopted: u64,
+    /// Jobs this host placed.
+    pub placed: u64,
+    /// Jobs given up.
+    pub gave_up: u64,
+}
+
+/// Runs a scheduler host until `shutdown` resolves.
+pub async fn run_host(
+    cfg: HostConfig,
+    registry: Registry,
+    shutdown: impl Future<Output = ()>,
+) -> Result<HostStats, HostError> {
+    let client = ViewClient::new(cfg.view.clone())?.with_deadline(Duration::from_secs(5));
+    tokio::pin!(shutdown);
+    // The view may not be up yet (hosts start with the cluster): keep trying, bounded backoff.
+    let mut backoff = Duration::from_millis(200);
+    let cache = loop {
+        match ViewCache::connect(client.clone()).await {
+            Ok(c) => break c,
+            Err(e) => tracing::warn!(host = %cfg.name, "{}; retrying in {} ms", chain(&e), backoff.as_millis()),
+        }
+        tokio::select! {
+            _ = &mut shutdown => return Ok(HostStats::default()),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    };
+    tracing::info!(host = %cfg.name, schedulers = %registry.names(), "scheduler host started");
+    let mut tasks: HashMap<JobId, JoinHandle<Option<Placed>>> = HashMap::new();
+    let mut stats = HostStats::default();
+    let mut every = Duration::from_millis(300);
+    let mut adopt_client = client.clone();
+    loop {
+        // Reap finished tasks first, so their jobs are not renewed.
+        let done: Vec<JobId> = tasks.iter().filter(|(_, t)| t.is_finished()).map(|(j, _)| *j).collect();
+        for j in done {
+            if let Some(t) = tasks.remove(&j) {
+                match t.await {
+                    Ok(Some(Placed::Placed { .. })) => stats.placed += 1,
+                    Ok(Some(Placed::GaveUp(_))) => stats.gave_up += 1,
+                    _ => {}
+                }
+            }
+        }
+        let held: Vec<u64> = tasks.keys().map(|j| j.0).collect();
+        let want = cfg.max_jobs.saturating_sub(tasks.len()) as u32;
+        match adopt_client.adopt_jobs(&cfg.name, held, want).await {
+            Ok(r) => {
+                if r.lease_ms > 0 {
+                    every = Duration::from_millis((r.lease_ms / 3).max(50));
+                }
+                for j in r.dropped {
+                    if let Some(t) = tasks.remove(&JobId(j)) {
+                        tracing::debug!(host = %cfg.name, job_id = j, "job no longer ours; its task stops");
+                        t.abort();
+                    }
+                }
+                for j in r.adopted {
+                    let job = JobId(j);
+                    stats.adopted += 1;
+                    tasks.insert(job, spawn_job(&cfg, &registry, &client, &cache, job));
+                }
+            }
+            Err(e) => tracing::warn!(host = %cfg.name, "AdoptJobs failed: {e}"),
+        }
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+    for (_, t) in tasks {
+        t.abort();
+    }
+    Ok(stats)
+}
+
+fn spawn_job(
+    cfg: &HostConfig,
+    registry: &Registry,
+    client: &ViewClient,
+    cache: &ViewCache,
+    job: JobId,
+) -> JoinHandle<Option<Placed>> {
+    let (registry, mut client, cache) = (registry.clone(), client.clone(), cache.clone());
+    let mut opts = cfg.runtime.clone();
+    opts.salt ^= fnv(&cfg.name);
+    let host = cfg.name.clone();
+    tokio::spawn(async move {
+        let since = Instant::now();
+        let asked = cache.job(job).and_then(|j| j.spec.scheduler);
+        let Some(s) = registry.get(asked.as_deref()) else {
+            let why = format!(
+                "no scheduler `{}` on host `{host}` (it runs: {})",
+                asked.unwrap_or_default(),
+                registry.names()
+            );
+            tracing::warn!(job_id = job.0, "{why}");
+            let _ = client.cancel_because(job.0, &why).await;
+            return Some(Placed::GaveUp(why));
+        };
+        match place_job(&mut client, &cache, s.as_ref(), job, since, &opts).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(job_id = job.0, host = %host, "scheduling stopped: {e}");
+                None
+            }
+        }
+    })
+}
+
+/// An error with its causes, `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
