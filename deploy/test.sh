@@ -34,6 +34,10 @@ echo "== tessera dev, the quick start's main job: 3 replicas, 4 fake-GPU agents,
 echo "   every example job submitted and run to its end (exits non-zero if one fails)"
 "$CARGO_TARGET_DIR/release/tessera" dev --view-port 0 --http-port 0 --submit examples/jobs/*.toml --exit-when-done
 
+echo "== trace-driven simulator, short: the whole Philly trace under the four fast policies (exits"
+echo "   non-zero on a malformed trace, an invariant violation or an unfinished job)"
+"$CARGO_TARGET_DIR/release/tessera" sim --trace philly --policies fifo-firstfit,gandiva,hived,tessera-gpu-proportional-cpu --json > /dev/null
+
 echo "== all checks passed in $(( $(date +%s) - start )) s"
 # One closing line with the totals over every test binary (cargo prints one line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }

@@ -13,6 +13,7 @@ mod dev;
 mod jobs;
 mod place;
 mod scheduler;
+mod sim;
 mod view;
 
 use clap::{Parser, Subcommand};
@@ -59,6 +60,9 @@ enum Command {
     Cancel(jobs::CancelArgs),
     /// The tail of a job member's stdout or stderr.
     Logs(jobs::LogsArgs),
+    /// Replay a job trace (Philly, Alibaba) on a simulated cluster under several placement
+    /// policies through the real search, approver and migration code; table, JSON, CSVs, SVG plots.
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Command::Servers(a) => jobs::servers(a),
         Command::Cancel(a) => jobs::cancel(a),
         Command::Logs(a) => jobs::logs(a),
+        Command::Sim(a) => sim::run(a),
     };
     match result {
         Ok(code) => code,

@@ -106,6 +106,28 @@ pub struct PolicyReport {
     /// `(gpus, queue_s)` per finished job (not in JSON).
     #[serde(skip)]
     pub queue_by_job: Vec<(u32, f64)>,
+    /// Every job in trace order, finished or not (for per-job CSVs; not in JSON).
+    #[serde(skip)]
+    pub job_records: Vec<JobRecord>,
+}
+
+/// One job's run: when it arrived, started and ended, and where it ran.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRecord {
+    /// The trace's job id.
+    pub name: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Arrival (after load scaling), seconds.
+    pub arrival_s: f64,
+    /// First start, if it started.
+    pub start_s: Option<f64>,
+    /// End, if it finished.
+    pub end_s: Option<f64>,
+    /// Locality level of its last placement (after any moves), if it started.
+    pub level: Option<LocalityLevel>,
+    /// Times it was moved by migration.
+    pub moves: u64,
 }
 
 /// Simulation failures (a bug or a trace no policy can run).
@@ -271,7 +293,7 @@ pub fn simulate(
     }
     progress(total_events, total_events);
     sim.check_invariants();
-    Ok(sim.report())
+    Ok(sim.report(trace))
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -637,9 +659,23 @@ impl Sim<'_> {
         debug_assert!(r.is_clean(), "{:?}", r.violations);
     }
 
-    fn report(mut self) -> PolicyReport {
+    fn report(mut self, trace: &Trace) -> PolicyReport {
         let mut rep = std::mem::take(&mut self.rep);
         rep.jobs = self.jobs.len() as u64;
+        rep.job_records = self
+            .jobs
+            .iter()
+            .zip(&trace.jobs)
+            .map(|(j, t)| JobRecord {
+                name: t.name.clone(),
+                gpus: j.gpus,
+                arrival_s: j.arrival_s,
+                start_s: j.start_s,
+                end_s: j.finish_s,
+                level: j.start_s.map(|_| j.level),
+                moves: j.moves,
+            })
+            .collect();
         let first = self.jobs.iter().map(|j| j.arrival_s).fold(f64::INFINITY, f64::min);
         let last = self.jobs.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
         let mut jct = Vec::new();

@@ -20,7 +20,7 @@ pub mod model;
 pub mod policy;
 pub mod trace;
 
-pub use engine::{PolicyReport, SimConfig, simulate};
+pub use engine::{JobRecord, PolicyReport, SimConfig, simulate};
 pub use model::SpeedModel;
 pub use policy::SimPolicy;
 pub use trace::{SimJob, Trace};

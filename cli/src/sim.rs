@@ -1,0 +1,640 @@
+//! `tessera sim`: replay a job trace through the simulator (`tessera_scheduler::sim`) under
+//! several placement policies and report, table, JSON, CSV files and SVG plots.
+//!
+//! The simulator computes every metric ([`PolicyReport`]); this module picks the inputs (trace,
+//! cluster, speed model, load), runs the policies (on as many threads as there are cores: each
+//! run is deterministic on its own) and writes what they returned.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+use tessera_scheduler::sim::{self, PolicyReport, SIZE_BUCKETS, SimConfig, SimPolicy, SpeedModel, Trace};
+use tessera_view::{ClusterSpec, Topology};
+
+/// Offered load (the trace's average GPU demand over the cluster's GPUs, at full speed) the
+/// default Philly cluster is sized for. With the speed model's CPU and locality losses, jobs
+/// run at roughly half speed, so queues form and last (docs/EVALUATION.md).
+const DEFAULT_OFFERED_LOAD: f64 = 0.35;
+/// Server model of the default Philly cluster.
+const DEFAULT_TOPOLOGY: &str = "seed-8gpu";
+/// Default arrival-rate multiplier for the Alibaba pods: the real cluster has about as many
+/// GPUs as the trace has pods, so arrivals are compressed to make them meet.
+const ALIBABA_LOAD_SCALE: f64 = 300.0;
+const PHILLY_FILE: &str = "philly-vc-jobs.csv";
+const ALIBABA_PODS_FILE: &str = "alibaba-v2023-gpu-pods.csv";
+const ALIBABA_NODES_FILE: &str = "alibaba-v2023-gpu-nodes.csv";
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// Trace: `philly` (the Philly-derived per-VC jobs), `alibaba` (the Alibaba PAI v2023 pods,
+    /// on their real node list by default) or the path of a CSV with the columns of either.
+    #[arg(long, default_value = "philly")]
+    trace: String,
+    /// Folder holding the traces (default: `../shared/traces` from the working directory, else
+    /// beside the repository this binary was built from).
+    #[arg(long, env = "TESSERA_TRACES")]
+    traces_dir: Option<PathBuf>,
+    /// Philly virtual cluster to replay, or `all` (every VC on one clock).
+    #[arg(long, default_value = "all")]
+    vc: String,
+    /// Policies, comma-separated (default: all six).
+    #[arg(long, value_delimiter = ',', value_parser = SimPolicy::parse)]
+    policies: Vec<SimPolicy>,
+    /// Cluster spec file. Default: Philly on `seed-8gpu` servers sized so that the trace offers
+    /// `--offered-load` of their GPUs (queues form); Alibaba on its real node list.
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    /// Offered load the default Philly cluster is sized for (ignored with --cluster).
+    #[arg(long, default_value_t = DEFAULT_OFFERED_LOAD)]
+    offered_load: f64,
+    /// Arrival-rate multiplier: arrival times are divided by it (default 1 for Philly, 300 for
+    /// Alibaba).
+    #[arg(long)]
+    load_scale: Option<f64>,
+    /// Seed of the searches' probe order (the only randomness).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Speed-model file, or `ideal` (no locality, interference or CPU effects). Default: the
+    /// compiled-in `deploy/sim/speed-model.toml`.
+    #[arg(long)]
+    model: Option<String>,
+    /// Replay only the first N jobs by arrival.
+    #[arg(long)]
+    max_jobs: Option<usize>,
+    /// Policies run at once (default: the machine's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON object keyed by policy name instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write per-policy CSVs (jobs, utilization), summary.json and SVG plots into this folder.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// What was loaded, for the summary lines.
+struct Inputs {
+    trace: Trace,
+    cluster: ClusterSpec,
+    cluster_note: String,
+    model: SpeedModel,
+    load_scale: f64,
+    notes: Vec<String>,
+}
+
+pub fn run(a: SimArgs) -> Result<ExitCode> {
+    let policies = if a.policies.is_empty() { SimPolicy::ALL.to_vec() } else { dedup(&a.policies) };
+    let inputs = load_inputs(&a)?;
+    let gpus: u64 = cluster_gpus(&inputs.cluster);
+    let mut summary = vec![
+        format!(
+            "trace: {} — {} jobs{}",
+            inputs.trace.name,
+            inputs.trace.jobs.len(),
+            a.max_jobs.map(|n| format!(" (--max-jobs {n})")).unwrap_or_default()
+        ),
+        format!("cluster: {} ({} servers, {gpus} GPUs)", inputs.cluster_note, inputs.cluster.server_count()),
+        format!("speed model: {}; load scale {}; seed {}", inputs.model.name, inputs.load_scale, a.seed),
+    ];
+    summary.extend(inputs.notes.iter().cloned());
+    for (reason, n) in &inputs.trace.skipped {
+        summary.push(format!("skipped rows: {n} — {reason}"));
+    }
+    for (what, n) in &inputs.trace.approximated {
+        summary.push(format!("approximated rows: {n} — {what}"));
+    }
+    for line in &summary {
+        if a.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+
+    let reports = run_policies(&a, &inputs, &policies)?;
+
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json_object(&reports))?);
+    } else {
+        print_table(&reports);
+    }
+    if let Some(dir) = &a.out {
+        write_outputs(dir, &reports)?;
+        let msg = format!("wrote CSVs, summary.json and SVG plots to {}", dir.display());
+        if a.json {
+            eprintln!("{msg}");
+        } else {
+            println!("{msg}");
+        }
+    }
+    let bad: Vec<String> = reports
+        .iter()
+        .filter(|(_, r)| r.invariant_violations > 0 || r.finished < r.jobs)
+        .map(|(p, r)| {
+            format!("{}: {} invariant violations, {}/{} finished", p.name(), r.invariant_violations, r.finished, r.jobs)
+        })
+        .collect();
+    if !bad.is_empty() {
+        bail!("simulation check failed: {}", bad.join("; "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn dedup(p: &[SimPolicy]) -> Vec<SimPolicy> {
+    let mut out: Vec<SimPolicy> = Vec::new();
+    for x in p {
+        if !out.contains(x) {
+            out.push(*x);
+        }
+    }
+    out
+}
+
+fn cluster_gpus(c: &ClusterSpec) -> u64 {
+    c.groups.iter().map(|g| u64::from(g.servers) * u64::from(c.topologies[g.topology].devices)).sum()
+}
+
+/// The traces folder: the flag or `$TESSERA_TRACES`, else `../shared/traces` from the working
+/// directory (the repository root), else beside the repository this binary was built from.
+fn traces_dir(a: &SimArgs) -> PathBuf {
+    if let Some(d) = &a.traces_dir {
+        return d.clone();
+    }
+    let cwd = PathBuf::from("../shared/traces");
+    if cwd.is_dir() {
+        return cwd;
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
+    if built.is_dir() { built } else { cwd }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Philly,
+    AlibabaPods,
+}
+
+/// A trace file's format, from its header: Alibaba pods have `gpu_milli`.
+fn sniff(path: &Path) -> Result<Format> {
+    let f = std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut header = String::new();
+    std::io::BufReader::new(f).read_line(&mut header).with_context(|| format!("{}: cannot read", path.display()))?;
+    Ok(if header.split(',').any(|c| c.trim() == "gpu_milli") { Format::AlibabaPods } else { Format::Philly })
+}
+
+fn load_inputs(a: &SimArgs) -> Result<Inputs> {
+    let dir = traces_dir(a);
+    let (path, format) = match a.trace.as_str() {
+        "philly" => (dir.join(PHILLY_FILE), Format::Philly),
+        "alibaba" => (dir.join(ALIBABA_PODS_FILE), Format::AlibabaPods),
+        p => {
+            let p = PathBuf::from(p);
+            let f = sniff(&p)?;
+            (p, f)
+        }
+    };
+    let vc = (a.vc != "all").then_some(a.vc.as_str());
+    if vc.is_some() && format == Format::AlibabaPods {
+        bail!("--vc applies to Philly traces only");
+    }
+    let mut trace = match format {
+        Format::Philly => sim::trace::load_philly(&path, vc)?,
+        Format::AlibabaPods => sim::trace::load_alibaba_pods(&path)?,
+    };
+    let mut notes = Vec::new();
+    if let Some(n) = a.max_jobs {
+        if n == 0 {
+            bail!("--max-jobs must be at least 1");
+        }
+        if n < trace.jobs.len() {
+            notes.push(format!("replaying the first {n} of {} usable jobs by arrival", trace.jobs.len()));
+            trace.jobs.truncate(n);
+        }
+    }
+    let load_scale = a.load_scale.unwrap_or(match format {
+        Format::Philly => 1.0,
+        Format::AlibabaPods => ALIBABA_LOAD_SCALE,
+    });
+    if !(load_scale.is_finite() && load_scale > 0.0) {
+        bail!("--load-scale must be a positive number");
+    }
+    let (cluster, cluster_note) = match (&a.cluster, format) {
+        (Some(p), _) => (ClusterSpec::from_file(p)?, format!("{}", p.display())),
+        (None, Format::Philly) => {
+            if !(a.offered_load.is_finite() && a.offered_load > 0.0) {
+                bail!("--offered-load must be a positive number");
+            }
+            let topo = Topology::preset(DEFAULT_TOPOLOGY)
+                .with_context(|| format!("server model preset `{DEFAULT_TOPOLOGY}`"))?;
+            let per_server = topo.devices;
+            let n = sim::servers_for_load(&trace, load_scale, per_server, a.offered_load);
+            (
+                sim::uniform_cluster(topo, n),
+                format!("{n} × {DEFAULT_TOPOLOGY}, sized for offered load {}", a.offered_load),
+            )
+        }
+        (None, Format::AlibabaPods) => {
+            let nodes = dir.join(ALIBABA_NODES_FILE);
+            let c = sim::trace::load_alibaba_nodes(&nodes)
+                .with_context(|| "the Alibaba pods run on the real node list by default (or give --cluster)")?;
+            for (reason, n) in &c.skipped {
+                notes.push(format!("node list: left out {n} nodes — {reason}"));
+            }
+            (c.spec, format!("real node list {}", nodes.display()))
+        }
+    };
+    let model = match a.model.as_deref() {
+        None => SpeedModel::builtin(),
+        Some("ideal") => SpeedModel::ideal(),
+        Some(f) => {
+            let text = std::fs::read_to_string(f).with_context(|| format!("{f}: cannot read"))?;
+            SpeedModel::from_toml(f, &text)?
+        }
+    };
+    Ok(Inputs { trace, cluster, cluster_note, model, load_scale, notes })
+}
+
+/// One policy's result and wall time, filled in by whichever thread ran it.
+type Slot = Mutex<Option<Result<(PolicyReport, f64)>>>;
+
+/// Runs every policy, up to `--threads` at once, with one progress bar each (drawn only when
+/// stderr is a terminal). Results come back in `policies` order.
+fn run_policies(a: &SimArgs, inputs: &Inputs, policies: &[SimPolicy]) -> Result<Vec<(SimPolicy, PolicyReport)>> {
+    let target =
+        if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let multi = MultiProgress::with_draw_target(target);
+    let style = ProgressStyle::with_template("{prefix:>30} [{bar:30}] {percent:>3}% {elapsed_precise} {msg}")
+        .map_err(|e| anyhow::anyhow!("progress bar template: {e}"))?
+        .progress_chars("=> ");
+    let bars: Vec<ProgressBar> = policies
+        .iter()
+        .map(|p| {
+            let b = multi.add(ProgressBar::new(1));
+            b.set_style(style.clone());
+            b.set_prefix(p.name());
+            b
+        })
+        .collect();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = a.threads.unwrap_or(cores).clamp(1, policies.len().max(1));
+    let next = AtomicUsize::new(0);
+    let results: Vec<Slot> = policies.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&policy) = policies.get(k) else { break };
+                    let bar = &bars[k];
+                    let mut cfg = SimConfig::new(policy);
+                    cfg.seed = a.seed;
+                    cfg.load_scale = inputs.load_scale;
+                    let t0 = Instant::now();
+                    let r = sim::simulate(&inputs.cluster, &inputs.trace, &inputs.model, &cfg, &mut |done, total| {
+                        bar.set_length(total.max(1));
+                        bar.set_position(done);
+                    })
+                    .map(|r| (r, t0.elapsed().as_secs_f64()))
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", policy.name()));
+                    bar.finish_with_message(format!("{:.1} s", t0.elapsed().as_secs_f64()));
+                    if let Ok(mut slot) = results[k].lock() {
+                        *slot = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    let mut out = Vec::new();
+    for (p, slot) in policies.iter().zip(results) {
+        let r = slot.into_inner().map_err(|_| anyhow::anyhow!("{}: a simulation thread panicked", p.name()))?;
+        let (report, wall_s) = r.with_context(|| format!("{}: not run", p.name()))??;
+        // Wall time goes to stderr only: stdout stays identical across runs with one seed.
+        eprintln!("{:<30} simulated in {wall_s:.1} s", p.name());
+        out.push((*p, report));
+    }
+    Ok(out)
+}
+
+fn json_object(reports: &[(SimPolicy, PolicyReport)]) -> BTreeMap<&'static str, &PolicyReport> {
+    reports.iter().map(|(p, r)| (p.name(), r)).collect()
+}
+
+/// `1234567.8` → `1,234,568`.
+fn thousands(x: f64) -> String {
+    let n = x.round() as i64;
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+fn print_table(reports: &[(SimPolicy, PolicyReport)]) {
+    println!();
+    println!(
+        "{:<30} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:>6}",
+        "policy (times in s)",
+        "jobs",
+        "avg JCT",
+        "p50 JCT",
+        "p95 JCT",
+        "p99 JCT",
+        "makespan",
+        "util",
+        "queue 1",
+        "queue 2-4",
+        "queue 8",
+        "queue >8",
+        "frag",
+        "pref",
+        "migr"
+    );
+    for (p, r) in reports {
+        let q = |b: &str| r.queue_s_by_size.get(b).copied().map_or_else(|| "-".into(), thousands);
+        println!(
+            "{:<30} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.2} {:>10} {:>10} {:>10} {:>10} {:>5.2} {:>5.2} {:>6}",
+            p.name(),
+            r.finished,
+            thousands(r.avg_jct_s),
+            thousands(r.p50_jct_s),
+            thousands(r.p95_jct_s),
+            thousands(r.p99_jct_s),
+            thousands(r.makespan_s),
+            r.gpu_utilization,
+            q(SIZE_BUCKETS[0]),
+            q(SIZE_BUCKETS[1]),
+            q(SIZE_BUCKETS[2]),
+            q(SIZE_BUCKETS[3]),
+            r.fragmentation,
+            r.preferred_locality_share,
+            r.migrations
+        );
+    }
+    println!();
+    println!(
+        "queue = mean arrival-to-start by job size (`8` = 5-8 GPUs); util = busy GPU-s / (GPUs × makespan); \
+         frag = share of GPUs free while jobs waited; pref = share first placed at the tightest level that fits"
+    );
+}
+
+fn write_outputs(dir: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    for (p, r) in reports {
+        write_jobs_csv(&dir.join(format!("{}-jobs.csv", p.name())), r)?;
+        write_utilization_csv(&dir.join(format!("{}-utilization.csv", p.name())), r)?;
+    }
+    let summary = dir.join("summary.json");
+    std::fs::write(&summary, serde_json::to_string_pretty(&json_object(reports))? + "\n")
+        .with_context(|| format!("{}: cannot write", summary.display()))?;
+    plots::jct_cdf(&dir.join("jct-cdf.svg"), reports)?;
+    plots::utilization(&dir.join("utilization.svg"), reports)?;
+    plots::queue_by_size(&dir.join("queue-by-size.svg"), reports)?;
+    Ok(())
+}
+
+fn csv_writer(path: &Path) -> Result<csv::Writer<std::fs::File>> {
+    csv::Writer::from_path(path).with_context(|| format!("{}: cannot write", path.display()))
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.3}")).unwrap_or_default()
+}
+
+/// One row per job: id, GPUs, submit/start/end (s), JCT and queueing (s), level, moves. Jobs
+/// that never started or finished leave those cells empty.
+fn write_jobs_csv(path: &Path, r: &PolicyReport) -> Result<()> {
+    let mut w = csv_writer(path)?;
+    let ctx = || format!("{}: cannot write", path.display());
+    w.write_record(["id", "gpus", "submit_s", "start_s", "end_s", "jct_s", "queue_s", "level", "moves"])
+        .with_context(ctx)?;
+    for j in &r.job_records {
+        w.write_record([
+            j.name.clone(),
+            j.gpus.to_string(),
+            format!("{:.3}", j.arrival_s),
+            opt(j.start_s),
+            opt(j.end_s),
+            opt(j.end_s.map(|e| e - j.arrival_s)),
+            opt(j.start_s.map(|s| s - j.arrival_s)),
+            j.level.map(|l| l.to_string()).unwrap_or_default(),
+            j.moves.to_string(),
+        ])
+        .with_context(ctx)?;
+    }
+    w.flush().with_context(ctx)?;
+    Ok(())
+}
+
+/// The simulator's utilization series: time (s) and busy-GPU fraction, time-averaged per interval.
+fn write_utilization_csv(path: &Path, r: &PolicyReport) -> Result<()> {
+    let mut w = csv_writer(path)?;
+    let ctx = || format!("{}: cannot write", path.display());
+    w.write_record(["time_s", "busy_gpu_fraction"]).with_context(ctx)?;
+    for (t, u) in &r.utilization {
+        w.write_record([format!("{t:.3}"), format!("{u:.6}")]).with_context(ctx)?;
+    }
+    w.flush().with_context(ctx)?;
+    Ok(())
+}
+
+/// SVG plots (plotters' SVG backend; text is written as SVG `<text>`, no font files needed).
+mod plots {
+    use super::{PolicyReport, SIZE_BUCKETS, SimPolicy};
+    use anyhow::{Result, anyhow};
+    use plotters::prelude::*;
+    use std::path::Path;
+
+    const SIZE: (u32, u32) = (960, 560);
+    /// Points per line at most (keeps the files small).
+    const MAX_POINTS: usize = 400;
+    const COLORS: [RGBColor; 6] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+    ];
+
+    fn color(i: usize) -> RGBColor {
+        COLORS[i % COLORS.len()]
+    }
+
+    fn err<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> anyhow::Error + '_ {
+        move |e| anyhow!("{}: cannot draw: {e}", path.display())
+    }
+
+    /// Every `step`-th of `n` indices, always the last.
+    fn thin(n: usize) -> impl Iterator<Item = usize> {
+        let step = n.div_ceil(MAX_POINTS).max(1);
+        (0..n).filter(move |k| k % step == 0 || *k + 1 == n)
+    }
+
+    /// JCT CDF per policy on one chart, logarithmic time axis.
+    pub fn jct_cdf(path: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+        let e = err(path);
+        let all = reports.iter().flat_map(|(_, r)| r.jct_s.iter().copied());
+        let lo = all.clone().filter(|x| *x > 0.0).fold(f64::INFINITY, f64::min);
+        let hi = all.fold(0.0, f64::max);
+        let (lo, hi) = if lo.is_finite() && hi > lo { (lo.max(1.0) * 0.9, hi * 1.1) } else { (1.0, 10.0) };
+        let root = SVGBackend::new(path, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(&e)?;
+        let mut chart = builder(&root, "Job completion time, CDF", 56)
+            .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)
+            .map_err(&e)?;
+        chart
+            .configure_mesh()
+            .label_style(("sans-serif", 15))
+            .axis_desc_style(("sans-serif", 16))
+            .x_desc("JCT (s, log scale)")
+            .y_desc("fraction of jobs")
+            .x_label_formatter(&|x| format!("{x:.0e}"))
+            .draw()
+            .map_err(&e)?;
+        draw_lines(&mut chart, reports, 2, |r| {
+            let n = r.jct_s.len();
+            thin(n).map(|k| (r.jct_s[k].max(lo), (k + 1) as f64 / n as f64)).collect()
+        })
+        .map_err(&e)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight).map_err(&e)?;
+        root.present().map_err(&e)?;
+        Ok(())
+    }
+
+    /// Busy-GPU fraction over time per policy.
+    pub fn utilization(path: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+        let e = err(path);
+        let end = reports.iter().flat_map(|(_, r)| r.utilization.last().map(|(t, _)| *t)).fold(0.0, f64::max);
+        let (unit, div) = if end > 3.0 * 86_400.0 { ("days", 86_400.0) } else { ("hours", 3_600.0) };
+        let x_max = (end / div).max(1e-3) * 1.02;
+        let root = SVGBackend::new(path, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(&e)?;
+        let mut chart = builder(&root, "GPU utilization over time", 56)
+            .build_cartesian_2d(0f64..x_max, 0f64..1.05f64)
+            .map_err(&e)?;
+        chart
+            .configure_mesh()
+            .label_style(("sans-serif", 15))
+            .axis_desc_style(("sans-serif", 16))
+            .x_label_formatter(&|x| if x_max >= 10.0 { format!("{x:.0}") } else { format!("{x:.1}") })
+            .x_desc(format!("time ({unit})"))
+            .y_desc("busy GPUs / all GPUs")
+            .draw()
+            .map_err(&e)?;
+        draw_lines(&mut chart, reports, 1, |r| {
+            thin(r.utilization.len()).map(|k| (r.utilization[k].0 / div, r.utilization[k].1)).collect()
+        })
+        .map_err(&e)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(&e)?;
+        root.present().map_err(&e)?;
+        Ok(())
+    }
+
+    /// Mean queueing delay by job-size bucket, one bar per policy in each bucket's group.
+    pub fn queue_by_size(path: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+        let e = err(path);
+        let value = |r: &PolicyReport, b: &str| r.queue_s_by_size.get(b).copied().unwrap_or(0.0) / 3_600.0;
+        let y_max = reports
+            .iter()
+            .flat_map(|(_, r)| SIZE_BUCKETS.iter().map(move |b| value(r, b)))
+            .fold(0.0, f64::max)
+            .max(1e-3)
+            * 1.1;
+        let root = SVGBackend::new(path, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(&e)?;
+        let mut chart = builder(&root, "Mean queueing delay by job size", 64)
+            .build_cartesian_2d(-0.5f64..(SIZE_BUCKETS.len() as f64 - 0.5), 0f64..y_max)
+            .map_err(&e)?;
+        chart
+            .configure_mesh()
+            .label_style(("sans-serif", 15))
+            .axis_desc_style(("sans-serif", 16))
+            .disable_x_mesh()
+            .x_labels(SIZE_BUCKETS.len())
+            .x_label_formatter(&|x| {
+                let k = x.round();
+                if (x - k).abs() < 1e-6 && k >= 0.0 {
+                    SIZE_BUCKETS
+                        .get(k as usize)
+                        .map(|b| format!("{b} GPU{}", if *b == "1" { "" } else { "s" }))
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|y| if y_max >= 10.0 { format!("{y:.0}") } else { format!("{y:.2}") })
+            .x_desc("job size (8 = 5-8 GPUs)")
+            .y_desc("mean queueing delay (hours)")
+            .draw()
+            .map_err(&e)?;
+        let n = reports.len().max(1) as f64;
+        let width = 0.8 / n;
+        for (i, (p, r)) in reports.iter().enumerate() {
+            let c = color(i);
+            let bars = SIZE_BUCKETS.iter().enumerate().map(|(b, name)| {
+                let x0 = b as f64 - 0.4 + i as f64 * width;
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.92, value(r, name))], c.filled())
+            });
+            chart
+                .draw_series(bars)
+                .map_err(&e)?
+                .label(p.name())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(&e)?;
+        root.present().map_err(&e)?;
+        Ok(())
+    }
+
+    /// A chart builder with the common title, margin and label areas.
+    fn builder<'a, 'b>(
+        root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+        title: &str,
+        y_area: u32,
+    ) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+        let mut b = ChartBuilder::on(root);
+        b.caption(title, ("sans-serif", 26)).margin(14).x_label_area_size(44).y_label_area_size(y_area);
+        b
+    }
+
+    /// One line per policy, `points(report)` giving its `(x, y)` points, with a legend entry.
+    fn draw_lines<'a, X: Ranged<ValueType = f64>>(
+        chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
+        reports: &[(SimPolicy, PolicyReport)],
+        width: u32,
+        points: impl Fn(&PolicyReport) -> Vec<(f64, f64)>,
+    ) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
+        for (i, (p, r)) in reports.iter().enumerate() {
+            let c = color(i);
+            chart
+                .draw_series(LineSeries::new(points(r), c.stroke_width(width)))?
+                .label(p.name())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        }
+        Ok(())
+    }
+
+    fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+        chart: &mut ChartContext<'a, DB, CT>,
+        at: SeriesLabelPosition,
+    ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+        chart
+            .configure_series_labels()
+            .position(at)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+    }
+}
