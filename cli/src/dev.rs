@@ -14,7 +14,7 @@ use std::time::Duration;
 use tessera_agent::agent::{AgentConfig, run as run_agent};
 use tessera_proto::v1;
 use tessera_scheduler::{HostConfig, Registry, RuntimeOptions, run_host};
-use tessera_view::{ClusterSpec, ClusterView, JobId, JobSpec, JobState, Topology};
+use tessera_view::{ClusterSpec, ClusterView, JobId, JobSpec, Topology};
 use tessera_view_server::{ServeConfig, ViewClient};
 use tokio::sync::watch;
 
@@ -132,7 +132,7 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
             format!(
                 "id = {}\ncluster = \"dev\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{}\"\n\
                  raft_listen = \"127.0.0.1:{}\"\ndata_dir = \"replica-{}\"\npeers = [{}]\nraft_peers = [{}]\n\
-                 tick_ms = 20\nserver_lease_ms = 3000\nscheduler_lease_ms = 3000\n{http}",
+                 tick_ms = 20\nserver_lease_ms = 3000\nscheduler_lease_ms = 2000\n{http}",
                 i + 1,
                 addrs[i],
                 raft_ports[i],
@@ -201,12 +201,10 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
             r = crate::jobs::wait_for(&c, &ids, Duration::from_secs(3600)) => Some(r?),
             _ = crate::view::terminated() => None,
         };
-        if failed.is_some() {
-            print_summary(&mut c, &ids).await?;
-            if !a.exit_when_done {
-                println!("All submitted jobs ended. Ctrl-C stops the cluster.");
-                crate::view::terminated().await;
-            }
+        if failed.is_some() && !a.exit_when_done {
+            println!("All submitted jobs ended. Each job's output: tessera logs JOB [--member N].");
+            println!("Ctrl-C stops the cluster.");
+            crate::view::terminated().await;
         }
         if failed.unwrap_or(0) > 0 || ids.len() < specs.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
     };
@@ -256,20 +254,4 @@ fn running_tasks(agents: &Path) -> usize {
         }
     }
     n
-}
-
-/// How each job ended.
-async fn print_summary(c: &mut ViewClient, ids: &[JobId]) -> Result<()> {
-    println!("\n{:>4} {:<20} {:<9} DETAIL", "JOB", "NAME", "STATE");
-    for id in ids {
-        let Some(j) = c.job(id.0, false).await?.job else { continue };
-        let j = tessera_view::Job::try_from(j)?;
-        let state = j.state;
-        let detail = match (state, &j.error) {
-            (JobState::Failed, Some(e)) => e.clone(),
-            _ => "see `tessera logs JOB`".to_string(),
-        };
-        println!("{:>4} {:<20} {:<9} {detail}", j.id.0, j.spec.name, state.as_str());
-    }
-    Ok(())
 }

@@ -153,12 +153,22 @@ pub async fn wait_for(c: &ViewClient, ids: &[JobId], timeout: Duration) -> Resul
     let mut failed = 0;
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last_line = String::new();
+    // Where each job ran: its placement is gone from the view once it ends.
+    let mut ran_on: std::collections::HashMap<JobId, String> = std::collections::HashMap::new();
     loop {
         let (line, ended): (String, Vec<Job>) = cache.read(|s| {
             let mut counts = [0usize; 6];
             let mut ended = Vec::new();
             for id in ids {
                 let Some(j) = s.jobs.get(id) else { continue };
+                if let Some(p) = &j.placement {
+                    let members: Vec<String> = p
+                        .members
+                        .iter()
+                        .map(|m| format!("{}[{}]", s.server_name(m.server), format_indices(m.gpus)))
+                        .collect();
+                    ran_on.insert(j.id, format!("{} ({})", members.join(" "), p.level));
+                }
                 counts[j.state as usize] += 1;
                 if matches!(j.state, JobState::Finished | JobState::Failed) && !reported.contains(id) {
                     ended.push(j.clone());
@@ -182,10 +192,11 @@ pub async fn wait_for(c: &ViewClient, ids: &[JobId], timeout: Duration) -> Resul
                 failed += 1;
             }
             let why = j.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+            let on = ran_on.get(&j.id).map(|w| format!(" on {w}")).unwrap_or_default();
             if tty {
                 eprint!("\r\x1b[2K");
             }
-            println!("job {} `{}` {}{why}", j.id.0, j.spec.name, j.state.as_str());
+            println!("job {} `{}` {}{on}{why}", j.id.0, j.spec.name, j.state.as_str());
         }
         if tty {
             eprint!("\r\x1b[2K{line}");

@@ -66,11 +66,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // `tessera dev` runs every agent in this process: their start-up warnings about fake-GPU
+    // mode (repeated once per server) would bury the output a newcomer reads. RUST_LOG wins.
+    let default = if matches!(cli.command, Command::Dev(_)) { "warn,tessera_agent=error" } else { "warn" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Agent(a) => agent::run(a),
         Command::Bench(b) => bench::run(b),

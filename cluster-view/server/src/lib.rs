@@ -122,7 +122,8 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         });
     }
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<String>();
-    std::thread::Builder::new()
+    let stop_driver = driver.stopper();
+    let driver_thread = std::thread::Builder::new()
         .name(format!("replica-{}", cfg.id))
         .spawn(move || {
             // A panic drops `fail_tx` unsent, which the server also treats as a failure.
@@ -233,6 +234,13 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     tokio::select! {
         r = server => r?,
         () = grace => tracing::info!("open streams did not close within 1 s; stopping"),
+    }
+    // Stop the driver and wait for it, so RocksDB is closed before the process may exit (a
+    // process exiting under a live RocksDB thread can abort in its static destructors).
+    stop_driver.store(true, std::sync::atomic::Ordering::Relaxed);
+    let joined = tokio::task::spawn_blocking(move || driver_thread.join());
+    if tokio::time::timeout(Duration::from_secs(5), joined).await.is_err() {
+        tracing::warn!(replica = cfg.id, "the driver did not stop within 5 s");
     }
     if let Some(why) = failed.lock().ok().and_then(|f| f.clone()) {
         return Err(ServeError::Server { addr: cfg.listen.to_string(), why: format!("replica failed: {why}") });

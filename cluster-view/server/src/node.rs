@@ -232,6 +232,9 @@ pub struct Driver {
     /// Node agents' service addresses, from registrations and heartbeats (leader only).
     agents: HashMap<ServerId, String>,
     was_leader: bool,
+    /// Set by the server when it stops: the loop returns (and the replica closes RocksDB)
+    /// even though transport tasks still hold handles.
+    stop: Arc<std::sync::atomic::AtomicBool>,
     /// (applied index, state hash) of the last Status.
     hash_at: Option<(u64, u64)>,
 }
@@ -275,13 +278,19 @@ impl Driver {
             leases: HashMap::new(),
             agents: HashMap::new(),
             was_leader: false,
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             hash_at: None,
         };
         (d, handle)
     }
 
-    /// Runs until every handle is dropped; an error is a storage or raft failure the replica
-    /// cannot continue after.
+    /// A flag that makes [`Driver::run`] return at its next round.
+    pub fn stopper(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Runs until every handle is dropped or the stopper is set; an error is a storage or raft
+    /// failure the replica cannot continue after.
     pub fn run(mut self) -> Result<(), ReplicaError> {
         let known: Vec<(u64, String)> = self.addrs.read().map(|a| a.clone().into_iter().collect()).unwrap_or_default();
         for (id, a) in known {
@@ -291,6 +300,9 @@ impl Driver {
         }
         let mut next_tick = Instant::now() + self.cfg.tick;
         loop {
+            if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
+            }
             let wait = next_tick.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(wait) {
                 Ok(req) => {
