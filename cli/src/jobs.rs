@@ -326,7 +326,16 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 free += r.free_gpus.count_ones() as u64;
             }
         }
-        let st = c.status().await?;
+        let mut st = c.status().await?;
+        // Scheduler hosts are known to the leader only.
+        if st.role != "leader"
+            && !st.leader_addr.is_empty()
+            && let Ok(l) = c.status_of(&st.leader_addr.clone()).await
+        {
+            st = l;
+        }
+        let hosts: Vec<String> =
+            st.scheduler_hosts.iter().map(|h| format!("{} ({} pending jobs)", h.host, h.jobs.len())).collect();
         if a.json {
             println!(
                 "{}",
@@ -334,6 +343,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                     "cluster": st.cluster, "leader": st.leader, "leader_addr": st.leader_addr, "term": st.term,
                     "version": s.version.0, "servers": s.servers.len(), "servers_up": up,
                     "gpus": total, "gpus_free": free, "jobs": by_state,
+                    "scheduler_hosts": st.scheduler_hosts.iter().map(|h| serde_json::json!({"host": h.host, "jobs": h.jobs})).collect::<Vec<_>>(),
                 })
             );
         } else {
@@ -341,6 +351,10 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             println!("servers {} ({} up), GPUs {} ({} free)", s.servers.len(), up, total, free);
             let jobs: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
             println!("jobs    {}", if jobs.is_empty() { "none".to_string() } else { jobs.join(", ") });
+            println!(
+                "schedulers holding jobs: {}",
+                if hosts.is_empty() { "none".to_string() } else { hosts.join(", ") }
+            );
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -4,8 +4,8 @@
 //!
 //! `thirty_jobs_through_a_leader_kill_and_a_host_kill`: 30 jobs of 1–16 GPUs with mixed
 //! locality needs are submitted (some with the `tessera submit` CLI, the rest through the API);
-//! in the middle the view leader and then a scheduler host that holds jobs are killed with
-//! `kill -9`. Every job must finish. A watcher follows the view's change stream from version 0
+//! a scheduler host that the leader says holds pending jobs is killed with `kill -9`, and later
+//! the view leader. Every job must finish, the dead host's jobs placed by the other hosts. A watcher follows the view's change stream from version 0
 //! (re-subscribing across the leader kill) and checks at every step that no GPU or core is held
 //! by two jobs; every placement is within its job's tolerance; the 16-GPU `tolerate = "rack"`
 //! job lands in one rack. Then the CLI's read commands run against the same cluster.
@@ -135,6 +135,10 @@ impl History {
         }
         self.version = self.version.max(version);
     }
+}
+
+fn h_placed(h: &Arc<Mutex<History>>, job: JobId) -> bool {
+    h.lock().expect("history").placements.contains_key(&job)
 }
 
 /// Follows the view from version 0 to the end of the test, across leader changes.
@@ -286,7 +290,23 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
         };
         let deadline = Instant::now() + Duration::from_secs(240);
         let mut killed_leader = false;
-        let mut killed_host = false;
+        // A host holding pending jobs is killed first; its jobs must be placed by the others.
+        let orphans: Vec<u64> = loop {
+            assert!(Instant::now() < deadline, "no scheduler host ever held a job");
+            let st = c.wait_for_leader().await.expect("leader");
+            let st = c.status_of(&st.leader_addr).await.unwrap_or(st);
+            if let Some(h) = st.scheduler_hosts.iter().find(|h| h.host == "h1" && !h.jobs.is_empty()) {
+                procs.kill("h1");
+                break h.jobs.clone();
+            }
+            let mut w = c.clone();
+            let _ = tokio::time::timeout(Duration::from_millis(500), async move {
+                if let Ok(mut s) = w.watch(st.version).await {
+                    let _ = s.message().await;
+                }
+            })
+            .await;
+        };
         loop {
             assert!(Instant::now() < deadline, "jobs did not finish in time");
             let Some((done, failed)) = ended(&mut c).await else { continue };
@@ -299,11 +319,6 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
                 let st = c.wait_for_leader().await.expect("leader");
                 procs.kill(&format!("replica-{}", st.leader));
                 killed_leader = true;
-            } else if killed_leader && !killed_host && done >= 14 {
-                // A host that holds jobs now: the leader's view of adoption is not exposed, so
-                // kill the first host; all three schedule (each takes at most 6 jobs).
-                procs.kill("h1");
-                killed_host = true;
             }
             let v = c.status().await.map(|s| s.version).unwrap_or(0);
             // Wait for the view to change rather than a fixed time.
@@ -315,7 +330,11 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
             })
             .await;
         }
-        assert!(killed_leader && killed_host, "the kills happened before all jobs finished");
+        assert!(killed_leader, "the leader was killed before all jobs finished");
+        // The dead host's pending jobs were adopted and placed by the others (all finished).
+        for j in &orphans {
+            assert!(h_placed(&history, JobId(*j)), "job {j} held by the killed host was never placed");
+        }
         let _ = stop_tx.send(true);
         let _ = watcher.await;
         let h = history.lock().expect("history");

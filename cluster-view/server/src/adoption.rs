@@ -56,15 +56,21 @@ impl Adoptions {
         self.grants_from = now + self.lease;
     }
 
-    /// Hosts holding at least one job now, with how many.
-    pub fn hosts(&self, now: Instant) -> Vec<(String, usize)> {
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for (host, until) in self.owners.values() {
+    /// Hosts holding at least one job now, with the jobs (sorted).
+    pub fn hosts(&self, now: Instant) -> Vec<(String, Vec<JobId>)> {
+        let mut held: HashMap<&str, Vec<JobId>> = HashMap::new();
+        for (job, (host, until)) in &self.owners {
             if *until > now {
-                *count.entry(host).or_default() += 1;
+                held.entry(host).or_default().push(*job);
             }
         }
-        let mut v: Vec<(String, usize)> = count.into_iter().map(|(h, n)| (h.to_string(), n)).collect();
+        let mut v: Vec<(String, Vec<JobId>)> = held
+            .into_iter()
+            .map(|(h, mut jobs)| {
+                jobs.sort();
+                (h.to_string(), jobs)
+            })
+            .collect();
         v.sort();
         v
     }
@@ -162,6 +168,6 @@ mod tests {
         let t1 = t0 + Duration::from_secs(3);
         let got = a.adopt(&v, "h1", &[ids[0]], 5, t1);
         assert_eq!((got.dropped, got.adopted), (vec![ids[0]], vec![ids[1]]));
-        assert_eq!(a.hosts(t1), vec![("h1".to_string(), 1)]);
+        assert_eq!(a.hosts(t1), vec![("h1".to_string(), vec![ids[1]])]);
     }
 }

@@ -69,6 +69,8 @@ pub struct NodeStatus {
     pub log_entries: u64,
     /// State hash of the applied view.
     pub state_hash: u64,
+    /// The leader only: scheduler hosts and the jobs they hold.
+    pub scheduler_hosts: Vec<(String, Vec<JobId>)>,
 }
 
 /// Requests to the driver.
@@ -368,6 +370,7 @@ impl Driver {
             voters: r.voters(),
             log_entries: r.log_len() as u64,
             state_hash,
+            scheduler_hosts: if r.is_leader() { self.adoptions.hosts(Instant::now()) } else { Vec::new() },
         }
     }
 

@@ -105,6 +105,11 @@ impl v1::view_server::View for ViewService {
             voters: s.voters,
             log_entries: s.log_entries,
             state_hash: s.state_hash,
+            scheduler_hosts: s
+                .scheduler_hosts
+                .into_iter()
+                .map(|(host, jobs)| v1::SchedulerHostInfo { host, jobs: jobs.into_iter().map(|j| j.0).collect() })
+                .collect(),
         }))
     }
 
