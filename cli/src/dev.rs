@@ -14,7 +14,7 @@ use std::time::Duration;
 use tessera_agent::agent::{AgentConfig, run as run_agent};
 use tessera_proto::v1;
 use tessera_scheduler::{HostConfig, Registry, RuntimeOptions, run_host};
-use tessera_view::{ClusterSpec, ClusterView, JobId, JobSpec, Topology};
+use tessera_view::{ClusterSpec, ClusterView, JobSpec, Topology};
 use tessera_view_server::{ServeConfig, ViewClient};
 use tokio::sync::watch;
 
@@ -187,16 +187,7 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
         crate::view::terminated().await;
         ExitCode::SUCCESS
     } else {
-        let results = c.submit(specs.iter().map(v1::JobSpec::from).collect()).await?;
-        let mut ids = Vec::new();
-        for ((r, s), f) in results.iter().zip(&specs).zip(&a.submit) {
-            if r.error.is_empty() {
-                println!("submitted job {} `{}` ({} GPUs) from {}", r.job, s.name, s.total_gpus(), f.display());
-                ids.push(JobId(r.job));
-            } else {
-                println!("{}: refused: {}", f.display(), r.error);
-            }
-        }
+        let ids = crate::jobs::submit_files(&mut c, &specs, &a.submit).await?;
         let failed = tokio::select! {
             r = crate::jobs::wait_for(&c, &ids, Duration::from_secs(3600)) => Some(r?),
             _ = crate::view::terminated() => None,

@@ -124,24 +124,30 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
     };
     rt()?.block_on(async move {
         let mut c = a.view.client()?;
-        let results = c.submit(specs.iter().map(v1::JobSpec::from).collect()).await?;
-        let mut ids = Vec::new();
-        let mut refused = 0;
-        for ((r, spec), f) in results.iter().zip(&specs).zip(&a.files) {
-            if r.error.is_empty() {
-                println!("submitted job {} `{}` ({} GPUs) from {}", r.job, spec.name, spec.total_gpus(), f.display());
-                ids.push(JobId(r.job));
-            } else {
-                eprintln!("{}: refused: {}", f.display(), r.error);
-                refused += 1;
-            }
-        }
+        let ids = submit_files(&mut c, &specs, &a.files).await?;
+        let refused = specs.len() - ids.len();
         if !a.wait || ids.is_empty() {
             return Ok(if refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS });
         }
         let failed = wait_for(&c, &ids, Duration::from_secs(a.timeout_s)).await?;
         Ok(if failed > 0 || refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
     })
+}
+
+/// Submits checked specs read from `files`; prints each job's id or why it was refused, and
+/// answers the admitted jobs' ids.
+pub async fn submit_files(c: &mut ViewClient, specs: &[JobSpec], files: &[PathBuf]) -> Result<Vec<JobId>> {
+    let results = c.submit(specs.iter().map(v1::JobSpec::from).collect()).await?;
+    let mut ids = Vec::new();
+    for ((r, spec), f) in results.iter().zip(specs).zip(files) {
+        if r.error.is_empty() {
+            println!("submitted job {} `{}` ({} GPUs) from {}", r.job, spec.name, spec.total_gpus(), f.display());
+            ids.push(JobId(r.job));
+        } else {
+            eprintln!("{}: refused: {}", f.display(), r.error);
+        }
+    }
+    Ok(ids)
 }
 
 /// Follows jobs until each ends, redrawing one progress line; prints each job's end. Answers
