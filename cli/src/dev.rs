@@ -170,6 +170,7 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
             name: format!("dev-host-{h}"),
             max_jobs: 256,
             runtime: RuntimeOptions { salt: u64::from(h), ..RuntimeOptions::default() },
+            migration: tessera_scheduler::MigrationConfig::default(),
         };
         hosts.push(tokio::spawn(run_host(cfg, Registry::default(), stopped(stop_rx.clone()))));
     }

@@ -3,7 +3,8 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
-use tessera_scheduler::{HostConfig, Registry, RuntimeOptions, run_host};
+use std::time::Duration;
+use tessera_scheduler::{HostConfig, MigrationConfig, Registry, RuntimeOptions, run_host};
 
 #[derive(Subcommand)]
 pub enum SchedulerCommand {
@@ -24,6 +25,10 @@ pub struct RunArgs {
     /// The scheduler for jobs that name none: default, cpu-aware or optimus.
     #[arg(long, default_value = "default")]
     default_scheduler: String,
+    /// How often the host looks for held jobs that fragmentation blocks and moves small
+    /// running jobs out of their way (live migration); 0 turns it off.
+    #[arg(long, default_value_t = 5000)]
+    migrate_every_ms: u64,
 }
 
 pub fn run(cmd: SchedulerCommand) -> Result<ExitCode> {
@@ -38,6 +43,12 @@ pub fn run(cmd: SchedulerCommand) -> Result<ExitCode> {
         name,
         max_jobs: a.max_jobs.max(1),
         runtime: RuntimeOptions { salt: u64::from(std::process::id()), ..RuntimeOptions::default() },
+        // A job waits one interval before moves are planned for it: its scheduler goes first.
+        migration: MigrationConfig {
+            interval: (a.migrate_every_ms > 0).then(|| Duration::from_millis(a.migrate_every_ms)),
+            min_wait: Duration::from_millis(a.migrate_every_ms),
+            ..MigrationConfig::default()
+        },
     };
     let stats = crate::view::runtime()?.block_on(run_host(cfg, registry, crate::view::terminated()))?;
     eprintln!(

@@ -92,7 +92,7 @@ impl Drop for Setup {
         // recycled quickly here, and a stale one could name anybody's group.
         for (pid, start) in task_procs(&self.data_dir()) {
             if alive((pid, start)) {
-                let _ = Command::new("kill").args(["-9", &format!("-{pid}")]).status();
+                kill_group(u64::from(pid));
             }
         }
     }

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
-use tessera_view::{CpuDemand, Job, JobId, JobSpec, JobState, LocalityLevel, ViewDelta, ViewSnapshot};
+use tessera_view::{CpuDemand, JobId, JobSpec, JobState, LocalityLevel, ViewSnapshot};
 use tessera_view_server::ViewClient;
 
 mod common;
@@ -94,81 +94,8 @@ fn jobs() -> Vec<JobSpec> {
     out
 }
 
-/// Holdings at every step of the view's history: (server, gpu) and (server, core) → job.
-#[derive(Default)]
-struct History {
-    held: HashMap<JobId, Vec<(u32, u64, [u64; 2])>>,
-    violations: Vec<String>,
-    placements: HashMap<JobId, Vec<(u32, LocalityLevel)>>,
-    version: u64,
-}
-
-impl History {
-    fn apply(&mut self, jobs: &[Job], version: u64) {
-        for j in jobs {
-            match &j.placement {
-                Some(p) if j.state.holds_resources() => {
-                    let members: Vec<(u32, u64, [u64; 2])> =
-                        p.members.iter().map(|m| (m.server.0, m.gpus, m.cores.0)).collect();
-                    if self.held.get(&j.id) != Some(&members) {
-                        self.placements.entry(j.id).or_default().push((p.members[0].server.0, p.level));
-                    }
-                    self.held.insert(j.id, members);
-                }
-                _ => {
-                    self.held.remove(&j.id);
-                }
-            }
-        }
-        // No device or core held twice.
-        let mut gpus: HashMap<u32, (u64, [u64; 2])> = HashMap::new();
-        for (job, members) in &self.held {
-            for (s, g, c) in members {
-                let e = gpus.entry(*s).or_insert((0, [0, 0]));
-                if e.0 & g != 0 || e.1[0] & c[0] != 0 || e.1[1] & c[1] != 0 {
-                    self.violations.push(format!("version {version}: job {job} overlaps on server {s}"));
-                }
-                e.0 |= g;
-                e.1[0] |= c[0];
-                e.1[1] |= c[1];
-            }
-        }
-        self.version = self.version.max(version);
-    }
-}
-
 fn h_placed(h: &Arc<Mutex<History>>, job: JobId) -> bool {
     h.lock().expect("history").placements.contains_key(&job)
-}
-
-/// Follows the view from version 0 to the end of the test, across leader changes.
-async fn watch_history(mut c: ViewClient, h: Arc<Mutex<History>>, stop: tokio::sync::watch::Receiver<bool>) {
-    while !*stop.borrow() {
-        let from = h.lock().expect("history").version;
-        let Ok(mut stream) = c.watch(from).await else { continue };
-        loop {
-            let mut stop = stop.clone();
-            let ev = tokio::select! {
-                ev = stream.message() => ev,
-                _ = stop.wait_for(|s| *s) => return,
-            };
-            let Ok(Some(ev)) = ev else { break };
-            let mut h = h.lock().expect("history");
-            match ev.event {
-                Some(v1::watch_event::Event::Delta(d)) => {
-                    let d = ViewDelta::try_from(d).expect("delta");
-                    assert!(d.from.0 <= h.version, "a gap in the history: {} after {}", d.from.0, h.version);
-                    h.apply(&d.jobs, d.to.0);
-                }
-                Some(v1::watch_event::Event::Snapshot(s)) => {
-                    let s = ViewSnapshot::try_from(s).expect("snapshot");
-                    let v = s.version.0;
-                    h.apply(&s.jobs, v);
-                }
-                None => {}
-            }
-        }
-    }
 }
 
 #[test]

@@ -7,11 +7,15 @@
 //! the leader says is no longer this host's (it was placed, cancelled, or another host took it
 //! after this one missed its lease) has its task stopped.
 //!
+//! A migration task ([`crate::migrate`]) moves small running jobs out of the way of held jobs
+//! that fragmentation blocks.
+//!
 //! Several hosts may run at once: each job has one host at a time, and when two hosts' jobs
 //! want the same GPUs the approver decides, atomically. If a host dies, its jobs go to the
 //! others one lease later.
 
 use crate::cache::ViewCache;
+use crate::migrate::MigrationConfig;
 use crate::runtime::{Placed, RuntimeOptions, place_job};
 use crate::scheduler::{BUILTIN, Scheduler, builtin};
 use std::collections::{BTreeMap, HashMap};
@@ -80,6 +84,8 @@ pub struct HostConfig {
     pub max_jobs: usize,
     /// Retry settings of every task.
     pub runtime: RuntimeOptions,
+    /// Live migration for the held jobs fragmentation blocks.
+    pub migration: MigrationConfig,
 }
 
 /// Why a host stopped.
@@ -135,6 +141,17 @@ pub async fn run_host(
     };
     tracing::info!(host = %cfg.name, schedulers = %registry.names(), "scheduler host started");
     let mut tasks: HashMap<JobId, JoinHandle<Option<Placed>>> = HashMap::new();
+    // When each held job was adopted, published for the migration task (it stops once the
+    // sender is dropped, when this function returns).
+    let mut adopted_at: HashMap<JobId, Instant> = HashMap::new();
+    let (held_tx, held_rx) = tokio::sync::watch::channel(Vec::new());
+    let migration = tokio::spawn(crate::migrate::run(
+        cfg.migration.clone(),
+        cfg.name.clone(),
+        client.clone(),
+        cache.clone(),
+        held_rx,
+    ));
     let mut stats = HostStats::default();
     let mut every = Duration::from_millis(300);
     let mut adopt_client = client.clone();
@@ -166,11 +183,14 @@ pub async fn run_host(
                 for j in r.adopted {
                     let job = JobId(j);
                     stats.adopted += 1;
+                    adopted_at.insert(job, Instant::now());
                     tasks.insert(job, spawn_job(&cfg, &registry, &client, &cache, job));
                 }
             }
             Err(e) => tracing::warn!(host = %cfg.name, "AdoptJobs failed: {e}"),
         }
+        adopted_at.retain(|j, _| tasks.contains_key(j));
+        held_tx.send_replace(adopted_at.iter().map(|(j, t)| (*j, *t)).collect());
         tokio::select! {
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(every) => {}
@@ -179,6 +199,7 @@ pub async fn run_host(
     for (_, t) in tasks {
         t.abort();
     }
+    migration.abort();
     Ok(stats)
 }
 

@@ -10,6 +10,7 @@
 //! | [`scheduler`] | the [`Scheduler`] trait, [`Verdict`], and the built-in schedulers (`default`, `cpu-aware`, `optimus`) |
 //! | [`runtime`] | [`place_job`]: propose, learn from rejections, retry with jittered backoff, relax locality, give up |
 //! | [`host`] | [`run_host`]: the scheduler host, one task per adopted job, jobs held under a lease |
+//! | [`migrate`] | [`MigrationConfig`]: the host's live migration task, moving small jobs out of the way of a blocked one |
 //! | [`cache`] | [`ViewCache`]: a live copy of the view from a snapshot plus the `Watch` stream, following leader changes |
 //! | [`local_view`] | [`LocalView`]: a scheduler's copy of the view, kept current from deltas, with a free-capacity index over servers |
 //! | [`search`] | [`search::find_placement`]: topology-aware gang placement at the tightest feasible level within tolerance, via bit operations |
@@ -28,6 +29,7 @@ pub mod bench;
 pub mod cache;
 pub mod host;
 pub mod local_view;
+pub mod migrate;
 pub mod policy;
 pub mod runtime;
 pub mod scheduler;
@@ -38,6 +40,7 @@ pub mod trace;
 pub use cache::ViewCache;
 pub use host::{HostConfig, Registry, run_host};
 pub use local_view::{LocalView, Overlay};
+pub use migrate::MigrationConfig;
 pub use policy::Policy;
 pub use runtime::{Placed, RuntimeOptions, place_job};
 pub use scheduler::{Attempt, CpuAware, LocalityTolerant, Optimus, Scheduler, Verdict};

@@ -172,6 +172,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         version: 0,
         names: Vec::new(),
         jobs: HashMap::new(),
+        migrating: HashMap::new(),
         no_process: HashSet::new(),
         failed_start: HashSet::new(),
         stopping: HashSet::new(),
@@ -278,6 +279,9 @@ struct Agent {
     names: Vec<String>,
     /// Jobs holding a placement with a member on this server.
     jobs: HashMap<u64, Job>,
+    /// Jobs being moved (migrating), anywhere, by id: the proposal of their new placement. A
+    /// task of an older placement of such a job is checkpointed before it stops.
+    migrating: HashMap<u64, u64>,
     /// Members placed with no command (simulated jobs): reported started, nothing runs.
     no_process: HashSet<TaskId>,
     /// Members that could not start here (already reported failed).
@@ -407,6 +411,7 @@ impl Agent {
                 self.version = snap.version.0;
                 self.names = snap.server_names;
                 self.jobs.clear();
+                self.migrating.clear();
                 for j in snap.jobs {
                     self.keep(j);
                 }
@@ -429,6 +434,16 @@ impl Agent {
 
     /// Keeps a job if it holds a placement with a member here; forgets it otherwise.
     fn keep(&mut self, j: Job) {
+        // A moved job's new placement may have no member here while its old task still runs
+        // here: remember the move (until the job runs again) to checkpoint that task.
+        match (&j.placement, j.state) {
+            (Some(p), JobState::Migrating) => {
+                self.migrating.insert(j.id.0, p.proposal.0);
+            }
+            _ => {
+                self.migrating.remove(&j.id.0);
+            }
+        }
         let here = j.state.holds_resources()
             && j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == self.server));
         if here {
@@ -442,7 +457,8 @@ impl Agent {
     fn desired(&self) -> HashMap<TaskId, (&Job, usize)> {
         let mut want = HashMap::new();
         for j in self.jobs.values() {
-            if !matches!(j.state, JobState::Placed | JobState::Running) {
+            // A migrating job's new members start here like a placed job's.
+            if !matches!(j.state, JobState::Placed | JobState::Running | JobState::Migrating) {
                 continue;
             }
             let Some(p) = &j.placement else { continue };
@@ -495,11 +511,9 @@ impl Agent {
             }
         }
         for id in stop {
-            // A job being migrated keeps its placement until the move commits: its tasks get
-            // the chance to save their state first.
-            let migrating = self.jobs.get(&id.job).is_some_and(|j| {
-                j.state == JobState::Migrating && j.placement.as_ref().is_some_and(|p| p.proposal.0 == id.proposal)
-            });
+            // A moved job (migrating) holds its new placement from the moment the move commits;
+            // the task of its old placement gets the chance to save its state first.
+            let migrating = self.migrating.get(&id.job).is_some_and(|new| *new != id.proposal);
             let (what, control) = if migrating {
                 ("job migrating: checkpointing its task", Control::Checkpoint { grace: self.cfg.stop_grace })
             } else {

@@ -229,6 +229,18 @@ impl ViewClient {
         Ok(r.await?.results)
     }
 
+    /// Moves of the migration module, one result each: every proposal is a whole new
+    /// placement for a placed or running job, decided atomically on its own. Retrying a move
+    /// with the same proposal id is safe (a committed one answers `AlreadyApplied`).
+    pub async fn migrate(&mut self, moves: Vec<v1::Proposal>) -> Result<Vec<v1::ProposeResult>, ClientError> {
+        let req = v1::ProposeRequest { proposals: moves };
+        let r = self.call(|mut g| {
+            let req = req.clone();
+            async move { g.migrate(req).await }
+        });
+        Ok(r.await?.results)
+    }
+
     /// Submits jobs; one result each.
     pub async fn submit(&mut self, specs: Vec<v1::JobSpec>) -> Result<Vec<v1::SubmitResult>, ClientError> {
         let req = v1::SubmitJobRequest { specs };

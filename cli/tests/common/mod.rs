@@ -2,10 +2,14 @@
 //! on loopback, and small view helpers.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use tessera_proto::v1;
-use tessera_view::{ClusterView, CoreMask, Decision, MemberPlacement, ServerId, ViewSnapshot};
+use tessera_view::{
+    ClusterView, CoreMask, Decision, Job, JobId, LocalityLevel, MemberPlacement, ServerId, ViewDelta, ViewSnapshot,
+};
 use tessera_view_server::ViewClient;
 
 pub fn free_port() -> u16 {
@@ -47,6 +51,16 @@ pub fn spawn(dir: &Path, id: usize) -> Child {
         .expect("spawn tessera view serve")
 }
 
+/// SIGKILL to process group `pgid` (a task's; tasks lead their own group). Never a group id
+/// of 1 or less, which would mean this process's group or every process.
+pub fn kill_group(pgid: u64) {
+    if let Ok(p) = i32::try_from(pgid)
+        && p > 1
+    {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
@@ -65,4 +79,78 @@ pub fn member(server: u32, gpus: u64, core0: u32) -> MemberPlacement {
 
 pub fn decision(r: &v1::ProposeResult) -> Option<Decision<tessera_proto::RemoteRejection>> {
     r.decision.clone().map(|d| tessera_proto::RemoteDecision::try_from(d).expect("decision"))
+}
+
+/// Holdings at every step of the view's history: (server, gpu) and (server, core) → job.
+#[derive(Default)]
+pub struct History {
+    pub held: HashMap<JobId, Vec<(u32, u64, [u64; 2])>>,
+    pub violations: Vec<String>,
+    /// Every placement each job was seen with: (first member's server, level).
+    pub placements: HashMap<JobId, Vec<(u32, LocalityLevel)>>,
+    pub version: u64,
+}
+
+impl History {
+    pub fn apply(&mut self, jobs: &[Job], version: u64) {
+        for j in jobs {
+            match &j.placement {
+                Some(p) if j.state.holds_resources() => {
+                    let members: Vec<(u32, u64, [u64; 2])> =
+                        p.members.iter().map(|m| (m.server.0, m.gpus, m.cores.0)).collect();
+                    if self.held.get(&j.id) != Some(&members) {
+                        self.placements.entry(j.id).or_default().push((p.members[0].server.0, p.level));
+                    }
+                    self.held.insert(j.id, members);
+                }
+                _ => {
+                    self.held.remove(&j.id);
+                }
+            }
+        }
+        // No device or core held twice.
+        let mut gpus: HashMap<u32, (u64, [u64; 2])> = HashMap::new();
+        for (job, members) in &self.held {
+            for (s, g, c) in members {
+                let e = gpus.entry(*s).or_insert((0, [0, 0]));
+                if e.0 & g != 0 || e.1[0] & c[0] != 0 || e.1[1] & c[1] != 0 {
+                    self.violations.push(format!("version {version}: job {job} overlaps on server {s}"));
+                }
+                e.0 |= g;
+                e.1[0] |= c[0];
+                e.1[1] |= c[1];
+            }
+        }
+        self.version = self.version.max(version);
+    }
+}
+
+/// Follows the view from version 0 to the end of the test, across leader changes.
+pub async fn watch_history(mut c: ViewClient, h: Arc<Mutex<History>>, stop: tokio::sync::watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        let from = h.lock().expect("history").version;
+        let Ok(mut stream) = c.watch(from).await else { continue };
+        loop {
+            let mut stop = stop.clone();
+            let ev = tokio::select! {
+                ev = stream.message() => ev,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let Ok(Some(ev)) = ev else { break };
+            let mut h = h.lock().expect("history");
+            match ev.event {
+                Some(v1::watch_event::Event::Delta(d)) => {
+                    let d = ViewDelta::try_from(d).expect("delta");
+                    assert!(d.from.0 <= h.version, "a gap in the history: {} after {}", d.from.0, h.version);
+                    h.apply(&d.jobs, d.to.0);
+                }
+                Some(v1::watch_event::Event::Snapshot(s)) => {
+                    let s = ViewSnapshot::try_from(s).expect("snapshot");
+                    let v = s.version.0;
+                    h.apply(&s.jobs, v);
+                }
+                None => {}
+            }
+        }
+    }
 }

@@ -206,6 +206,31 @@ impl v1::view_server::View for ViewService {
         Ok(Response::new(v1::ProposeResponse { results }))
     }
 
+    async fn migrate(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let wire = req.into_inner().proposals;
+        count("moves", wire.len())?;
+        let mut moves = Vec::with_capacity(wire.len());
+        for (i, p) in wire.into_iter().enumerate() {
+            moves.push(Proposal::try_from(p).map_err(|e| Status::invalid_argument(format!("proposals[{i}]: {e}")))?);
+        }
+        let n = moves.len();
+        // The moves travel as one command (one log entry) and are decided one by one when it
+        // is applied; each is atomic on its own (see `ClusterView::migrate`).
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.node.send(Req::Commands(vec![(Command::Migrate(moves), tx)]))?;
+        let unknown = |why: String| vec![v1::ProposeResult { decision: None, unknown: why }; n];
+        let results = match self.node.wait(rx).await {
+            Ok((Answer::Applied(Outcome::Decided(ds)), _)) if ds.len() == n => ds
+                .iter()
+                .map(|d| v1::ProposeResult { decision: Some(v1::Decision::from(d)), unknown: String::new() })
+                .collect(),
+            Ok((other, _)) => unknown(unknown_outcome(&NodeError::Stopped(format!("{other:?}")))),
+            Err(e @ NodeError::NotLeader { .. }) => return Err(e.into()),
+            Err(e) => unknown(unknown_outcome(&e)),
+        };
+        Ok(Response::new(v1::ProposeResponse { results }))
+    }
+
     async fn release(&self, req: Request<v1::ReleaseRequest>) -> Result<Response<v1::WriteResponse>, Status> {
         let r = req.into_inner();
         self.write_ended(Command::Release { job: JobId(r.job), failed: r.failed }).await

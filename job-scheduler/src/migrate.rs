@@ -1,0 +1,199 @@
+//! Live migration in a scheduler host: moves small running jobs out of the way of a pending
+//! job that fragmentation blocks.
+//!
+//! Every [`MigrationConfig::interval`] the host's migration task looks at the pending jobs the
+//! host holds that have waited at least [`MigrationConfig::min_wait`]. A job is a candidate
+//! when the GPUs of its type are busy (used fraction at least
+//! [`MigrationConfig::min_utilization`]: under light load a free group turns up by itself) and
+//! enough of them are free in total. For the first candidates it reads a linearizable
+//! snapshot, rebuilds the [`ClusterView`] from it and asks the pure planner
+//! ([`tessera_view::migration::plan`]) for the fewest moves that free a group at the job's
+//! allowed level. A plan with no moves means the job is not blocked (its scheduler task will
+//! place it); otherwise the moves go to the leader in one `Migrate` call, each decided
+//! atomically on its own by the approver (release old + take new). The blocked job itself is
+//! then placed by its own scheduler task, which wakes on the view change like after any
+//! release. The node agents do the rest: the old member is checkpointed and stopped
+//! (SIGUSR1, grace, SIGTERM), the new one started, and its start report makes the job
+//! `Running` again.
+//!
+//! Bounds: one plan per interval, at most `params.max_moves` moves in it, and a job moved
+//! less than [`MigrationConfig::cooldown`] ago is never moved again. Live jobs carry no
+//! remaining-time estimate, so the planner treats every job as far from its end; the cooldown
+//! reaches the planner as a remaining time of −∞ (never moved).
+//!
+//! Hosts migrate only for the jobs they hold, so no job is planned for by two hosts; two
+//! hosts' moves may still race for the same GPUs, and the approver refuses the loser's.
+
+use crate::cache::ViewCache;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+use tessera_proto::client::ViewClient;
+use tessera_proto::{RemoteDecision, v1};
+use tessera_view::migration::{self, MigrationParams, MigrationPlan};
+use tessera_view::{ClusterView, Health, JobId, JobState, Proposal, ProposalId, ViewSnapshot};
+use tokio::sync::watch;
+
+/// Candidates planned for per interval, at most (each plan costs a snapshot-sized rebuild).
+const CANDIDATES_PER_INTERVAL: usize = 4;
+
+/// How a host migrates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrationConfig {
+    /// How often the host looks for blocked jobs; `None` turns live migration off.
+    pub interval: Option<Duration>,
+    /// Least used fraction of the blocked job's GPU type for moves to be planned.
+    pub min_utilization: f64,
+    /// Least time a job waits (since the host adopted it) before moves are planned for it:
+    /// its scheduler gets the first chance.
+    pub min_wait: Duration,
+    /// A job moved less than this long ago is not moved again.
+    pub cooldown: Duration,
+    /// The planner's rules; `max_moves` also bounds the moves of one interval.
+    pub params: MigrationParams,
+}
+
+impl Default for MigrationConfig {
+    fn default() -> Self {
+        MigrationConfig {
+            interval: Some(Duration::from_secs(5)),
+            min_utilization: 0.5,
+            min_wait: Duration::from_secs(5),
+            cooldown: Duration::from_secs(300),
+            params: MigrationParams::default(),
+        }
+    }
+}
+
+/// The jobs a host holds, with when it adopted each (published by the host loop).
+pub(crate) type Held = watch::Receiver<Vec<(JobId, Instant)>>;
+
+/// Runs the migration task until the host drops `held`'s sender (or forever, if it never
+/// does); `host` names the host in logs.
+pub(crate) async fn run(cfg: MigrationConfig, host: String, mut client: ViewClient, cache: ViewCache, held: Held) {
+    let Some(interval) = cfg.interval else { return };
+    let mut moved_at: HashMap<JobId, Instant> = HashMap::new();
+    // Proposal ids only need to differ from every other id; the clock and the host's name
+    // make this host's sequence its own.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut rng = SmallRng::seed_from_u64(nanos ^ host.bytes().fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b)));
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        // The host stopped (its sender is gone).
+        if held.has_changed().is_err() {
+            return;
+        }
+        moved_at.retain(|_, t| t.elapsed() < cfg.cooldown);
+        let candidates = candidates(&cfg, &cache, &held.borrow());
+        if candidates.is_empty() {
+            continue;
+        }
+        match step(&cfg, &mut client, &mut rng, &candidates, &moved_at).await {
+            Ok(Some((plan, accepted))) => {
+                let now = Instant::now();
+                for job in &accepted {
+                    moved_at.insert(*job, now);
+                }
+                tracing::info!(
+                    host = %host,
+                    job_id = plan.job.0,
+                    moved = ?accepted.iter().map(|j| j.0).collect::<Vec<_>>(),
+                    planned = plan.moves.len(),
+                    cost_gpu_s = plan.cost_gpu_s,
+                    "migration: moved jobs to free a group for a blocked job"
+                );
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(host = %host, "migration: {e}"),
+        }
+    }
+}
+
+/// Held pending jobs that waited long enough, whose GPU type is busy and has enough free
+/// GPUs in total: (job, seconds waited), highest priority then oldest first.
+fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)]) -> Vec<(JobId, u64)> {
+    cache.read(|s| {
+        let mut out: Vec<(i32, JobId, u64)> = held
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= cfg.min_wait)
+            .filter_map(|(id, since)| {
+                let j = s.jobs.get(id).filter(|j| j.state == JobState::Pending)?;
+                let ty = j.spec.gpu_type.as_deref();
+                let busy = s.view.utilization_of_type(ty) >= cfg.min_utilization;
+                (busy && free_gpus(&s.view, ty) >= u64::from(j.spec.total_gpus())).then_some((
+                    j.spec.priority,
+                    *id,
+                    since.elapsed().as_secs(),
+                ))
+            })
+            .collect();
+        out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        out.into_iter().take(CANDIDATES_PER_INTERVAL).map(|(_, id, w)| (id, w)).collect()
+    })
+}
+
+/// Free GPUs of up servers of a device type (all types if `None`).
+fn free_gpus(view: &crate::LocalView, ty: Option<&str>) -> u64 {
+    view.servers()
+        .iter()
+        .filter(|r| r.health == Health::Up && ty.is_none_or(|t| t == view.topology_of(r.config_set).device_type))
+        .map(|r| u64::from(r.free_gpus.count_ones()))
+        .sum()
+}
+
+/// Plans for the first candidate that needs moves and submits them; the plan and the jobs
+/// whose move the approver accepted, or `None` when no candidate needs (or has) a plan.
+async fn step(
+    cfg: &MigrationConfig,
+    client: &mut ViewClient,
+    rng: &mut SmallRng,
+    candidates: &[(JobId, u64)],
+    moved_at: &HashMap<JobId, Instant>,
+) -> Result<Option<(MigrationPlan, Vec<JobId>)>, String> {
+    let wire = client.snapshot(true).await.map_err(|e| format!("snapshot: {e}"))?;
+    let snap = wire.snapshot.ok_or("no snapshot in the answer")?;
+    let view = ClusterView::from_snapshot(ViewSnapshot::try_from(snap).map_err(|e| e.to_string())?);
+    // No remaining-time estimates live: absent means far from the end. −∞ marks the jobs
+    // moved recently, which the planner then leaves where they are.
+    let remaining_s: BTreeMap<JobId, f64> = moved_at.keys().map(|j| (*j, f64::NEG_INFINITY)).collect();
+    for &(job, waited_s) in candidates {
+        let Some(level) =
+            view.job(job).filter(|j| j.state == JobState::Pending).map(|j| j.spec.allowed_level(waited_s))
+        else {
+            continue;
+        };
+        let Some(plan) = migration::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
+        if plan.moves.is_empty() || plan.moves.len() > cfg.params.max_moves {
+            // Not blocked: a group is free and its scheduler will take it.
+            continue;
+        }
+        let moves: Vec<v1::Proposal> = plan
+            .moves
+            .iter()
+            .map(|m| {
+                let p = Proposal {
+                    id: ProposalId(rng.random::<u64>() | 1),
+                    job: m.job,
+                    members: m.to.clone(),
+                    based_on: view.version(),
+                };
+                v1::Proposal::from(&p)
+            })
+            .collect();
+        let results = client.migrate(moves).await.map_err(|e| format!("Migrate: {e}"))?;
+        let accepted: Vec<JobId> = plan
+            .moves
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| {
+                r.decision.clone().map(RemoteDecision::try_from).is_some_and(|d| d.is_ok_and(|d| d.is_placed()))
+            })
+            .map(|(m, _)| m.job)
+            .collect();
+        return Ok(Some((plan, accepted)));
+    }
+    Ok(None)
+}
