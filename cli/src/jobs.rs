@@ -487,7 +487,7 @@ pub async fn fetch_logs(
     // Ended (or re-queued): ask every agent; the newest task directory wins on each.
     let mut last = None;
     for a in c.agents().await? {
-        match c.logs(a.server, req).await {
+        match c.logs_at(&a.addr, req).await {
             Ok(r) => return Ok(r),
             Err(e) => last = Some(e),
         }

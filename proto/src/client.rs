@@ -361,22 +361,26 @@ impl ViewClient {
                 last: format!("the leader knows no agent address for server {server} (no agent registered with one)"),
             });
         };
-        let addr = a.addr.clone();
+        self.logs_at(&a.addr, req).await
+    }
+
+    /// The tail of one task's log from the agent serving at `addr` (see [`ViewClient::agents`]).
+    pub async fn logs_at(&self, addr: &str, req: v1::LogsRequest) -> Result<v1::LogsResponse, ClientError> {
         let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| ClientError::BadAddress(addr.clone(), e.to_string()))?
+            .map_err(|e| ClientError::BadAddress(addr.to_string(), e.to_string()))?
             .connect_timeout(Duration::from_secs(2))
             .timeout(self.deadline);
         let ch = ep.connect().await.map_err(|e| ClientError::Unavailable {
-            tried: addr.clone(),
+            tried: addr.to_string(),
             waited_ms: 0,
-            last: format!("agent of server {server} at {addr}: {e}"),
+            last: format!("agent at {addr}: {e}"),
         })?;
         crate::v1::agent_client::AgentClient::new(ch)
             .max_decoding_message_size(8 << 20)
             .logs(req)
             .await
             .map(|r| r.into_inner())
-            .map_err(|status| ClientError::Status { addr, status: Box::new(status) })
+            .map_err(|status| ClientError::Status { addr: addr.to_string(), status: Box::new(status) })
     }
 
     /// One job.
