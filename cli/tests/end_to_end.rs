@@ -11,8 +11,7 @@
 //! job lands in one rack. Then the CLI's read commands run against the same cluster.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
@@ -47,18 +46,6 @@ impl Drop for Procs {
             }
         }
     }
-}
-
-fn tessera(dir: &Path, log: &str, args: &[&str]) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(log)).expect("log");
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn tessera")
 }
 
 /// The 30 jobs: sizes 1–16 GPUs, various tolerances, each running a short real command.
@@ -131,26 +118,7 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
     }
     let view = addrs.join(",");
     for s in ["ra-s00", "ra-s01", "rb-s00", "rb-s01"] {
-        let data = d.join(format!("agent-{s}"));
-        let data = data.to_str().expect("utf-8 path");
-        let args = [
-            "agent",
-            "run",
-            "--view",
-            &view,
-            "--name",
-            s,
-            "--topology",
-            "seed-8gpu",
-            "--data-dir",
-            data,
-            "--peers-on-loopback",
-            "--stop-grace-ms",
-            "2000",
-            "--listen",
-            "127.0.0.1:0",
-        ];
-        procs.0.push((s.to_string(), Some(tessera(d, &format!("{s}.log"), &args))));
+        procs.0.push((s.to_string(), Some(agent(d, &view, s))));
     }
     for h in ["h1", "h2", "h3"] {
         let args = ["scheduler", "run", "--view", &view, "--name", h, "--max-jobs", "6"];

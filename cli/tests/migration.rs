@@ -12,7 +12,7 @@
 //! sees a GPU or core held by two jobs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
@@ -71,18 +71,6 @@ fn start_time(pid: u64) -> Option<u64> {
     (fields.first() != Some(&"Z")).then(|| fields.get(19)?.parse().ok())?
 }
 
-fn tessera(dir: &Path, log: &str, args: &[&str]) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(log)).expect("log");
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn tessera")
-}
-
 /// Waits (bounded by `deadline`) until `pred` holds on a snapshot, waking on view changes.
 async fn wait_view(c: &mut ViewClient, deadline: Instant, what: &str, mut pred: impl FnMut(&ViewSnapshot) -> bool) {
     loop {
@@ -129,27 +117,8 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
     let mut procs = Procs { children: vec![spawn(d, 1)], data_dirs: Vec::new() };
     let servers = ["r0-s00", "r0-s01"];
     for s in servers {
-        let data = d.join(format!("agent-{s}"));
-        procs.data_dirs.push(data.clone());
-        let data = data.to_str().expect("utf-8 path");
-        let args = [
-            "agent",
-            "run",
-            "--view",
-            &addr,
-            "--name",
-            s,
-            "--topology",
-            "seed-8gpu",
-            "--data-dir",
-            data,
-            "--peers-on-loopback",
-            "--stop-grace-ms",
-            "2000",
-            "--listen",
-            "127.0.0.1:0",
-        ];
-        procs.children.push(tessera(d, &format!("{s}.log"), &args));
+        procs.data_dirs.push(d.join(format!("agent-{s}")));
+        procs.children.push(agent(d, &addr, s));
     }
 
     rt().block_on(async {

@@ -61,6 +61,44 @@ pub fn kill_group(pgid: u64) {
     }
 }
 
+/// A `tessera` process with its output in `dir/log`.
+pub fn tessera(dir: &Path, log: &str, args: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(log)).expect("log");
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn tessera")
+}
+
+/// A fake-GPU (seed-8gpu) agent for server `name`, data in `dir/agent-<name>`, logs served on a
+/// free loopback port, output in `dir/<name>.log`.
+pub fn agent(dir: &Path, view: &str, name: &str) -> Child {
+    let data = dir.join(format!("agent-{name}"));
+    let data = data.to_str().expect("utf-8 path");
+    let args = [
+        "agent",
+        "run",
+        "--view",
+        view,
+        "--name",
+        name,
+        "--topology",
+        "seed-8gpu",
+        "--data-dir",
+        data,
+        "--peers-on-loopback",
+        "--stop-grace-ms",
+        "2000",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    tessera(dir, &format!("{name}.log"), &args)
+}
+
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
