@@ -87,12 +87,7 @@ fn h_placed(h: &Arc<Mutex<History>>, job: JobId) -> bool {
 
 #[test]
 fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
-    // TESSERA_KEEP_TEST_DIR=1 keeps the processes' logs for a post-mortem.
-    let keep = std::env::var_os("TESSERA_KEEP_TEST_DIR").is_some();
-    let dir = tempfile::Builder::new().prefix("tessera-e2e-").disable_cleanup(keep).tempdir().expect("tmp");
-    if keep {
-        eprintln!("test directory: {}", dir.path().display());
-    }
+    let dir = test_dir("tessera-e2e-");
     let d = dir.path();
     // 4 servers of 8 GPUs: two racks of two.
     std::fs::write(

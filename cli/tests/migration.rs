@@ -102,12 +102,7 @@ fn small_spec(i: usize) -> v1::JobSpec {
 
 #[test]
 fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
-    // TESSERA_KEEP_TEST_DIR=1 keeps the processes' logs for a post-mortem.
-    let keep = std::env::var_os("TESSERA_KEEP_TEST_DIR").is_some();
-    let dir = tempfile::Builder::new().prefix("tessera-migration-").disable_cleanup(keep).tempdir().expect("tmp");
-    if keep {
-        eprintln!("test directory: {}", dir.path().display());
-    }
+    let dir = test_dir("tessera-migration-");
     let d = dir.path();
     write_spec(d, 2);
     let addr = format!("127.0.0.1:{}", free_port());

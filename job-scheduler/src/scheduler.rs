@@ -83,6 +83,12 @@ fn proportional_share(view: &LocalView, spec: &JobSpec) -> u32 {
         .unwrap_or(1)
 }
 
+/// Cores per GPU at the predictor's sweet point θ (never below the job's minimum): the most a
+/// predicted job accepts, as `fit::member_request` counts it.
+fn sweet_cores(p: tessera_view::Predictor, min_cores_per_gpu: u32) -> u32 {
+    (p.theta.ceil() as u32).max(min_cores_per_gpu)
+}
+
 /// The job's spec with its CPU demand pinned to `cores_per_gpu` (within what it accepts).
 fn with_cores(spec: &JobSpec, cores_per_gpu: u32) -> JobSpec {
     JobSpec { cpu: CpuDemand::Fixed { cores_per_gpu }, ..spec.clone() }
@@ -105,10 +111,10 @@ impl Scheduler for LocalityTolerant {
         // A predicted demand gets a fixed share, as a GPU-count scheduler would grant: the
         // server's cores divided among its GPUs, within what the job accepts.
         let spec = match spec.cpu {
-            CpuDemand::Predicted { predictor, min_cores_per_gpu } => {
-                let want = (predictor.theta.ceil() as u32).max(min_cores_per_gpu);
-                with_cores(spec, proportional_share(a.view, spec).clamp(min_cores_per_gpu, want))
-            }
+            CpuDemand::Predicted { predictor, min_cores_per_gpu } => with_cores(
+                spec,
+                proportional_share(a.view, spec).clamp(min_cores_per_gpu, sweet_cores(predictor, min_cores_per_gpu)),
+            ),
             _ => spec.clone(),
         };
         let mode = self.policy.mode(a.view, &spec);
@@ -125,7 +131,8 @@ impl Scheduler for LocalityTolerant {
 /// share starves some jobs and wastes cores on others. This scheduler first looks for a
 /// placement that grants the predictor's sweet point θ per GPU; if no server can spare that
 /// many cores next to free GPUs (after keeping the share of its other free GPUs), it takes
-/// what the job accepts (down to `min_cores_per_gpu`) rather than wait. Jobs without a predictor are placed as by [`LocalityTolerant`].
+/// what the job accepts (down to `min_cores_per_gpu`) rather than wait. Jobs without a
+/// predictor are placed as by [`LocalityTolerant`].
 #[derive(Clone, Debug, Default)]
 pub struct CpuAware {
     /// Spread or pack.
@@ -141,7 +148,7 @@ impl Scheduler for CpuAware {
         let spec = &a.job.spec;
         let mode = self.policy.mode(a.view, spec);
         if let CpuDemand::Predicted { predictor, min_cores_per_gpu } = spec.cpu {
-            let theta = (predictor.theta.ceil() as u32).max(min_cores_per_gpu);
+            let theta = sweet_cores(predictor, min_cores_per_gpu);
             if let Ok(f) = find_placement(a.view, a.overlay, &with_cores(spec, theta), a.allowed, mode, a.salt)
                 && f.members.iter().all(|m| spares(a, m))
             {

@@ -99,6 +99,17 @@ pub fn agent(dir: &Path, view: &str, name: &str) -> Child {
     tessera(dir, &format!("{name}.log"), &args)
 }
 
+/// A temporary directory for one process test; `TESSERA_KEEP_TEST_DIR=1` keeps it (and the
+/// processes' logs in it) for a post-mortem and prints where it is.
+pub fn test_dir(prefix: &str) -> tempfile::TempDir {
+    let keep = std::env::var_os("TESSERA_KEEP_TEST_DIR").is_some();
+    let dir = tempfile::Builder::new().prefix(prefix).disable_cleanup(keep).tempdir().expect("tmp");
+    if keep {
+        eprintln!("test directory: {}", dir.path().display());
+    }
+    dir
+}
+
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
 }
