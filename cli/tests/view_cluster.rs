@@ -4,6 +4,8 @@
 //! - `kill_leader_under_load`: proposals from several clients, `kill -9` of the leader, a new
 //!   leader approves, the killed replica restarts from its RocksDB directory and catches up;
 //!   every acknowledged placement is on every replica, no device is held twice, equal hashes.
+//! - `submissions_are_admitted_once_across_a_leader_kill`: submissions under request ids, the
+//!   leader killed among them, every request sent again: each job admitted exactly once.
 //! - `api_contract`: leader hints on follower writes, linearizable follower reads, watch
 //!   deltas, refusals of malformed, oversized and unknown input with a status that says why.
 //! - `membership_and_foreign_data_dir`: a replica added through a raft conf change catches up
@@ -90,15 +92,23 @@ impl Drop for Cluster {
     }
 }
 
-async fn converge(c: &mut ViewClient, addrs: &[String]) -> Vec<u64> {
-    let t0 = Instant::now();
+/// Waits until every replica answers with the same, non-zero applied index; an error names
+/// what each replica last said when that does not happen within 30 s.
+async fn converge(c: &mut ViewClient, addrs: &[String]) -> Result<u64, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut applied = Vec::new();
         for a in addrs {
-            applied.push(c.status_of(a).await.map(|s| s.applied_index).unwrap_or(0));
+            applied.push(c.status_of(a).await.map(|s| s.applied_index).map_err(|e| e.to_string()));
         }
-        if applied.iter().all(|x| *x == applied[0] && *x > 0) || t0.elapsed() > Duration::from_secs(30) {
-            return applied;
+        if let Ok(first) = &applied[0]
+            && *first > 0
+            && applied.iter().all(|x| x.as_ref() == Ok(first))
+        {
+            return Ok(*first);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("replicas did not converge within 30 s: {applied:?}"));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -196,8 +206,9 @@ fn kill_leader_under_load() {
         // Restart the killed replica: it recovers from RocksDB and catches up (by log or snapshot).
         let idx = addrs.iter().position(|a| *a == old).expect("index");
         cluster.restart(idx);
-        let applied = converge(&mut c, &addrs).await;
-        assert!(applied.iter().all(|x| *x == applied[0]), "replicas did not converge: {applied:?}\n{}", cluster.logs());
+        if let Err(e) = converge(&mut c, &addrs).await {
+            panic!("{e}\n{}", cluster.logs());
+        }
         let mut hashes = Vec::new();
         for a in &addrs {
             let v = view_of(&mut c, a).await;
@@ -220,6 +231,74 @@ fn kill_leader_under_load() {
         (acked.len(), failover)
     });
     assert_eq!(result.0, 120);
+}
+
+fn submission(k: usize, i: usize) -> v1::JobSpec {
+    let mut s = JobSpec::simple(&format!("sub-{k}-{i}"), 1, 1);
+    s.tolerate = LocalityLevel::Any;
+    s.memory_mib_per_gpu = Some(1024);
+    v1::JobSpec::from(&s)
+}
+
+/// Submissions carry a request id and the view admits a job at most once per id, so a client
+/// that retries across a leader kill, or sends a whole request again because it never saw the
+/// answer, gets the jobs admitted the first time and never a second copy.
+#[test]
+fn submissions_are_admitted_once_across_a_leader_kill() {
+    const REQUESTS: usize = 24;
+    const PER: usize = 3;
+    let mut cluster = Cluster::start(3, 4);
+    let addrs = cluster.addrs.clone();
+    let rt = rt();
+    rt.block_on(async {
+        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        c.wait_for_leader().await.expect("leader");
+        let mut first: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let mut killed = None;
+        for k in 0..REQUESTS {
+            if k == REQUESTS / 3 {
+                let s = c.wait_for_leader().await.expect("leader");
+                let idx = addrs.iter().position(|a| *a == s.leader_addr).expect("leader index");
+                cluster.kill(idx);
+                killed = Some(idx);
+            }
+            let specs = (0..PER).map(|i| submission(k, i)).collect();
+            let r = c.submit_as(&format!("sub-{k}"), specs).await.unwrap_or_else(|e| panic!("request {k}: {e}"));
+            assert!(r.iter().all(|x| x.error.is_empty() && x.job != 0), "request {k}: {r:?}");
+            first.insert(k, r.iter().map(|x| x.job).collect());
+        }
+        let killed = killed.expect("the leader was killed");
+        // A client that lost every answer sends every request again, unchanged, to the new leader.
+        for (k, jobs) in &first {
+            let specs = (0..PER).map(|i| submission(*k, i)).collect();
+            let r = c.submit_as(&format!("sub-{k}"), specs).await.expect("resend");
+            let again: Vec<u64> = r.iter().map(|x| x.job).collect();
+            assert_eq!(&again, jobs, "request sub-{k} sent again admitted other jobs: {r:?}");
+        }
+        // The same id with another spec is refused, and admits nothing.
+        let r = c.submit_as("sub-0", vec![submission(99, 0)]).await.expect("reuse");
+        assert!(r[0].job == 0 && r[0].error.contains("another spec"), "{r:?}");
+        // A malformed request id is refused with the reason.
+        let e = c.submit_as("has space", vec![submission(98, 0)]).await.expect_err("bad id");
+        assert_eq!(e.status().map(|s| s.code()), Some(Code::InvalidArgument), "{e}");
+        // The killed replica comes back and catches up; every replica holds each job once.
+        cluster.restart(killed);
+        if let Err(e) = converge(&mut c, &addrs).await {
+            panic!("{e}\n{}", cluster.logs());
+        }
+        for a in &addrs {
+            let v = view_of(&mut c, a).await;
+            let rep = invariants::check(&v);
+            assert!(rep.is_clean(), "{a}: {:?}", rep.violations);
+            assert_eq!(v.jobs().len(), REQUESTS * PER, "{a}: jobs admitted");
+            for (k, jobs) in &first {
+                for (i, job) in jobs.iter().enumerate() {
+                    let j = v.job(JobId(*job)).unwrap_or_else(|| panic!("{a}: job {job} missing"));
+                    assert_eq!(j.request.as_ref().map(|r| r.as_str().to_string()), Some(format!("sub-{k}/{i}")));
+                }
+            }
+        }
+    });
 }
 
 #[test]
@@ -312,7 +391,10 @@ fn api_contract() {
         assert_eq!(s.code(), Code::InvalidArgument);
         let mut bad = v1::JobSpec::from(&JobSpec::simple("bad", 1, 1));
         bad.gpus_per_member = 0;
-        let s = lead.submit_job(v1::SubmitJobRequest { specs: vec![bad] }).await.expect_err("bad spec");
+        let s = lead
+            .submit_job(v1::SubmitJobRequest { specs: vec![bad], request_id: String::new() })
+            .await
+            .expect_err("bad spec");
         assert_eq!(s.code(), Code::InvalidArgument);
         assert!(s.message().contains("gpus_per_member"), "{}", s.message());
         let s = lead
@@ -322,13 +404,20 @@ fn api_contract() {
         assert_eq!(s.code(), Code::InvalidArgument);
         // A job no server could ever hold is refused at submission with the reason.
         let huge = v1::JobSpec::from(&JobSpec::simple("huge", 1, 64));
-        let r = lead.submit_job(v1::SubmitJobRequest { specs: vec![huge] }).await.expect("submit").into_inner();
+        let r = lead
+            .submit_job(v1::SubmitJobRequest { specs: vec![huge], request_id: String::new() })
+            .await
+            .expect("submit")
+            .into_inner();
         assert!(r.results[0].job == 0 && !r.results[0].error.is_empty(), "{:?}", r.results[0]);
 
         // Oversized: more than max_request_bytes (4 MiB default).
         let mut big = v1::JobSpec::from(&JobSpec::simple("big", 1, 1));
         big.command = vec!["x".repeat(5 << 20)];
-        let s = lead.submit_job(v1::SubmitJobRequest { specs: vec![big] }).await.expect_err("oversized");
+        let s = lead
+            .submit_job(v1::SubmitJobRequest { specs: vec![big], request_id: String::new() })
+            .await
+            .expect_err("oversized");
         assert!(matches!(s.code(), Code::OutOfRange | Code::ResourceExhausted), "{s:?}");
 
         // Garbage bytes on the raft port: refused, the replica keeps serving.
@@ -366,12 +455,9 @@ fn membership_and_foreign_data_dir() {
         assert_eq!(voters, vec![1, 2, 3, 4]);
         let mut all = addrs.clone();
         all.push(new_addr.clone());
-        let applied = converge(&mut c, &all).await;
-        assert!(
-            applied.iter().all(|x| *x == applied[0]),
-            "new replica did not catch up: {applied:?}\n{}",
-            cluster.logs()
-        );
+        if let Err(e) = converge(&mut c, &all).await {
+            panic!("new replica did not catch up: {e}\n{}", cluster.logs());
+        }
         let h: Vec<u64> = {
             let mut h = Vec::new();
             for a in &all {

@@ -139,6 +139,7 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
         proposals: Vec::new(),
         tasks: Vec::new(),
         error: None,
+        request: None,
     };
     let local = LocalView::of_view(&v);
     let overlay = Overlay::default();

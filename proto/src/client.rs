@@ -5,9 +5,9 @@
 //! that knows no leader makes it try the next address after a short, growing backoff. Every
 //! call is bounded by the client's deadline.
 //!
-//! Retrying is safe for proposals (the approver is idempotent on the proposal id), releases and
-//! cancels (a second one is refused as the job is no longer live) and reads. A job submission
-//! retried after an unknown outcome may admit the job twice.
+//! Retrying is safe for every call: proposals (the approver is idempotent on the proposal id),
+//! submissions (each carries a request id, and the view admits a job at most once per id),
+//! releases and cancels (a second one is refused as the job is no longer live) and reads.
 
 use crate::LEADER_KEY;
 use crate::v1;
@@ -132,8 +132,8 @@ impl ViewClient {
     }
 
     /// Runs `call` against the leader, following hints and retrying unavailability (and calls
-    /// cut off by a closed connection; every write of the API is safe to retry, except that a
-    /// retried submission may admit a job twice) until the deadline.
+    /// cut off by a closed connection; every write of the API is safe to retry) until the
+    /// deadline.
     pub async fn call<T, F, Fut>(&mut self, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(Grpc<Channel>) -> Fut,
@@ -241,9 +241,21 @@ impl ViewClient {
         Ok(r.await?.results)
     }
 
-    /// Submits jobs; one result each.
+    /// Submits jobs; one result each. The request carries a fresh random request id, so the
+    /// retries of this call admit each job at most once.
     pub async fn submit(&mut self, specs: Vec<v1::JobSpec>) -> Result<Vec<v1::SubmitResult>, ClientError> {
-        let req = v1::SubmitJobRequest { specs };
+        self.submit_as(&new_request_id(), specs).await
+    }
+
+    /// Submits jobs under the caller's request id (see [`v1::SubmitJobRequest::request_id`]):
+    /// a caller that lost an answer and calls again with the same id and specs gets the jobs
+    /// admitted the first time.
+    pub async fn submit_as(
+        &mut self,
+        request_id: &str,
+        specs: Vec<v1::JobSpec>,
+    ) -> Result<Vec<v1::SubmitResult>, ClientError> {
+        let req = v1::SubmitJobRequest { specs, request_id: request_id.to_string() };
         let r = self.call(|mut g| {
             let req = req.clone();
             async move { g.submit_job(req).await }
@@ -412,4 +424,9 @@ impl ViewClient {
         let r = self.call(|mut g| async move { g.remove_replica(v1::RemoveReplicaRequest { id }).await });
         Ok(r.await?.voters)
     }
+}
+
+/// A fresh request id: 128 random bits in hex, unique for every practical purpose.
+pub fn new_request_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }

@@ -30,8 +30,8 @@ use tessera_view::job::MAX_MEMBERS;
 use tessera_view::placement::GangPlacement;
 use tessera_view::{
     ConfigSet, ConfigSetId, CoreMask, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState, LocalityLevel,
-    MemberPlacement, Predictor, Proposal, ProposalId, Rejection, ServerId, ServerRecord, TaskState, Topology,
-    ViewDelta, ViewSnapshot, ViewVersion,
+    MemberPlacement, Predictor, Proposal, ProposalId, Rejection, RequestId, ServerId, ServerRecord, TaskState,
+    Topology, ViewDelta, ViewSnapshot, ViewVersion,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -459,6 +459,7 @@ impl From<&Job> for v1::Job {
             proposals: j.proposals.iter().map(|p| p.0).collect(),
             tasks: j.tasks.iter().map(|t| v1::TaskState::from(*t).into()).collect(),
             error: j.error.clone().unwrap_or_default(),
+            request_id: j.request.as_ref().map(|r| r.as_str().to_string()).unwrap_or_default(),
         }
     }
 }
@@ -478,6 +479,11 @@ impl TryFrom<v1::Job> for Job {
             proposals: w.proposals.into_iter().map(ProposalId).collect(),
             tasks: w.tasks.into_iter().map(task_state).collect::<Result<_, _>>()?,
             error: (!w.error.is_empty()).then_some(w.error),
+            request: if w.request_id.is_empty() {
+                None
+            } else {
+                Some(RequestId::new(w.request_id).map_err(|e| WireError::invalid("Job", "request_id", e.to_string()))?)
+            },
         };
         validate::check_job(&job)?;
         Ok(job)

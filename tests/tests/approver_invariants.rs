@@ -31,8 +31,8 @@ use tessera_view::mask::CoreMask;
 use tessera_view::view::{DEFAULT_CHANGE_LOG, DEFAULT_ENDED_JOBS_KEPT};
 use tessera_view::{
     ClusterSpec, ClusterView, Command, ConfigSet, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState,
-    LocalityLevel, MemberPlacement, Outcome, Predictor, Proposal, ProposalId, Rejection, ServerId, ServerRecord,
-    TaskEvent, TaskState, Topology, ViewError, ViewSnapshot, ViewVersion,
+    LocalityLevel, MemberPlacement, Outcome, Predictor, Proposal, ProposalId, Rejection, RequestId, ServerId,
+    ServerRecord, TaskEvent, TaskState, Topology, ViewError, ViewSnapshot, ViewVersion,
 };
 
 const PRESETS: [&str; 4] = ["seed-8gpu", "dgx1-v100", "dgx-h100", "pcie-4gpu"];
@@ -719,6 +719,12 @@ struct Stats {
     delta_checks: u64,
     replica_steps: u64,
     reaccepted_ids: u64,
+    /// Submissions retried under a remembered request id (answered with the same job).
+    resubmitted: u64,
+    /// A request id reused with another spec (refused).
+    request_reused: u64,
+    /// A retried request id whose job was forgotten (admitted afresh).
+    resubmit_forgotten: u64,
 }
 
 impl Stats {
@@ -748,6 +754,9 @@ impl Stats {
         self.delta_checks += o.delta_checks;
         self.replica_steps += o.replica_steps;
         self.reaccepted_ids += o.reaccepted_ids;
+        self.resubmitted += o.resubmitted;
+        self.request_reused += o.request_reused;
+        self.resubmit_forgotten += o.resubmit_forgotten;
     }
 }
 
@@ -772,6 +781,8 @@ struct World {
     accepted: Vec<Proposal>,
     times_accepted: HashMap<ProposalId, u32>,
     checkpoints: Vec<Checkpoint>,
+    /// Submissions made under a request id: the id, the job it admitted and its spec.
+    requests: Vec<(RequestId, JobId, JobSpec)>,
     /// A view rebuilt from a (JSON round-tripped) snapshot mid-run, fed the same commands.
     replica: Option<ClusterView>,
     stats: Stats,
@@ -797,6 +808,7 @@ impl World {
             accepted: Vec::new(),
             times_accepted: HashMap::new(),
             checkpoints: Vec::new(),
+            requests: Vec::new(),
             replica: None,
             stats: Stats::default(),
         }
@@ -962,17 +974,70 @@ impl World {
     // ---- operations ----
 
     fn op_submit(&mut self, rng: &mut SmallRng) -> Result<()> {
+        if !self.requests.is_empty() && rng.random_ratio(1, 4) {
+            return self.op_resubmit(rng);
+        }
         self.next_name += 1;
         let spec = random_job(rng, &self.layout, self.view.servers().len(), self.next_name);
+        let request = rng.random_bool(0.5).then(|| RequestId::new(format!("req-{}", self.next_name))).transpose()?;
+        self.submit_checked(rng, spec, request)
+    }
+
+    /// A client retries a submission under a request id it used before: with the same spec it
+    /// gets the same job and nothing changes; with another spec it is refused; once the job is
+    /// forgotten (ended and past the kept ones), the id admits afresh.
+    fn op_resubmit(&mut self, rng: &mut SmallRng) -> Result<()> {
+        let i = rng.random_range(0..self.requests.len());
+        let (request, job, spec) = self.requests[i].clone();
+        let other = rng.random_ratio(1, 3);
+        let sent = if other {
+            self.next_name += 1;
+            random_job(rng, &self.layout, self.view.servers().len(), self.next_name)
+        } else {
+            spec.clone()
+        };
+        let remembered = self.view.job(job).is_some();
+        ensure!(
+            self.view.job_of_request(&request) == remembered.then_some(job),
+            "request index disagrees with the jobs kept for `{request}`"
+        );
+        if !remembered {
+            self.stats.resubmit_forgotten += 1;
+            self.requests.swap_remove(i);
+            return self.submit_checked(rng, sent, Some(request));
+        }
+        let before = self.view.clone();
+        let out = self.exec(Command::Submit { spec: sent.clone(), request: Some(request.clone()) })?;
+        ensure!(self.view.state_hash() == before.state_hash(), "a retried submission changed the state");
+        ensure!(self.view.version() == before.version(), "a retried submission changed the version");
+        match out {
+            Outcome::Submitted(Ok(id)) if sent == spec => {
+                ensure!(id == job, "retry of `{request}` answered {id}, first admitted {job}");
+                self.stats.resubmitted += 1;
+            }
+            Outcome::Submitted(Err(ViewError::RequestReused { request: r, job: j })) if sent != spec => {
+                ensure!(r == request.as_str() && j == job, "reuse refusal names {r}/{j}");
+                self.stats.request_reused += 1;
+            }
+            other => bail!("retry of `{request}` (same spec: {}) answered {other:?}", sent == spec),
+        }
+        Ok(())
+    }
+
+    fn submit_checked(&mut self, rng: &mut SmallRng, spec: JobSpec, request: Option<RequestId>) -> Result<()> {
         let before = self.view.clone();
         let never = before.never_fits(&spec);
-        let out = self.exec(Command::Submit(spec.clone()))?;
+        let out = self.exec(Command::Submit { spec: spec.clone(), request: request.clone() })?;
         match out {
             Outcome::Submitted(Ok(id)) => {
                 ensure!(never.is_none(), "admitted {id} though never_fits says {never:?}");
                 let j = self.view.job(id).context("submitted job missing")?;
                 ensure!(j.state == JobState::Pending && j.placement.is_none() && j.spec == spec, "submitted job");
+                ensure!(j.request == request, "job keeps request {:?}, sent {request:?}", j.request);
                 ensure!(self.view.servers() == before.servers(), "submit changed servers");
+                if let Some(r) = request {
+                    self.requests.push((r, id, spec.clone()));
+                }
                 self.stats.submitted += 1;
             }
             Outcome::Submitted(Err(ViewError::NeverFits(why))) => {
@@ -1636,6 +1701,9 @@ fn scenarios_exercise_every_path() {
         ("refresh_delta_none", t.refresh_delta_none),
         ("delta_checks", t.delta_checks),
         ("replica_steps", t.replica_steps),
+        ("resubmitted", t.resubmitted),
+        ("request_reused", t.request_reused),
+        ("resubmit_forgotten", t.resubmit_forgotten),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }
@@ -1658,7 +1726,7 @@ fn seed_view(servers: u32, per_rack: u32) -> ClusterView {
 }
 
 fn submit(view: &mut ClusterView, spec: JobSpec) -> JobId {
-    match view.apply(&Command::Submit(spec)) {
+    match view.apply(&Command::submit(spec)) {
         Outcome::Submitted(Ok(id)) => id,
         other => panic!("submit: {other:?}"),
     }
@@ -1873,7 +1941,7 @@ fn quota_is_enforced_at_submit_and_at_approval() {
     };
     // More than the quota can never run.
     let (h, v) = (view.state_hash(), view.version());
-    let out = view.apply(&Command::Submit(job("huge", 3, 4)));
+    let out = view.apply(&Command::submit(job("huge", 3, 4)));
     assert!(matches!(&out, Outcome::Submitted(Err(ViewError::NeverFits(m))) if m.contains("quota")), "{out:?}");
     assert_eq!((view.state_hash(), view.version()), (h, v));
     let a = submit(&mut view, job("a", 2, 4));
@@ -1917,7 +1985,7 @@ fn quota_is_enforced_at_submit_and_at_approval() {
 fn jobs_that_can_never_fit_are_refused_at_submit() {
     let mut view = seed_view(4, 2);
     let (h, v) = (view.state_hash(), view.version());
-    let refused = |view: &mut ClusterView, spec: JobSpec| match view.apply(&Command::Submit(spec)) {
+    let refused = |view: &mut ClusterView, spec: JobSpec| match view.apply(&Command::submit(spec)) {
         Outcome::Submitted(Err(ViewError::NeverFits(why))) => why,
         other => panic!("expected a never-fits refusal, got {other:?}"),
     };
@@ -2047,7 +2115,7 @@ fn never_fits_counts_nvlink_groups_within_a_socket_tolerance() {
     let (_, level) = fit::plan_member(topo, &rec, ServerId(0), &req, LocalityLevel::Socket, FitMode::Pack)
         .expect("fits at pcie-switch");
     assert_eq!(level, LocalityLevel::PcieSwitch);
-    let out = view.apply(&Command::Submit(job));
+    let out = view.apply(&Command::submit(job));
     assert!(matches!(out, Outcome::Submitted(Ok(_))), "refused a job that fits: {out:?}");
 }
 
@@ -2072,7 +2140,7 @@ fn never_fits_counts_every_members_cores_and_memory() {
     assert!(view.never_fits(&cpu).is_some(), "two 20-core members never share a 32-core server");
     cpu.tolerate = LocalityLevel::IbDomain;
     assert!(view.never_fits(&cpu).is_none());
-    assert!(matches!(view.apply(&Command::Submit(cpu)), Outcome::Submitted(Ok(_))));
+    assert!(matches!(view.apply(&Command::submit(cpu)), Outcome::Submitted(Ok(_))));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2114,7 +2182,7 @@ mod migration_moves {
             let gpus = *[1u32, 1, 1, 2, 4].choose(&mut rng).expect("sizes");
             let mut s = JobSpec::simple("small", 1, gpus);
             s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
-            let Outcome::Submitted(Ok(job)) = apply_checked(&mut view, &mut log, Command::Submit(s.clone())) else {
+            let Outcome::Submitted(Ok(job)) = apply_checked(&mut view, &mut log, Command::submit(s.clone())) else {
                 continue;
             };
             let mode = if rng.random_bool(0.5) { FitMode::Spread } else { FitMode::Pack };
@@ -2143,7 +2211,7 @@ mod migration_moves {
         let big_gpus = view.topologies()[0].devices;
         let mut big = JobSpec::simple("big", 1, big_gpus);
         big.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
-        let Outcome::Submitted(Ok(big)) = apply_checked(&mut view, &mut log, Command::Submit(big)) else {
+        let Outcome::Submitted(Ok(big)) = apply_checked(&mut view, &mut log, Command::submit(big)) else {
             panic!("a one-server job fits")
         };
         let remaining: BTreeMap<JobId, f64> =

@@ -18,7 +18,7 @@
 
 use crate::error::SpecError;
 use crate::topology::Topology;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -28,7 +28,7 @@ pub const MAX_SERVERS: u64 = 1 << 24;
 pub const MAX_CONFIG_SETS: usize = u16::MAX as usize;
 
 /// One group of identical servers in one rack.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RackGroup {
     /// Rack name.
     pub rack: String,
@@ -41,7 +41,7 @@ pub struct RackGroup {
 }
 
 /// A validated cluster spec.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClusterSpec {
     /// Cluster name.
     pub name: String,

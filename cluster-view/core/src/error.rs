@@ -131,6 +131,18 @@ pub enum ViewError {
     /// A server would exceed the view's limits (devices, cores, count).
     #[error("server {0}: {1}")]
     BadServer(ServerId, String),
+    /// A submission's request id is malformed.
+    #[error("bad request id: {0}")]
+    BadRequestId(String),
+    /// A submission's request id names a remembered job whose spec differs: the client reused
+    /// an id for another job. Choose a fresh id per job.
+    #[error("request id `{request}` was used for {job} with another spec; use a fresh request id")]
+    RequestReused {
+        /// The request id.
+        request: String,
+        /// The job it admitted.
+        job: JobId,
+    },
     /// A task report that does not match the job's current placement (the placement it was
     /// started for was released, re-queued or replaced): the reporter should stop that task.
     #[error("stale task report for {job}: {why}")]

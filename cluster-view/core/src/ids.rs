@@ -61,3 +61,58 @@ impl ConfigSetId {
         self.0 as usize
     }
 }
+
+/// Most bytes in a [`RequestId`].
+pub const MAX_REQUEST_ID_BYTES: usize = 96;
+
+/// A client's id for one job submission, chosen by the client and sent again with every retry
+/// of it: the view admits a job at most once per request id (while the job is remembered), so a
+/// submission retried after an unknown outcome (a dropped connection, a leader change) cannot
+/// admit the job twice. 1 to [`MAX_REQUEST_ID_BYTES`] printable ASCII characters.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RequestId(String);
+
+impl TryFrom<String> for RequestId {
+    type Error = crate::ViewError;
+    fn try_from(s: String) -> Result<RequestId, crate::ViewError> {
+        RequestId::new(s)
+    }
+}
+
+impl From<RequestId> for String {
+    fn from(r: RequestId) -> String {
+        r.0
+    }
+}
+
+impl RequestId {
+    /// Checks and wraps a client's id.
+    pub fn new(id: impl Into<String>) -> Result<RequestId, crate::ViewError> {
+        let id = id.into();
+        let bad = |why: String| Err(crate::ViewError::BadRequestId(why));
+        if id.is_empty() || id.len() > MAX_REQUEST_ID_BYTES {
+            return bad(format!("{} bytes; 1 to {MAX_REQUEST_ID_BYTES} allowed", id.len()));
+        }
+        if let Some(c) = id.chars().find(|c| !c.is_ascii_graphic()) {
+            return bad(format!("has {c:?}; only printable ASCII without spaces is allowed"));
+        }
+        Ok(RequestId(id))
+    }
+
+    /// The id of the `index`-th job of a request that submits several under one id.
+    pub fn item(&self, index: usize) -> Result<RequestId, crate::ViewError> {
+        RequestId::new(format!("{}/{index}", self.0))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

@@ -33,7 +33,8 @@ impl Report {
     }
 }
 
-/// Checks: no device or core held by two jobs; gangs whole or absent; jobs hold resources
+/// Checks: no device or core held by two jobs; no two jobs admitted under one request id;
+/// gangs whole or absent; jobs hold resources
 /// exactly in the states that should; every server's free masks and memory equal its capacity
 /// minus what its jobs hold.
 pub fn check(view: &ClusterView) -> Report {
@@ -42,7 +43,13 @@ pub fn check(view: &ClusterView) -> Report {
     let mut held_gpus = vec![0u64; n];
     let mut held_cores = vec![CoreMask::EMPTY; n];
     let mut held_mem = vec![0u64; n];
+    let mut requests = std::collections::HashMap::new();
     for job in view.jobs() {
+        if let Some(r) = &job.request
+            && let Some(other) = requests.insert(r, job.id)
+        {
+            rep.violations.push(format!("{} and {other} were admitted under one request id `{r}`", job.id));
+        }
         let holds = job.state.holds_resources();
         match (&job.placement, holds) {
             (None, true) => rep.violations.push(format!("{} is {} but has no placement", job.id, job.state)),

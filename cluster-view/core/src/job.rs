@@ -496,6 +496,10 @@ pub struct Job {
     /// Why the job last failed or was re-queued, if it did.
     #[serde(default)]
     pub error: Option<String>,
+    /// The client's id for the submission that admitted it, if it gave one; a retry under the
+    /// same id is answered with this job instead of admitting another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::RequestId>,
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::config_set::ConfigSet;
 use crate::error::ViewError;
 use crate::fit;
 use crate::hash::StateHasher;
-use crate::ids::{ConfigSetId, JobId, ProposalId, ServerId, ViewVersion};
+use crate::ids::{ConfigSetId, JobId, ProposalId, RequestId, ServerId, ViewVersion};
 use crate::job::{Job, JobSpec, JobState, TaskEvent, TaskState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, Proposal};
@@ -31,8 +31,15 @@ pub const DEFAULT_ENDED_JOBS_KEPT: usize = 100_000;
 /// A state change, replicated through the log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    /// Admit a job (refused if it could never fit).
-    Submit(JobSpec),
+    /// Admit a job (refused if it could never fit). With a request id, admitted at most once:
+    /// a retry under an id the view remembers is answered with the job it admitted.
+    Submit {
+        /// What the job asks for.
+        spec: JobSpec,
+        /// The client's id for this submission, if it gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<RequestId>,
+    },
     /// A batch of proposals, each approved or rejected on its own, each atomic.
     Propose(Vec<Proposal>),
     /// A batch of moves by the migration module, each atomic on its own: the job's current
@@ -82,6 +89,13 @@ pub enum Command {
         /// Every unhealthy device (replaces the previous set).
         devices: u64,
     },
+}
+
+impl Command {
+    /// Admit `spec` with no request id (no deduplication of retries).
+    pub fn submit(spec: JobSpec) -> Command {
+        Command::Submit { spec, request: None }
+    }
 }
 
 /// The result of applying a [`Command`].
@@ -172,6 +186,8 @@ pub struct ClusterView {
     pub(crate) ended_kept: usize,
     pub(crate) next_job: u64,
     pub(crate) applied: HashMap<ProposalId, JobId>,
+    /// Request ids of remembered jobs (derived from [`Job::request`]).
+    pub(crate) requests: HashMap<RequestId, JobId>,
     pub(crate) quotas: BTreeMap<String, u32>,
     pub(crate) tenant_used: HashMap<String, u32>,
     pub(crate) log: VecDeque<(ViewVersion, Change)>,
@@ -272,6 +288,7 @@ impl ClusterView {
             ended_kept: DEFAULT_ENDED_JOBS_KEPT,
             next_job: 1,
             applied: HashMap::new(),
+            requests: HashMap::new(),
             quotas: spec.quotas.clone(),
             tenant_used: HashMap::new(),
             log: VecDeque::new(),
@@ -389,7 +406,7 @@ impl ClusterView {
     /// Applies one command. Deterministic.
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
         match cmd {
-            Command::Submit(spec) => Outcome::Submitted(self.submit(spec.clone())),
+            Command::Submit { spec, request } => Outcome::Submitted(self.submit_once(spec, request.as_ref())),
             Command::Propose(ps) => Outcome::Decided(ps.iter().map(|p| self.propose(p)).collect()),
             Command::Migrate(ps) => Outcome::Decided(ps.iter().map(|p| self.migrate(p)).collect()),
             Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
@@ -517,6 +534,30 @@ impl ClusterView {
 
     /// Admits a job as pending, or refuses it with the reason it can never fit.
     pub fn submit(&mut self, spec: JobSpec) -> Result<JobId, ViewError> {
+        self.admit(spec, None)
+    }
+
+    /// Admits a job at most once per request id: a retry under an id the view remembers (its
+    /// job is live or among the ended jobs kept) is answered with that job and changes nothing;
+    /// the same id with another spec is refused ([`ViewError::RequestReused`]).
+    pub fn submit_once(&mut self, spec: &JobSpec, request: Option<&RequestId>) -> Result<JobId, ViewError> {
+        if let Some(r) = request
+            && let Some(&job) = self.requests.get(r)
+        {
+            return match self.jobs.get(&job) {
+                Some(j) if j.spec == *spec => Ok(job),
+                _ => Err(ViewError::RequestReused { request: r.to_string(), job }),
+            };
+        }
+        self.admit(spec.clone(), request.cloned())
+    }
+
+    /// Whether a job was admitted under `request` (and is still remembered).
+    pub fn job_of_request(&self, request: &RequestId) -> Option<JobId> {
+        self.requests.get(request).copied()
+    }
+
+    fn admit(&mut self, spec: JobSpec, request: Option<RequestId>) -> Result<JobId, ViewError> {
         spec.validate().map_err(ViewError::InvalidSpec)?;
         let key = ShapeKey::of(&spec);
         let verdict = match self.fit_memo.get(&key) {
@@ -547,8 +588,12 @@ impl ClusterView {
                 proposals: Vec::new(),
                 tasks: Vec::new(),
                 error: None,
+                request: request.clone(),
             },
         );
+        if let Some(r) = request {
+            self.requests.insert(r, id);
+        }
         self.note(Change::Job(id));
         Ok(id)
     }
@@ -761,7 +806,11 @@ impl ClusterView {
     pub fn from_snapshot(s: ViewSnapshot) -> ClusterView {
         let mut tenant_used: HashMap<String, u32> = HashMap::new();
         let mut applied = HashMap::new();
+        let mut requests = HashMap::new();
         for j in &s.jobs {
+            if let Some(r) = &j.request {
+                requests.insert(r.clone(), j.id);
+            }
             if j.placement.is_some() {
                 *tenant_used.entry(j.spec.tenant.clone()).or_default() += j.spec.total_gpus();
             }
@@ -789,6 +838,7 @@ impl ClusterView {
             ended_kept: s.ended_jobs_kept.min(usize::MAX as u64) as usize,
             next_job: s.next_job,
             applied,
+            requests,
             quotas: s.quotas,
             tenant_used,
             log: VecDeque::new(),
@@ -833,6 +883,7 @@ impl ClusterView {
                 h.str(t.as_str());
             }
             h.str(j.error.as_deref().unwrap_or(""));
+            h.str(j.request.as_ref().map_or("", |r| r.as_str()));
             if let Some(p) = &j.placement {
                 h.u64(p.proposal.0);
                 h.u64(p.placed_at.0);
@@ -905,6 +956,9 @@ impl ClusterView {
             {
                 for p in &j.proposals {
                     self.applied.remove(p);
+                }
+                if let Some(r) = &j.request {
+                    self.requests.remove(r);
                 }
             }
         }

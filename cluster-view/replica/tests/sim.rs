@@ -230,7 +230,7 @@ impl Sim {
             }
             if let Some(l) = self.leader() {
                 let id = l.id();
-                if let Ok(t) = l.propose(Command::Submit(spec)) {
+                if let Ok(t) = l.propose(Command::submit(spec)) {
                     self.pending.insert((id, t), Ask::Submit);
                 }
             }
@@ -394,7 +394,7 @@ fn run(seed: u64) -> Result<Stats, String> {
     let before = sim.leader().map(|l| l.applied_index()).unwrap_or(0);
     let (id, t) = {
         let l = sim.leader().ok_or("no leader")?;
-        (l.id(), l.propose(Command::Submit(JobSpec::simple("after", 1, 1))).map_err(|e| e.to_string())?)
+        (l.id(), l.propose(Command::submit(JobSpec::simple("after", 1, 1))).map_err(|e| e.to_string())?)
     };
     sim.pending.insert((id, t), Ask::Submit);
     for _ in 0..200 {

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::v1;
 use tessera_replica::Answer;
-use tessera_view::{Command, JobId, JobSpec, Outcome, Proposal, ProposalId, ServerId, TaskEvent, Topology, ViewError};
+use tessera_view::{
+    Command, JobId, JobSpec, Outcome, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology, ViewError,
+};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -55,7 +57,9 @@ fn view_error(e: ViewError) -> Status {
     let msg = e.to_string();
     match e {
         ViewError::UnknownJob(_) | ViewError::UnknownServer(_) => Status::not_found(msg),
-        ViewError::InvalidSpec(_) | ViewError::NeverFits(_) => Status::invalid_argument(msg),
+        ViewError::InvalidSpec(_) | ViewError::NeverFits(_) | ViewError::BadRequestId(_) => {
+            Status::invalid_argument(msg)
+        }
         _ => Status::failed_precondition(msg),
     }
 }
@@ -237,17 +241,25 @@ impl v1::view_server::View for ViewService {
     }
 
     async fn submit_job(&self, req: Request<v1::SubmitJobRequest>) -> Result<Response<v1::SubmitJobResponse>, Status> {
-        let specs = req.into_inner().specs;
-        count("job specs", specs.len())?;
-        let mut core = Vec::with_capacity(specs.len());
-        for (i, s) in specs.into_iter().enumerate() {
-            core.push(JobSpec::try_from(s).map_err(|e| Status::invalid_argument(format!("specs[{i}]: {e}")))?);
-        }
-        let mut waits = Vec::with_capacity(core.len());
-        let mut items = Vec::with_capacity(core.len());
-        for spec in core {
+        let req = req.into_inner();
+        count("job specs", req.specs.len())?;
+        let request = if req.request_id.is_empty() {
+            None
+        } else {
+            let id = RequestId::new(req.request_id)
+                .map_err(|e| Status::invalid_argument(format!("SubmitJobRequest.request_id: {e}")))?;
+            Some(id)
+        };
+        let mut items = Vec::with_capacity(req.specs.len());
+        let mut waits = Vec::with_capacity(req.specs.len());
+        for (i, s) in req.specs.into_iter().enumerate() {
+            let spec = JobSpec::try_from(s).map_err(|e| Status::invalid_argument(format!("specs[{i}]: {e}")))?;
+            let request = match &request {
+                Some(r) => Some(r.item(i).map_err(|e| Status::invalid_argument(format!("request_id: {e}")))?),
+                None => None,
+            };
             let (tx, rx) = tokio::sync::oneshot::channel();
-            items.push((Command::Submit(spec), tx));
+            items.push((Command::Submit { spec, request }, tx));
             waits.push(rx);
         }
         // One queue slot for all: either every spec reaches the driver or none does.
@@ -263,6 +275,18 @@ impl v1::view_server::View for ViewService {
                 Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => {
                     v1::SubmitResult { job: 0, error: e.to_string() }
                 }
+                // With a request id the whole request is safe to send again: the client retries
+                // it (Unavailable) and gets the jobs already admitted back, never a second copy.
+                Ok((other, _)) if request.is_some() => {
+                    return Err(Status::unavailable(format!(
+                        "outcome of submission {} unknown ({other:?}); retry with the same request id",
+                        results.len()
+                    )));
+                }
+                Err(NodeError::Timeout(why)) if request.is_some() => {
+                    return Err(Status::unavailable(format!("{why}; retry with the same request id")));
+                }
+                Err(e) if request.is_some() => return Err(e.into()),
                 Ok((other, _)) => v1::SubmitResult { job: 0, error: format!("outcome unknown ({other:?})") },
                 Err(e @ NodeError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
                 Err(e) => v1::SubmitResult { job: 0, error: format!("outcome unknown: {e}") },

@@ -51,7 +51,7 @@ fn watch_falls_back_to_snapshot_and_reads_wait_for_commit() {
         let mut last = 0;
         for i in 0..10 {
             let (a, v) = node
-                .ask(|r| Req::Commands(vec![(Command::Submit(JobSpec::simple(&format!("j{i}"), 1, 1)), r)]))
+                .ask(|r| Req::Commands(vec![(Command::submit(JobSpec::simple(&format!("j{i}"), 1, 1)), r)]))
                 .await
                 .expect("submit");
             assert!(matches!(a, Answer::Applied(Outcome::Submitted(Ok(_)))), "{a:?}");
