@@ -12,11 +12,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_agent::agent::{AgentConfig, run as run_agent};
 use tessera_proto::v1;
+use tessera_testkit::LocalCluster;
 use tessera_view::{
-    ClusterView, CoreMask, CpuDemand, Decision, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal,
-    ProposalId, ServerId, ViewDelta, ViewSnapshot, ViewVersion, invariants,
+    ClusterSpec, ClusterView, CoreMask, CpuDemand, Decision, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement,
+    Proposal, ProposalId, ServerId, Topology, ViewDelta, ViewSnapshot, ViewVersion, invariants,
 };
-use tessera_view_server::{ServeConfig, ViewClient};
+use tessera_view_server::{Tuning, ViewClient};
 
 #[derive(Args)]
 pub struct AgentArgs {
@@ -51,27 +52,14 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
     }
     let tmp = tempfile::Builder::new().prefix("tessera-bench-agent-").tempdir()?;
     let dir = tmp.path();
-    std::fs::write(
-        dir.join("cluster.toml"),
-        format!(
-            "name = \"bench-agent\"\n[[racks]]\nname = \"r0\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = {}\n",
-            a.servers
-        ),
-    )?;
-    let addr = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
-    std::fs::write(
-        dir.join("replica.toml"),
-        format!(
-            "id = 1\ncluster = \"bench-agent\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{addr}\"\n\
-             data_dir = \"data\"\npeers = [\"1={addr}\"]\ntick_ms = 20\nserver_lease_ms = 5000\n"
-        ),
-    )?;
-    let cfg = ServeConfig::from_file(&dir.join("replica.toml")).context("bench replica config")?;
+    let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").context("the seed-8gpu preset")?, a.servers, 64, 1);
+    let tuning = Tuning { tick_ms: 20, server_lease_ms: 5000, ..Tuning::default() };
+    let cluster = LocalCluster::builder(spec).name("bench-agent").tuning(tuning).data_dir(dir).start().await?;
+    let addr = cluster.addrs()[0].clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let server = tokio::spawn(tessera_view_server::serve(cfg, stopped(stop_rx.clone())));
     let mut c = ViewClient::new(vec![addr.clone()])?.with_deadline(Duration::from_secs(20));
     c.wait_for_leader().await.context("the bench replica elected no leader")?;
     let exe = std::env::current_exe()?.display().to_string();
@@ -79,7 +67,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
     for s in 0..a.servers {
         let cfg = AgentConfig {
             view: vec![addr.clone()],
-            name: format!("r0-s{s:02}"),
+            name: format!("rack-0-s{s:02}"),
             data_dir: dir.join(format!("agent-{s}")),
             topology: Some("seed-8gpu".into()),
             shim: vec![exe.clone(), "agent".into(), "shim".into()],
@@ -207,7 +195,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
     for ag in agents {
         let _ = ag.await;
     }
-    server.await?.context("the bench replica failed")?;
+    cluster.stop().await.context("the bench replica failed")?;
     let pct = crate::bench_commit::percentile;
     let out = serde_json::json!({
         "servers": a.servers,

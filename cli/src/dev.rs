@@ -7,15 +7,17 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use std::net::TcpListener;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_agent::agent::{AgentConfig, run as run_agent};
 use tessera_proto::v1;
 use tessera_scheduler::{HostConfig, Registry, RuntimeOptions, run_host};
+use tessera_testkit::LocalCluster;
+use tessera_view::cluster_spec::RackGroup;
 use tessera_view::{ClusterSpec, ClusterView, JobSpec, Topology};
-use tessera_view_server::{ServeConfig, ViewClient};
+use tessera_view_server::{ListenAddrs, Tuning, ViewClient};
 use tokio::sync::watch;
 
 #[derive(Args)]
@@ -51,47 +53,38 @@ pub struct DevArgs {
     exit_when_done: bool,
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// Where replica `i` listens: fixed ports from the flags, or fresh ones (port 0).
+fn listen_addrs(a: &DevArgs, i: u16) -> ListenAddrs {
+    let at = |base: u16, offset: u16| {
+        let port = if base == 0 { 0 } else { base.saturating_add(offset) };
+        SocketAddr::from(([127, 0, 0, 1], port))
+    };
+    ListenAddrs {
+        client: at(a.view_port, i),
+        raft: Some(at(a.view_port, 100 + i)),
+        http: (i == 0).then(|| at(a.http_port, 0)),
+    }
 }
 
-fn ports(base: u16, n: u16) -> Result<Vec<u16>> {
-    if base == 0 {
-        return (0..n).map(|_| free_port()).collect();
-    }
-    let ports: Vec<u16> = (0..n).map(|i| base.saturating_add(i)).collect();
-    for p in &ports {
-        if TcpListener::bind(("127.0.0.1", *p)).is_err() {
-            bail!(
-                "port {p} is in use (another `tessera dev` or deploy/local cluster?); pass --view-port/--http-port, or 0 for free ports"
-            );
-        }
-    }
-    Ok(ports)
-}
-
-/// The dev cluster spec: `servers` of `topology` spread over `racks` racks.
-fn cluster_toml(a: &DevArgs) -> Result<String> {
-    let topo = match Topology::preset(&a.topology) {
-        Some(_) => format!("\"{}\"", a.topology),
-        None => {
-            let p = Path::new(&a.topology).canonicalize().with_context(|| format!("--topology {}", a.topology))?;
-            Topology::from_file(&p)?;
-            format!("{:?}", p.display().to_string())
-        }
+/// The dev cluster spec: `servers` of `topology` spread over `racks` racks, one InfiniBand
+/// domain.
+fn dev_spec(a: &DevArgs) -> Result<ClusterSpec> {
+    let topology = match Topology::preset(&a.topology) {
+        Some(t) => t,
+        None => Topology::from_file(Path::new(&a.topology)).with_context(|| format!("--topology {}", a.topology))?,
     };
     if a.servers == 0 || a.racks == 0 || a.racks > a.servers {
         bail!("need 1 <= --racks <= --servers");
     }
-    let mut s = String::from("name = \"dev\"\n");
-    for r in 0..a.racks {
-        let n = a.servers / a.racks + u32::from(r < a.servers % a.racks);
-        s += &format!(
-            "\n[[racks]]\nname = \"rack-{}\"\nib_domain = \"ib-0\"\ntopology = {topo}\nservers = {n}\n",
-            (b'a' + (r % 26) as u8) as char
-        );
-    }
-    Ok(s)
+    let groups = (0..a.racks)
+        .map(|r| RackGroup {
+            rack: format!("rack-{}", (b'a' + (r % 26) as u8) as char),
+            ib_domain: "ib-0".to_string(),
+            topology: 0,
+            servers: a.servers / a.racks + u32::from(r < a.servers % a.racks),
+        })
+        .collect();
+    Ok(ClusterSpec { name: "dev".to_string(), topologies: vec![topology], groups, quotas: Default::default() })
 }
 
 pub fn run(a: DevArgs) -> Result<ExitCode> {
@@ -107,43 +100,23 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
     let tmp = tempfile::Builder::new().prefix("tessera-dev-").tempdir()?;
     let dir = a.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
-    let spec_text = cluster_toml(&a)?;
-    std::fs::write(dir.join("cluster.toml"), &spec_text)?;
-    let spec = ClusterSpec::from_file(&dir.join("cluster.toml"))?;
+    let spec = dev_spec(&a)?;
     let names = ClusterView::from_spec(&spec).snapshot().server_names;
-
-    let client_ports = ports(a.view_port, 3)?;
-    let raft_ports = ports(if a.view_port == 0 { 0 } else { a.view_port.saturating_add(100) }, 3)?;
-    let http_port = ports(a.http_port, 1)?[0];
-    let addrs: Vec<String> = client_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("\"{}={a}\"", i + 1)).collect();
-    let raft_peers: Vec<String> =
-        raft_ports.iter().enumerate().map(|(i, p)| format!("\"{}=127.0.0.1:{p}\"", i + 1)).collect();
+    let tuning = Tuning { tick_ms: 20, server_lease_ms: 3000, scheduler_lease_ms: 2000, ..Tuning::default() };
+    let cluster = LocalCluster::builder(spec.clone())
+        .name("dev")
+        .listen((0..3).map(|i| listen_addrs(&a, i)).collect())
+        .tuning(tuning)
+        .data_dir(&dir)
+        .start()
+        .await
+        .context("cannot start the dev view (another `tessera dev` or deploy/local cluster on these ports? pass --view-port/--http-port, or 0 for free ports)")?;
+    let addrs = cluster.addrs();
+    let http_port = cluster.http_addr().map_or(0, |h| h.port());
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let mut replicas = Vec::new();
-    for i in 0..3 {
-        let http = if i == 0 { format!("http_listen = \"127.0.0.1:{http_port}\"\n") } else { String::new() };
-        let file = dir.join(format!("replica-{}.toml", i + 1));
-        std::fs::write(
-            &file,
-            format!(
-                "id = {}\ncluster = \"dev\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{}\"\n\
-                 raft_listen = \"127.0.0.1:{}\"\ndata_dir = \"replica-{}\"\npeers = [{}]\nraft_peers = [{}]\n\
-                 tick_ms = 20\nserver_lease_ms = 3000\nscheduler_lease_ms = 2000\n{http}",
-                i + 1,
-                addrs[i],
-                raft_ports[i],
-                i + 1,
-                peers.join(", "),
-                raft_peers.join(", ")
-            ),
-        )?;
-        let cfg = ServeConfig::from_file(&file)?;
-        replicas.push(tokio::spawn(tessera_view_server::serve(cfg, stopped(stop_rx.clone()))));
-    }
     let mut c = ViewClient::new(addrs.clone())?.with_deadline(Duration::from_secs(20));
     let leader = c.wait_for_leader().await.context("the dev view elected no leader")?;
 
@@ -228,9 +201,7 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
     for ag in agents {
         let _ = ag.await;
     }
-    for r in replicas {
-        r.await?.context("a dev replica failed")?;
-    }
+    cluster.stop().await.context("a dev replica failed")?;
     Ok(code)
 }
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_view_server::{ServeConfig, ViewClient};
+use tessera_view_server::{Listeners, ServeFile, ViewClient};
 
 #[derive(Subcommand)]
 pub enum ViewCommand {
@@ -88,30 +88,33 @@ pub fn run(cmd: ViewCommand) -> Result<ExitCode> {
 }
 
 fn serve(a: ServeArgs) -> Result<ExitCode> {
-    let mut cfg = ServeConfig::from_file(&a.config)?;
+    let mut file = ServeFile::from_file(&a.config)?;
     if let Some(v) = a.id {
-        cfg.id = v;
+        file.id = v;
     }
     if let Some(v) = a.listen {
-        cfg.listen = v;
+        file.listen = v;
     }
     if let Some(v) = a.data_dir {
-        cfg.data_dir = v;
+        file.data_dir = v;
     }
     if let Some(v) = a.peers {
-        cfg.peers = v;
+        file.peers = v;
     }
     if let Some(v) = a.tick_ms {
-        cfg.tick_ms = v;
+        file.tuning.tick_ms = v;
     }
     if let Some(v) = a.election_tick {
-        cfg.election_tick = v;
+        file.tuning.election_tick = v;
     }
     if let Some(v) = a.heartbeat_tick {
-        cfg.heartbeat_tick = v;
+        file.tuning.heartbeat_tick = v;
     }
+    let listen = file.listen_addrs();
+    let cfg = file.into_config()?;
+    let listeners = Listeners::bind(&listen)?;
     let rt = runtime()?;
-    rt.block_on(async move { tessera_view_server::serve(cfg, terminated()).await })?;
+    rt.block_on(async move { tessera_view_server::serve(listeners, cfg, terminated()).await })?;
     Ok(ExitCode::SUCCESS)
 }
 

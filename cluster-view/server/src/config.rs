@@ -1,4 +1,5 @@
-//! `tessera view serve` configuration: a TOML file, overridable by flags.
+//! A replica's configuration: [`ServeConfig`], a value (built in code or from a file), and
+//! [`ServeFile`], the TOML file of `tessera view serve`, overridable by flags.
 //!
 //! ```toml
 //! id = 1
@@ -9,42 +10,39 @@
 //! peers = ["1=127.0.0.1:7101", "2=127.0.0.1:7102", "3=127.0.0.1:7103"]
 //! ```
 //!
-//! Every other key has a default (see [`ServeConfig`]).
+//! Every other key has a default (see [`ServeConfig`]). The file's listen addresses become
+//! [`ListenAddrs`]; [`crate::serve`] itself takes sockets already bound ([`Listeners`]), so a
+//! test binds port 0 and reads the address back, and nothing binds a port only to free it.
 
 use crate::error::ServeError;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use tessera_view::ClusterSpec;
 
-/// Settings of one replica process.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Settings of one replica, as a value: the cluster spec is held, not named by a path.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServeConfig {
     /// This replica's id, non-zero, unique in the cluster.
     pub id: u64,
     /// The cluster's name; replicas of other clusters are refused.
     pub cluster: String,
     /// The cluster spec (racks, servers, topologies) every replica starts from.
-    pub cluster_spec: PathBuf,
-    /// gRPC listen address (clients and peers).
-    pub listen: SocketAddr,
-    /// Address peers and clients use to reach this replica; `listen` when absent.
-    #[serde(default)]
-    pub advertise: Option<String>,
-    /// Separate listen address for raft traffic between replicas. Without it, raft shares the
-    /// client port, which must then be reachable by trusted hosts only: raft messages are not
-    /// authenticated and raft-rs panics on some forged ones.
-    #[serde(default)]
-    pub raft_listen: Option<SocketAddr>,
-    /// Address peers use for this replica's raft port; `raft_listen` when absent.
-    #[serde(default)]
-    pub raft_advertise: Option<String>,
-    /// Raft addresses of the founding voters as `id=host:port` (with `raft_listen`).
-    #[serde(default)]
-    pub raft_peers: Vec<String>,
+    pub spec: ClusterSpec,
     /// RocksDB directory.
     pub data_dir: PathBuf,
+    /// Address peers and clients use to reach this replica; the client listener's address
+    /// when absent.
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// Address peers use for this replica's raft port (with a raft listener); that listener's
+    /// address when absent.
+    #[serde(default)]
+    pub raft_advertise: Option<String>,
+    /// Raft addresses of the founding voters as `id=host:port` (with a raft listener).
+    #[serde(default)]
+    pub raft_peers: Vec<String>,
     /// Every founding voter as `id=host:port`, this replica included. Empty with `join`.
     #[serde(default)]
     pub peers: Vec<String>,
@@ -52,6 +50,14 @@ pub struct ServeConfig {
     /// founding voter. `peers` then lists replicas to reach.
     #[serde(default)]
     pub join: bool,
+    /// The tunables (timing, bounds), with defaults.
+    #[serde(flatten)]
+    pub tuning: Tuning,
+}
+
+/// A replica's timing and bounds; every field has a default.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Tuning {
     /// Milliseconds per raft tick.
     #[serde(default = "d_tick_ms")]
     pub tick_ms: u64,
@@ -91,13 +97,128 @@ pub struct ServeConfig {
     /// renew for this long loses its jobs to another host.
     #[serde(default = "d_scheduler_lease_ms")]
     pub scheduler_lease_ms: u64,
-    /// Address of the HTTP/JSON API and dashboard (actix-web), e.g. `127.0.0.1:8080`; none
-    /// when absent.
-    #[serde(default)]
-    pub http_listen: Option<String>,
     /// Most concurrent `Watch` streams.
     #[serde(default = "d_max_watchers")]
     pub max_watchers: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            tick_ms: d_tick_ms(),
+            election_tick: d_election_tick(),
+            heartbeat_tick: d_heartbeat_tick(),
+            sync: true,
+            snapshot_every: d_snapshot_every(),
+            keep_entries: d_keep_entries(),
+            max_in_flight: d_max_in_flight(),
+            max_batch: d_max_batch(),
+            max_request_bytes: d_max_request_bytes(),
+            request_timeout_ms: d_request_timeout_ms(),
+            server_lease_ms: 0,
+            scheduler_lease_ms: d_scheduler_lease_ms(),
+            max_watchers: d_max_watchers(),
+        }
+    }
+}
+
+/// `tessera view serve`'s TOML file: a [`ServeConfig`] whose cluster spec is a path, plus
+/// where to listen. Unknown keys are refused (see [`ServeFile::from_file`]).
+#[derive(Clone, Debug, Deserialize)]
+pub struct ServeFile {
+    /// This replica's id.
+    pub id: u64,
+    /// The cluster's name.
+    pub cluster: String,
+    /// The cluster spec file (relative paths are resolved against this file's directory).
+    pub cluster_spec: PathBuf,
+    /// gRPC listen address (clients, and peers unless `raft_listen` is set).
+    pub listen: SocketAddr,
+    /// See [`ServeConfig::advertise`].
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// Separate listen address for raft traffic between replicas. Without it, raft shares the
+    /// client port, which must then be reachable by trusted hosts only: raft messages are not
+    /// authenticated and raft-rs panics on some forged ones.
+    #[serde(default)]
+    pub raft_listen: Option<SocketAddr>,
+    /// See [`ServeConfig::raft_advertise`].
+    #[serde(default)]
+    pub raft_advertise: Option<String>,
+    /// See [`ServeConfig::raft_peers`].
+    #[serde(default)]
+    pub raft_peers: Vec<String>,
+    /// RocksDB directory (relative paths are resolved against this file's directory).
+    pub data_dir: PathBuf,
+    /// See [`ServeConfig::peers`].
+    #[serde(default)]
+    pub peers: Vec<String>,
+    /// See [`ServeConfig::join`].
+    #[serde(default)]
+    pub join: bool,
+    /// Address of the HTTP/JSON API and `/metrics` (actix-web), e.g. `127.0.0.1:8080`; none
+    /// when absent.
+    #[serde(default)]
+    pub http_listen: Option<SocketAddr>,
+    /// Timing and bounds.
+    #[serde(flatten)]
+    pub tuning: Tuning,
+}
+
+/// Where a replica listens: the gRPC client port, raft's own port (optional: raft shares the
+/// client port without it) and the HTTP API (optional).
+#[derive(Clone, Copy, Debug)]
+pub struct ListenAddrs {
+    /// gRPC for clients (and raft without `raft`).
+    pub client: SocketAddr,
+    /// Raft between replicas.
+    pub raft: Option<SocketAddr>,
+    /// The HTTP/JSON API.
+    pub http: Option<SocketAddr>,
+}
+
+/// A replica's sockets, bound by its owner: [`crate::serve`] serves on them as they are.
+#[derive(Debug)]
+pub struct Listeners {
+    /// gRPC for clients (and raft without `raft`).
+    pub client: TcpListener,
+    /// Raft between replicas, when it has its own port.
+    pub raft: Option<TcpListener>,
+    /// The HTTP/JSON API, when served.
+    pub http: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds every address of `a`.
+    pub fn bind(a: &ListenAddrs) -> Result<Listeners, ServeError> {
+        let bind = |addr: SocketAddr| {
+            TcpListener::bind(addr).map_err(|e| ServeError::Server { addr: addr.to_string(), why: e.to_string() })
+        };
+        Ok(Listeners {
+            client: bind(a.client)?,
+            raft: a.raft.map(bind).transpose()?,
+            http: a.http.map(bind).transpose()?,
+        })
+    }
+
+    /// Fresh ports on 127.0.0.1 chosen by the kernel (port 0): a client port, a raft port
+    /// with `raft`, an HTTP port with `http`. Read them back with [`Listeners::addrs`].
+    pub fn loopback(raft: bool, http: bool) -> Result<Listeners, ServeError> {
+        let any = SocketAddr::from(([127, 0, 0, 1], 0));
+        Listeners::bind(&ListenAddrs { client: any, raft: raft.then_some(any), http: http.then_some(any) })
+    }
+
+    /// The bound addresses.
+    pub fn addrs(&self) -> Result<ListenAddrs, ServeError> {
+        let local = |l: &TcpListener| {
+            l.local_addr().map_err(|e| ServeError::Server { addr: "listener".into(), why: e.to_string() })
+        };
+        Ok(ListenAddrs {
+            client: local(&self.client)?,
+            raft: self.raft.as_ref().map(local).transpose()?,
+            http: self.http.as_ref().map(local).transpose()?,
+        })
+    }
 }
 
 fn d_scheduler_lease_ms() -> u64 {
@@ -138,42 +259,126 @@ fn d_max_watchers() -> usize {
     1_024
 }
 
-impl ServeConfig {
+/// The keys of [`ServeFile`] outside its tuning.
+const FILE_KEYS: [&str; 12] = [
+    "id",
+    "cluster",
+    "cluster_spec",
+    "listen",
+    "advertise",
+    "raft_listen",
+    "raft_advertise",
+    "raft_peers",
+    "data_dir",
+    "peers",
+    "join",
+    "http_listen",
+];
+
+impl ServeFile {
     /// Reads a config file; relative paths in it are resolved against its directory.
-    pub fn from_file(path: &Path) -> Result<ServeConfig, ServeError> {
+    pub fn from_file(path: &Path) -> Result<ServeFile, ServeError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| ServeError::Config { file: file.clone(), message: format!("cannot read: {e}") })?;
-        let mut cfg: ServeConfig =
-            toml::from_str(&text).map_err(|e| ServeError::Config { file: file.clone(), message: e.to_string() })?;
+        let bad = |message: String| ServeError::Config { file: file.clone(), message };
+        // serde cannot refuse unknown keys of a struct with a flattened part: check the keys
+        // first, against the file's own and the tuning's (read off its serialized defaults).
+        let table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let tuning = toml::Table::try_from(Tuning::default()).map_err(|e| bad(e.to_string()))?;
+        if let Some(k) = table.keys().find(|k| !FILE_KEYS.contains(&k.as_str()) && !tuning.contains_key(*k)) {
+            let mut known: Vec<&str> = FILE_KEYS.to_vec();
+            known.extend(tuning.keys().map(String::as_str));
+            return Err(bad(format!("unknown key `{k}` (known: {})", known.join(", "))));
+        }
+        let mut f: ServeFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        if cfg.cluster_spec.is_relative() {
-            cfg.cluster_spec = dir.join(&cfg.cluster_spec);
+        if f.cluster_spec.is_relative() {
+            f.cluster_spec = dir.join(&f.cluster_spec);
         }
-        if cfg.data_dir.is_relative() {
-            cfg.data_dir = dir.join(&cfg.data_dir);
+        if f.data_dir.is_relative() {
+            f.data_dir = dir.join(&f.data_dir);
         }
-        Ok(cfg)
+        Ok(f)
     }
 
-    /// The address others use for this replica.
-    pub fn advertised(&self) -> String {
-        self.advertise.clone().unwrap_or_else(|| self.listen.to_string())
+    /// Where the file says to listen.
+    pub fn listen_addrs(&self) -> ListenAddrs {
+        ListenAddrs { client: self.listen, raft: self.raft_listen, http: self.http_listen }
+    }
+
+    /// The replica's configuration: the cluster spec file is read and checked.
+    pub fn into_config(self) -> Result<ServeConfig, ServeError> {
+        let spec = ClusterSpec::from_file(&self.cluster_spec).map_err(|e| ServeError::Config {
+            file: self.cluster_spec.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(ServeConfig {
+            id: self.id,
+            cluster: self.cluster,
+            spec,
+            data_dir: self.data_dir,
+            advertise: self.advertise,
+            raft_advertise: self.raft_advertise,
+            raft_peers: self.raft_peers,
+            peers: self.peers,
+            join: self.join,
+            tuning: self.tuning,
+        })
+    }
+}
+
+impl ServeConfig {
+    /// A founding replica `id` of cluster `cluster` over `spec`, storing in `data_dir`, with
+    /// default tuning and no peers yet (see [`ServeConfig::with_peers`]).
+    pub fn new(id: u64, cluster: &str, spec: ClusterSpec, data_dir: impl Into<PathBuf>) -> ServeConfig {
+        ServeConfig {
+            id,
+            cluster: cluster.to_string(),
+            spec,
+            data_dir: data_dir.into(),
+            advertise: None,
+            raft_advertise: None,
+            raft_peers: Vec::new(),
+            peers: Vec::new(),
+            join: false,
+            tuning: Tuning::default(),
+        }
+    }
+
+    /// The founding voters: replica `i + 1` at `addrs[i]` (client, and raft when given).
+    pub fn with_peers(mut self, addrs: &[ListenAddrs]) -> ServeConfig {
+        self.peers = addrs.iter().enumerate().map(|(i, a)| format!("{}={}", i + 1, a.client)).collect();
+        self.raft_peers =
+            addrs.iter().enumerate().filter_map(|(i, a)| a.raft.map(|r| format!("{}={r}", i + 1))).collect();
+        self
+    }
+
+    /// Replaces the tuning.
+    pub fn with_tuning(mut self, tuning: Tuning) -> ServeConfig {
+        self.tuning = tuning;
+        self
+    }
+
+    /// The address others use for this replica, given where it listens.
+    pub fn advertised(&self, listen: &ListenAddrs) -> String {
+        self.advertise.clone().unwrap_or_else(|| listen.client.to_string())
     }
 
     /// This replica's raft address (its client address when raft shares the port).
-    pub fn raft_advertised(&self) -> String {
-        match (&self.raft_advertise, self.raft_listen) {
+    pub fn raft_advertised(&self, listen: &ListenAddrs) -> String {
+        match (&self.raft_advertise, listen.raft) {
             (Some(a), _) => a.clone(),
             (None, Some(l)) => l.to_string(),
-            (None, None) => self.advertised(),
+            (None, None) => self.advertised(listen),
         }
     }
 
-    /// The peers as id → address record (`client` or `client raft`, see [`split_addr`]).
-    pub fn peer_map(&self) -> Result<BTreeMap<u64, String>, ServeError> {
+    /// The peers as id → address record (`client` or `client raft`, see [`split_addr`]);
+    /// `raft_port`: raft has its own port.
+    pub fn peer_map(&self, raft_port: bool) -> Result<BTreeMap<u64, String>, ServeError> {
         let mut out = parse_peers("peers", &self.peers)?;
-        if self.raft_listen.is_some() {
+        if raft_port {
             let raft = parse_peers("raft_peers", &self.raft_peers)?;
             for (id, client) in out.iter_mut() {
                 let r = raft.get(id).ok_or_else(|| ServeError::Config {
@@ -185,43 +390,44 @@ impl ServeConfig {
         } else if !self.raft_peers.is_empty() {
             return Err(ServeError::Config {
                 file: "raft_peers".into(),
-                message: "raft_peers needs raft_listen".into(),
+                message: "raft_peers needs a raft listener (raft_listen)".into(),
             });
         }
         Ok(out)
     }
 
-    /// Checks values that cannot work.
-    pub fn validate(&self) -> Result<(), ServeError> {
+    /// Checks values that cannot work; `raft_port`: raft has its own listener.
+    pub fn validate(&self, raft_port: bool) -> Result<(), ServeError> {
         let bad = |m: &str| Err(ServeError::Config { file: "config".into(), message: m.to_string() });
+        let t = &self.tuning;
         if self.id == 0 {
             return bad("id must be at least 1");
         }
         if self.cluster.trim().is_empty() {
             return bad("cluster name is empty");
         }
-        if self.tick_ms == 0 || self.tick_ms > 10_000 {
+        if t.tick_ms == 0 || t.tick_ms > 10_000 {
             return bad("tick_ms must be in 1..=10000");
         }
-        if self.heartbeat_tick == 0 || self.election_tick <= self.heartbeat_tick {
+        if t.heartbeat_tick == 0 || t.election_tick <= t.heartbeat_tick {
             return bad("need 0 < heartbeat_tick < election_tick");
         }
-        if self.max_batch == 0 || self.max_in_flight == 0 || self.max_watchers == 0 {
+        if t.max_batch == 0 || t.max_in_flight == 0 || t.max_watchers == 0 {
             return bad("max_batch, max_in_flight and max_watchers must be at least 1");
         }
-        if self.max_request_bytes < 1024 {
+        if t.max_request_bytes < 1024 {
             return bad("max_request_bytes must be at least 1024");
         }
-        if self.request_timeout_ms == 0 {
+        if t.request_timeout_ms == 0 {
             return bad("request_timeout_ms must be at least 1");
         }
-        if self.snapshot_every == 0 {
+        if t.snapshot_every == 0 {
             return bad("snapshot_every must be at least 1");
         }
-        if !(100..=600_000).contains(&self.scheduler_lease_ms) {
+        if !(100..=600_000).contains(&t.scheduler_lease_ms) {
             return bad("scheduler_lease_ms must be in 100..=600000");
         }
-        let peers = self.peer_map()?;
+        let peers = self.peer_map(raft_port)?;
         if !self.join && !peers.contains_key(&self.id) {
             return bad("peers must list this replica's own id (or set join = true)");
         }

@@ -60,8 +60,6 @@ const JOB_STATES: [JobState; 6] =
 /// Settings of the HTTP API.
 #[derive(Clone, Debug)]
 pub struct HttpConfig {
-    /// Listen address, `host:port` (port 0 picks one).
-    pub listen: String,
     /// This replica's id (metrics labels).
     pub replica: u64,
     /// View replicas' client addresses, this replica's first.
@@ -373,8 +371,13 @@ fn decode_snapshot(wire: v1::SnapshotResponse) -> Result<(ViewSnapshot, u64), Ap
 
 /// Binds the HTTP API and runs it on the current tokio runtime until `stopping` turns true.
 /// Answers the bound addresses.
-pub fn start(cfg: HttpConfig, mut stopping: tokio::sync::watch::Receiver<bool>) -> Result<Vec<SocketAddr>, ServeError> {
-    let fail = |why: String| ServeError::Server { addr: cfg.listen.clone(), why: format!("HTTP API: {why}") };
+pub fn start(
+    listener: std::net::TcpListener,
+    cfg: HttpConfig,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<Vec<SocketAddr>, ServeError> {
+    let at = listener.local_addr().map_or_else(|_| "HTTP listener".to_string(), |a| a.to_string());
+    let fail = |why: String| ServeError::Server { addr: at.clone(), why: format!("HTTP API: {why}") };
     let own = cfg.view_addrs.first().cloned().ok_or_else(|| fail("no view address".into()))?;
     let client_deadline = cfg.request_timeout.saturating_sub(Duration::from_secs(1)).max(Duration::from_millis(500));
     let client =
@@ -417,7 +420,7 @@ pub fn start(cfg: HttpConfig, mut stopping: tokio::sync::watch::Receiver<bool>) 
     .shutdown_signal(async move {
         let _ = stopping.wait_for(|s| *s).await;
     })
-    .bind(cfg.listen.as_str())
+    .listen(listener)
     .map_err(|e| fail(e.to_string()))?;
     let addrs = server.addrs();
     let run = server.run();

@@ -9,7 +9,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`adoption`] | scheduler hosts' leases on pending jobs (leader memory) |
-//! | [`config`] | [`ServeConfig`]: the TOML file and its defaults |
+//! | [`config`] | [`ServeConfig`] (a value), [`ServeFile`] (the TOML file), [`Listeners`] (bound sockets) |
 //! | [`node`] | the driver thread: requests in, ready rounds (persist, apply, send), answers out; leases |
 //! | [`service`] | the `View` service: request checks, conversions, leader hints |
 //! | [`transport`] | per-peer raft streams and the `Raft` service |
@@ -24,19 +24,20 @@ pub mod node;
 pub mod service;
 pub mod transport;
 
-pub use config::ServeConfig;
+pub use config::{ListenAddrs, Listeners, ServeConfig, ServeFile, Tuning};
 pub use error::{LEADER_KEY, NodeError, ServeError};
 pub use tessera_proto::client::{self, ClientError, ViewClient};
 
 use node::{Driver, DriverConfig, PeerSenders};
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tessera_proto::v1;
 use tessera_replica::{Replica, ReplicaConfig};
-use tessera_view::{ClusterSpec, ClusterView};
+use tessera_view::ClusterView;
 
 /// The identity replicas agree on: the cluster's name and the hash of the view it starts from,
 /// so replicas started from different cluster specs refuse each other (and each other's data
@@ -45,32 +46,39 @@ pub fn cluster_identity(name: &str, initial: &ClusterView) -> String {
     format!("{name}@{:016x}", initial.state_hash())
 }
 
-/// Runs one replica until `shutdown` resolves or the replica fails.
-pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
-    cfg.validate()?;
-    let spec = ClusterSpec::from_file(&cfg.cluster_spec)
-        .map_err(|e| ServeError::Config { file: cfg.cluster_spec.display().to_string(), message: e.to_string() })?;
-    let initial = ClusterView::from_spec(&spec);
+/// Runs one replica on sockets its caller bound, until `shutdown` resolves or the replica
+/// fails. Raft gets its own port when `listeners.raft` is given; the HTTP API is served when
+/// `listeners.http` is.
+pub async fn serve(
+    listeners: Listeners,
+    cfg: ServeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let listen = listeners.addrs()?;
+    let raft_port = listen.raft.is_some();
+    cfg.validate(raft_port)?;
+    let t = cfg.tuning.clone();
+    let initial = ClusterView::from_spec(&cfg.spec);
     let identity = cluster_identity(&cfg.cluster, &initial);
-    let mut peers = cfg.peer_map()?;
-    let me = if cfg.raft_listen.is_some() {
-        format!("{} {}", cfg.advertised(), cfg.raft_advertised())
+    let mut peers = cfg.peer_map(raft_port)?;
+    let me = if raft_port {
+        format!("{} {}", cfg.advertised(&listen), cfg.raft_advertised(&listen))
     } else {
-        cfg.advertised()
+        cfg.advertised(&listen)
     };
     peers.insert(cfg.id, me);
     let voters: Vec<u64> = if cfg.join { Vec::new() } else { peers.keys().copied().collect() };
-    let rcfg = ReplicaConfig {
+    let replica_cfg = ReplicaConfig {
         id: cfg.id,
         peers: voters,
         cluster: identity.clone(),
-        election_tick: cfg.election_tick,
-        heartbeat_tick: cfg.heartbeat_tick,
-        sync: cfg.sync,
-        snapshot_every: cfg.snapshot_every,
-        keep_entries: cfg.keep_entries,
-        max_in_flight: cfg.max_in_flight,
-        max_batch: cfg.max_batch,
+        election_tick: t.election_tick,
+        heartbeat_tick: t.heartbeat_tick,
+        sync: t.sync,
+        snapshot_every: t.snapshot_every,
+        keep_entries: t.keep_entries,
+        max_in_flight: t.max_in_flight,
+        max_batch: t.max_batch,
         change_log: tessera_view::view::DEFAULT_CHANGE_LOG,
         election_seed: None,
     };
@@ -78,13 +86,13 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         file: cfg.data_dir.display().to_string(),
         message: format!("cannot create the data directory: {e}"),
     })?;
-    let replica = Replica::open(rcfg, &cfg.data_dir, move || initial)?;
+    let replica = Replica::open(replica_cfg, &cfg.data_dir, move || initial)?;
     let senders: PeerSenders = Arc::new(RwLock::new(HashMap::new()));
-    let dcfg = DriverConfig {
-        tick: Duration::from_millis(cfg.tick_ms),
-        timeout: Duration::from_millis(cfg.request_timeout_ms),
-        lease: Duration::from_millis(cfg.server_lease_ms),
-        scheduler_lease: Duration::from_millis(cfg.scheduler_lease_ms),
+    let driver_cfg = DriverConfig {
+        tick: Duration::from_millis(t.tick_ms),
+        timeout: Duration::from_millis(t.request_timeout_ms),
+        lease: Duration::from_millis(t.server_lease_ms),
+        scheduler_lease: Duration::from_millis(t.scheduler_lease_ms),
         queue: 65_536,
         peer_queue: 8_192,
     };
@@ -93,7 +101,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     let (spawn_tx, mut spawn_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, String)>();
     let (driver, handle) = Driver::new(
         replica,
-        dcfg.clone(),
+        driver_cfg.clone(),
         peers,
         senders.clone(),
         Box::new(move |id, addr| {
@@ -108,7 +116,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         rt.spawn(async move {
             let mut tasks: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
             while let Some((id, addr)) = spawn_rx.recv().await {
-                let (tx, rx) = tokio::sync::mpsc::channel(dcfg.peer_queue);
+                let (tx, rx) = tokio::sync::mpsc::channel(driver_cfg.peer_queue);
                 if let Ok(mut s) = senders.write() {
                     s.insert(id, tx);
                 }
@@ -133,7 +141,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             }
         })
         .map_err(|e| ServeError::Server {
-            addr: cfg.listen.to_string(),
+            addr: listen.client.to_string(),
             why: format!("cannot start the driver: {e}"),
         })?;
 
@@ -141,34 +149,40 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         node: handle.clone(),
         cluster: identity.clone(),
         watchers: Arc::new(AtomicUsize::new(0)),
-        max_watchers: cfg.max_watchers,
+        max_watchers: t.max_watchers,
     };
     let raft = transport::RaftService { cluster: identity.clone(), id: cfg.id, node: handle.clone() };
     // Accepted connections get TCP_NODELAY: without it, small raft and client messages wait
     // for delayed acknowledgements (tens of milliseconds).
-    let incoming = tonic::transport::server::TcpIncoming::bind(cfg.listen)
-        .map_err(|e| ServeError::Server { addr: cfg.listen.to_string(), why: e.to_string() })?
-        .with_nodelay(Some(true));
-    tracing::info!(replica = cfg.id, addr = %cfg.listen, cluster = %identity, "serving");
-    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
-    let failed2 = failed.clone();
+    let incoming = |l: std::net::TcpListener, addr: SocketAddr| {
+        let server_error = |e: std::io::Error| ServeError::Server { addr: addr.to_string(), why: e.to_string() };
+        l.set_nonblocking(true).map_err(server_error)?;
+        let l = tokio::net::TcpListener::from_std(l).map_err(server_error)?;
+        Ok::<_, ServeError>(tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)))
+    };
+    let client_incoming = incoming(listeners.client, listen.client)?;
+    tracing::info!(replica = cfg.id, addr = %listen.client, cluster = %identity, "serving");
+    let failure = Arc::new(std::sync::Mutex::new(None::<String>));
+    let failure_seen = failure.clone();
     // Set once shutdown begins; every listener and the grace timer watch it.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
-    if let Some(listen) = cfg.http_listen.clone() {
+    let until_stopping = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    if let Some(http_listener) = listeners.http {
         // This replica first, then the others: reads stay local, writes follow the leader.
-        let mut view_addrs = vec![cfg.advertised()];
+        let mut view_addrs = vec![cfg.advertised(&listen)];
         if let Ok(a) = handle.addrs.read() {
             let others = a.iter().filter(|(id, _)| **id != cfg.id);
             view_addrs.extend(others.map(|(_, r)| config::split_addr(r).0.to_string()));
         }
-        let hcfg = http::HttpConfig {
-            listen,
+        let http_cfg = http::HttpConfig {
             replica: cfg.id,
             view_addrs,
-            request_timeout: Duration::from_millis(cfg.request_timeout_ms) + Duration::from_secs(2),
+            request_timeout: Duration::from_millis(t.request_timeout_ms) + Duration::from_secs(2),
             max_body_bytes: http::MAX_BODY_BYTES,
         };
-        http::start(hcfg, stopping.clone())?;
+        http::start(http_listener, http_cfg, stopping.clone())?;
     }
     let stop = async move {
         tokio::select! {
@@ -176,7 +190,7 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
             r = fail_rx => {
                 let why = r.unwrap_or_else(|_| "the driver thread panicked (see the log above)".to_string());
                 tracing::error!(%why, "stopping");
-                if let Ok(mut f) = failed2.lock() {
+                if let Ok(mut f) = failure_seen.lock() {
                     *f = Some(why);
                 }
             }
@@ -184,52 +198,49 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
         let _ = stopping_tx.send(true);
     };
     let view_server = v1::view_server::ViewServer::new(view)
-        .max_decoding_message_size(cfg.max_request_bytes)
+        .max_decoding_message_size(t.max_request_bytes)
         .max_encoding_message_size(usize::MAX);
     let raft_server = v1::raft_server::RaftServer::new(raft)
         .max_decoding_message_size(transport::MAX_RAFT_BYTES)
         .max_encoding_message_size(transport::MAX_RAFT_BYTES);
     let server_err = |addr: String| move |e: tonic::transport::Error| ServeError::Server { addr, why: e.to_string() };
-    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>> = match cfg.raft_listen {
-        // Raft on its own port: the client port carries only the View service.
-        Some(raft_addr) => {
-            let raft_incoming = tonic::transport::server::TcpIncoming::bind(raft_addr)
-                .map_err(|e| ServeError::Server { addr: raft_addr.to_string(), why: e.to_string() })?
-                .with_nodelay(Some(true));
-            let mut stopping3 = stopping.clone();
-            let raft = tonic::transport::Server::builder().add_service(raft_server).serve_with_incoming_shutdown(
-                raft_incoming,
-                async move {
-                    let _ = stopping3.wait_for(|s| *s).await;
-                },
-            );
-            let client = tonic::transport::Server::builder()
-                .add_service(view_server)
-                .serve_with_incoming_shutdown(incoming, stop);
-            let (a, b) = (cfg.listen.to_string(), raft_addr.to_string());
-            tracing::info!(replica = cfg.id, raft = %raft_addr, "raft on its own port");
-            Box::pin(async move {
-                tokio::select! {
-                    r = client => r.map_err(server_err(a)),
-                    r = raft => r.map_err(server_err(b)),
-                }
-            })
-        }
-        None => {
-            let a = cfg.listen.to_string();
-            let both = tonic::transport::Server::builder()
-                .add_service(view_server)
-                .add_service(raft_server)
-                .serve_with_incoming_shutdown(incoming, stop);
-            Box::pin(async move { both.await.map_err(server_err(a)) })
-        }
-    };
+    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>> =
+        match (listeners.raft, listen.raft) {
+            // Raft on its own port: the client port carries only the View service.
+            (Some(raft_listener), Some(raft_addr)) => {
+                let raft = tonic::transport::Server::builder().add_service(raft_server).serve_with_incoming_shutdown(
+                    incoming(raft_listener, raft_addr)?,
+                    until_stopping(stopping.clone()),
+                );
+                let client = tonic::transport::Server::builder()
+                    .add_service(view_server)
+                    .serve_with_incoming_shutdown(client_incoming, stop);
+                let (a, b) = (listen.client.to_string(), raft_addr.to_string());
+                tracing::info!(replica = cfg.id, raft = %raft_addr, "raft on its own port");
+                Box::pin(async move {
+                    tokio::select! {
+                        r = client => r.map_err(server_err(a)),
+                        r = raft => r.map_err(server_err(b)),
+                    }
+                })
+            }
+            _ => {
+                let a = listen.client.to_string();
+                let both = tonic::transport::Server::builder()
+                    .add_service(view_server)
+                    .add_service(raft_server)
+                    .serve_with_incoming_shutdown(client_incoming, stop);
+                Box::pin(async move { both.await.map_err(server_err(a)) })
+            }
+        };
     // Graceful shutdown waits for open streams (peers' raft streams, watchers) to end: give
     // them a moment, then stop anyway. Every raft write is already durable.
-    let mut stopping4 = stopping.clone();
-    let grace = async move {
-        let _ = stopping4.wait_for(|s| *s).await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    let grace = {
+        let stopped = until_stopping(stopping.clone());
+        async move {
+            stopped.await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     };
     tokio::select! {
         r = server => r?,
@@ -242,8 +253,8 @@ pub async fn serve(cfg: ServeConfig, shutdown: impl Future<Output = ()> + Send +
     if tokio::time::timeout(Duration::from_secs(5), joined).await.is_err() {
         tracing::warn!(replica = cfg.id, "the driver did not stop within 5 s");
     }
-    if let Some(why) = failed.lock().ok().and_then(|f| f.clone()) {
-        return Err(ServeError::Server { addr: cfg.listen.to_string(), why: format!("replica failed: {why}") });
+    if let Some(why) = failure.lock().ok().and_then(|f| f.clone()) {
+        return Err(ServeError::Server { addr: listen.client.to_string(), why: format!("replica failed: {why}") });
     }
     Ok(())
 }

@@ -4,65 +4,28 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
+use tessera_testkit::LocalCluster;
 use tessera_view::fit::{FitMode, member_request, plan_member};
-use tessera_view::{ClusterView, JobSpec, LocalityLevel, ServerId, ViewSnapshot};
-use tessera_view_server::{ServeConfig, ViewClient};
-use tokio::sync::oneshot;
+use tessera_view::{ClusterSpec, ClusterView, JobSpec, LocalityLevel, ServerId, Topology, ViewSnapshot};
+use tessera_view_server::{Tuning, ViewClient};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind a free port").local_addr().expect("local addr").port()
-}
-
-/// One replica with the HTTP API; stops when dropped.
+/// One replica with the HTTP API (a [`LocalCluster`] of one).
 struct Replica {
     http: String,
     grpc: String,
-    stop: Option<oneshot::Sender<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
+    _cluster: LocalCluster,
 }
 
 impl Replica {
     async fn start() -> Replica {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(
-            dir.path().join("cluster.toml"),
-            "name = \"http-test\"\n[[racks]]\nname = \"r0\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = 2\n",
-        )
-        .expect("write the cluster spec");
-        let grpc = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
-        std::fs::write(
-            dir.path().join("replica.toml"),
-            format!(
-                "id = 1\ncluster = \"http-test\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{grpc}\"\n\
-                 data_dir = \"data\"\npeers = [\"1={grpc}\"]\ntick_ms = 20\nsync = false\n\
-                 request_timeout_ms = 3000\nhttp_listen = \"{http}\"\n"
-            ),
-        )
-        .expect("write the replica config");
-        let cfg = ServeConfig::from_file(&dir.path().join("replica.toml")).expect("replica config");
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            if let Err(e) = tessera_view_server::serve(cfg, async move {
-                let _ = stopped.await;
-            })
-            .await
-            {
-                eprintln!("replica failed: {e}");
-            }
-        });
-        let r = Replica { http: format!("http://{http}"), grpc, stop: Some(stop), _dir: dir };
+        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
+        let tuning = Tuning { tick_ms: 20, sync: false, request_timeout_ms: 3000, ..Tuning::default() };
+        let cluster =
+            LocalCluster::builder(spec).name("http-test").http(true).tuning(tuning).start().await.expect("replica");
+        let http = cluster.http_addr().expect("an HTTP address");
+        let r = Replica { http: format!("http://{http}"), grpc: cluster.addrs()[0].clone(), _cluster: cluster };
         let mut c = r.view();
         c.wait_for_leader().await.expect("the replica elected itself");
         // The HTTP API answers once the replica does.
@@ -263,7 +226,7 @@ async fn endpoints_answer_and_refuse_bad_input() {
     assert_eq!(list[0]["gpu_bitmap"], "........");
     assert_eq!(list[0]["health"], "up");
     assert_eq!(list[0]["device_type"], "nvidia-v100-16g");
-    assert_eq!(list[0]["rack"], "r0");
+    assert_eq!(list[0]["rack"], "rack-0");
     assert_eq!(list[0]["cores_free"], 32);
 
     // Unknown routes and methods answer JSON too.
@@ -356,12 +319,12 @@ async fn logs_come_from_the_agent_while_placed_and_after_the_end() {
     let id = job["job"].as_u64().expect("a job id");
 
     // The agent of server 0 serves logs; it registers with its address.
-    let agent_addr = format!("127.0.0.1:{}", free_port());
-    let listen = agent_addr.parse().expect("agent address");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the agent's port");
+    let agent_addr = listener.local_addr().expect("agent address").to_string();
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(v1::agent_server::AgentServer::new(FakeAgent { job: id }))
-            .serve(listen),
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let mut view = r.view();
     let snap = view.snapshot(true).await.expect("snapshot").snapshot.expect("a view");

@@ -1,0 +1,237 @@
+//! # tessera-testkit: local clusters for tests, benchmarks and `tessera dev`
+//!
+//! [`LocalCluster`] runs view replicas in this process, each on sockets the kit binds itself
+//! (port 0 by default, so parallel tests never race for a port; fixed ports when asked, as
+//! `tessera dev` does), each replica built from a [`ServeConfig`] value — no configuration file
+//! is written. The same replicas a deployment runs: raft-rs on RocksDB, gRPC, the HTTP API.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), tessera_testkit::KitError> {
+//! use tessera_view::{ClusterSpec, Topology};
+//! let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 4, 2, 1);
+//! let cluster = tessera_testkit::LocalCluster::builder(spec).replicas(3).start().await?;
+//! let mut client = cluster.client()?;
+//! client.wait_for_leader().await?;
+//! cluster.stop().await?;
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tessera_view::ClusterSpec;
+use tessera_view_server::{ClientError, ListenAddrs, Listeners, ServeConfig, ServeError, Tuning, ViewClient};
+use thiserror::Error;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Why a local cluster could not start or stopped badly.
+#[derive(Debug, Error)]
+pub enum KitError {
+    /// A replica could not be configured, bound or run.
+    #[error("replica {replica}: {source}")]
+    Replica {
+        /// Its id.
+        replica: u64,
+        /// What failed.
+        source: ServeError,
+    },
+    /// The data directory could not be made.
+    #[error("data directory {dir}: {why}")]
+    DataDir {
+        /// The directory.
+        dir: String,
+        /// Why.
+        why: String,
+    },
+    /// A replica's task ended abnormally (it panicked).
+    #[error("replica {replica} panicked: {why}")]
+    Panicked {
+        /// Its id.
+        replica: u64,
+        /// The panic.
+        why: String,
+    },
+    /// The client could not be built.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// How to start a [`LocalCluster`].
+#[derive(Debug)]
+pub struct LocalClusterBuilder {
+    spec: ClusterSpec,
+    name: String,
+    replicas: usize,
+    raft_ports: bool,
+    http: bool,
+    tuning: Tuning,
+    data_dir: Option<PathBuf>,
+    listen: Option<Vec<ListenAddrs>>,
+}
+
+impl LocalClusterBuilder {
+    /// Number of replicas (1 by default).
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = n.max(1);
+        self
+    }
+
+    /// The cluster's name (`local` by default).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
+    }
+
+    /// Give raft its own port on every replica.
+    pub fn raft_ports(mut self, on: bool) -> Self {
+        self.raft_ports = on;
+        self
+    }
+
+    /// Serve the HTTP API on the first replica.
+    pub fn http(mut self, on: bool) -> Self {
+        self.http = on;
+        self
+    }
+
+    /// The replicas' tuning.
+    pub fn tuning(mut self, tuning: Tuning) -> Self {
+        self.tuning = tuning;
+        self
+    }
+
+    /// Keep the replicas' data here (`replica-N` below it) instead of a temporary directory
+    /// removed when the cluster is dropped.
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_path_buf());
+        self
+    }
+
+    /// Fixed addresses, one per replica (client, raft, HTTP); without them every socket is
+    /// bound to a fresh loopback port. An address in use fails the start with the reason.
+    pub fn listen(mut self, addrs: Vec<ListenAddrs>) -> Self {
+        self.replicas = addrs.len().max(1);
+        self.listen = Some(addrs);
+        self
+    }
+
+    /// Binds every socket, then starts every replica on the current tokio runtime. Returns once
+    /// they are serving (a leader may not be elected yet: see [`ViewClient::wait_for_leader`]).
+    pub async fn start(self) -> Result<LocalCluster, KitError> {
+        let (tmp, dir) = match &self.data_dir {
+            Some(d) => (None, d.clone()),
+            None => {
+                let t = tempfile::Builder::new().prefix("tessera-local-").tempdir().map_err(|e| KitError::DataDir {
+                    dir: std::env::temp_dir().display().to_string(),
+                    why: e.to_string(),
+                })?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let mut listeners = Vec::with_capacity(self.replicas);
+        for i in 0..self.replicas {
+            let replica = i as u64 + 1;
+            let bound = match &self.listen {
+                Some(addrs) => Listeners::bind(&addrs[i]),
+                None => Listeners::loopback(self.raft_ports, self.http && i == 0),
+            };
+            listeners.push(bound.map_err(|source| KitError::Replica { replica, source })?);
+        }
+        let mut addrs = Vec::with_capacity(listeners.len());
+        for (i, l) in listeners.iter().enumerate() {
+            addrs.push(l.addrs().map_err(|source| KitError::Replica { replica: i as u64 + 1, source })?);
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::with_capacity(listeners.len());
+        for (i, l) in listeners.into_iter().enumerate() {
+            let id = i as u64 + 1;
+            let cfg = ServeConfig::new(id, &self.name, self.spec.clone(), dir.join(format!("replica-{id}")))
+                .with_peers(&addrs)
+                .with_tuning(self.tuning.clone());
+            let mut rx = stop_rx.clone();
+            let stopped = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            tasks.push((id, tokio::spawn(tessera_view_server::serve(l, cfg, stopped))));
+        }
+        tracing::info!(replicas = addrs.len(), dir = %dir.display(), "local cluster started");
+        Ok(LocalCluster { addrs, dir, stop: stop_tx, tasks, _tmp: tmp })
+    }
+}
+
+/// View replicas running in this process. Dropping it stops them without waiting; prefer
+/// [`LocalCluster::stop`], which waits until every replica has closed its storage.
+#[derive(Debug)]
+pub struct LocalCluster {
+    addrs: Vec<ListenAddrs>,
+    dir: PathBuf,
+    stop: watch::Sender<bool>,
+    tasks: Vec<(u64, JoinHandle<Result<(), ServeError>>)>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl LocalCluster {
+    /// A builder over the cluster `spec`.
+    pub fn builder(spec: ClusterSpec) -> LocalClusterBuilder {
+        LocalClusterBuilder {
+            spec,
+            name: "local".to_string(),
+            replicas: 1,
+            raft_ports: false,
+            http: false,
+            tuning: Tuning::default(),
+            data_dir: None,
+            listen: None,
+        }
+    }
+
+    /// The replicas' client addresses (`host:port`), replica 1 first.
+    pub fn addrs(&self) -> Vec<String> {
+        self.addrs.iter().map(|a| a.client.to_string()).collect()
+    }
+
+    /// Replica `id`'s sockets.
+    pub fn listen_addrs(&self, id: u64) -> Option<ListenAddrs> {
+        self.addrs.get((id as usize).checked_sub(1)?).copied()
+    }
+
+    /// The HTTP API's address, when one is served.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.addrs.iter().find_map(|a| a.http)
+    }
+
+    /// Where the replicas keep their data.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A leader-following client of every replica, with a 20 s deadline per call.
+    pub fn client(&self) -> Result<ViewClient, KitError> {
+        Ok(ViewClient::new(self.addrs())?.with_deadline(Duration::from_secs(20)))
+    }
+
+    /// Stops every replica and waits for each to close its storage; the first failure wins.
+    pub async fn stop(mut self) -> Result<(), KitError> {
+        let _ = self.stop.send(true);
+        let mut first = Ok(());
+        for (replica, t) in std::mem::take(&mut self.tasks) {
+            let r = match t.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(source)) => Err(KitError::Replica { replica, source }),
+                Err(e) => Err(KitError::Panicked { replica, why: e.to_string() }),
+            };
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
