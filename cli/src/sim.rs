@@ -1,35 +1,21 @@
 //! `tessera sim`: replay a job trace through the simulator (`tessera_scheduler::sim`) under
 //! several placement policies and report, table, JSON, CSV files and SVG plots.
 //!
-//! The simulator computes every metric ([`PolicyReport`]); this module picks the inputs (trace,
-//! cluster, speed model, load), runs the policies (on as many threads as there are cores: each
-//! run is deterministic on its own) and writes what they returned.
+//! The simulator computes every metric ([`PolicyReport`]) and the experiment module
+//! (`tessera_scheduler::sim::experiment`) loads the inputs and runs the policies side by side;
+//! this module turns flags into an [`ExperimentSpec`] and prints or writes what came back.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
-use std::io::{BufRead, IsTerminal};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
-use tessera_scheduler::sim::{self, PolicyReport, SIZE_BUCKETS, SimConfig, SimPolicy, SpeedModel, Trace};
-use tessera_view::{ClusterSpec, Topology};
-
-/// Offered load (the trace's average GPU demand over the cluster's GPUs, at full speed) the
-/// default Philly cluster is sized for. With the speed model's CPU and locality losses, jobs
-/// run at roughly half speed, so queues form and last (docs/EVALUATION.md).
-const DEFAULT_OFFERED_LOAD: f64 = 0.35;
-/// Server model of the default Philly cluster.
-const DEFAULT_TOPOLOGY: &str = "seed-8gpu";
-/// Default arrival-rate multiplier for the Alibaba pods: the real cluster has about as many
-/// GPUs as the trace has pods, so arrivals are compressed to make them meet.
-const ALIBABA_LOAD_SCALE: f64 = 300.0;
-const PHILLY_FILE: &str = "philly-vc-jobs.csv";
-const ALIBABA_PODS_FILE: &str = "alibaba-v2023-gpu-pods.csv";
-const ALIBABA_NODES_FILE: &str = "alibaba-v2023-gpu-nodes.csv";
+use tessera_scheduler::sim::experiment::DEFAULT_OFFERED_LOAD;
+use tessera_scheduler::sim::{
+    Experiment, ExperimentSpec, ModelChoice, PolicyReport, SIZE_BUCKETS, SimPolicy, TraceSource,
+};
 
 #[derive(Args)]
 pub struct SimArgs {
@@ -79,20 +65,10 @@ pub struct SimArgs {
     out: Option<PathBuf>,
 }
 
-/// What was loaded, for the summary lines.
-struct Inputs {
-    trace: Trace,
-    cluster: ClusterSpec,
-    cluster_note: String,
-    model: SpeedModel,
-    load_scale: f64,
-    notes: Vec<String>,
-}
-
 pub fn run(a: SimArgs) -> Result<ExitCode> {
     let policies = if a.policies.is_empty() { SimPolicy::ALL.to_vec() } else { dedup(&a.policies) };
-    let inputs = load_inputs(&a)?;
-    let gpus: u64 = cluster_gpus(&inputs.cluster);
+    let inputs = experiment(&a).load()?;
+    let gpus: u64 = inputs.cluster_gpus();
     let mut summary = vec![
         format!(
             "trace: {} — {} jobs{}",
@@ -101,7 +77,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
             a.max_jobs.map(|n| format!(" (--max-jobs {n})")).unwrap_or_default()
         ),
         format!("cluster: {} ({} servers, {gpus} GPUs)", inputs.cluster_note, inputs.cluster.server_count()),
-        format!("speed model: {}; load scale {}; seed {}", inputs.model.name, inputs.load_scale, a.seed),
+        format!("speed model: {}; load scale {}; seed {}", inputs.model.name, inputs.load_scale, inputs.seed),
     ];
     summary.extend(inputs.notes.iter().cloned());
     for (reason, n) in &inputs.trace.skipped {
@@ -157,10 +133,6 @@ fn dedup(p: &[SimPolicy]) -> Vec<SimPolicy> {
     out
 }
 
-fn cluster_gpus(c: &ClusterSpec) -> u64 {
-    c.groups.iter().map(|g| u64::from(g.servers) * u64::from(c.topologies[g.topology].devices)).sum()
-}
-
 /// The traces folder: the flag or `$TESSERA_TRACES`, else `../shared/traces` from the working
 /// directory (the repository root), else beside the repository this binary was built from.
 fn traces_dir(a: &SimArgs) -> PathBuf {
@@ -175,98 +147,31 @@ fn traces_dir(a: &SimArgs) -> PathBuf {
     if built.is_dir() { built } else { cwd }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Format {
-    Philly,
-    AlibabaPods,
+/// The experiment the flags describe.
+fn experiment(a: &SimArgs) -> ExperimentSpec {
+    let trace = match a.trace.as_str() {
+        "philly" => TraceSource::Philly,
+        "alibaba" => TraceSource::Alibaba,
+        p => TraceSource::File(PathBuf::from(p)),
+    };
+    let mut e = ExperimentSpec::new(&traces_dir(a), trace);
+    e.vc = (a.vc != "all").then(|| a.vc.clone());
+    e.cluster = a.cluster.clone();
+    e.offered_load = a.offered_load;
+    e.load_scale = a.load_scale;
+    e.seed = a.seed;
+    e.model = match a.model.as_deref() {
+        None => ModelChoice::Builtin,
+        Some("ideal") => ModelChoice::Ideal,
+        Some(f) => ModelChoice::File(PathBuf::from(f)),
+    };
+    e.max_jobs = a.max_jobs;
+    e
 }
-
-/// A trace file's format, from its header: Alibaba pods have `gpu_milli`.
-fn sniff(path: &Path) -> Result<Format> {
-    let f = std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let mut header = String::new();
-    std::io::BufReader::new(f).read_line(&mut header).with_context(|| format!("{}: cannot read", path.display()))?;
-    Ok(if header.split(',').any(|c| c.trim() == "gpu_milli") { Format::AlibabaPods } else { Format::Philly })
-}
-
-fn load_inputs(a: &SimArgs) -> Result<Inputs> {
-    let dir = traces_dir(a);
-    let (path, format) = match a.trace.as_str() {
-        "philly" => (dir.join(PHILLY_FILE), Format::Philly),
-        "alibaba" => (dir.join(ALIBABA_PODS_FILE), Format::AlibabaPods),
-        p => {
-            let p = PathBuf::from(p);
-            let f = sniff(&p)?;
-            (p, f)
-        }
-    };
-    let vc = (a.vc != "all").then_some(a.vc.as_str());
-    if vc.is_some() && format == Format::AlibabaPods {
-        bail!("--vc applies to Philly traces only");
-    }
-    let mut trace = match format {
-        Format::Philly => sim::trace::load_philly(&path, vc)?,
-        Format::AlibabaPods => sim::trace::load_alibaba_pods(&path)?,
-    };
-    let mut notes = Vec::new();
-    if let Some(n) = a.max_jobs {
-        if n == 0 {
-            bail!("--max-jobs must be at least 1");
-        }
-        if n < trace.jobs.len() {
-            notes.push(format!("replaying the first {n} of {} usable jobs by arrival", trace.jobs.len()));
-            trace.jobs.truncate(n);
-        }
-    }
-    let load_scale = a.load_scale.unwrap_or(match format {
-        Format::Philly => 1.0,
-        Format::AlibabaPods => ALIBABA_LOAD_SCALE,
-    });
-    if !(load_scale.is_finite() && load_scale > 0.0) {
-        bail!("--load-scale must be a positive number");
-    }
-    let (cluster, cluster_note) = match (&a.cluster, format) {
-        (Some(p), _) => (ClusterSpec::from_file(p)?, format!("{}", p.display())),
-        (None, Format::Philly) => {
-            if !(a.offered_load.is_finite() && a.offered_load > 0.0) {
-                bail!("--offered-load must be a positive number");
-            }
-            let topo = Topology::preset(DEFAULT_TOPOLOGY)
-                .with_context(|| format!("server model preset `{DEFAULT_TOPOLOGY}`"))?;
-            let per_server = topo.devices;
-            let n = sim::servers_for_load(&trace, load_scale, per_server, a.offered_load);
-            (
-                sim::uniform_cluster(topo, n),
-                format!("{n} × {DEFAULT_TOPOLOGY}, sized for offered load {}", a.offered_load),
-            )
-        }
-        (None, Format::AlibabaPods) => {
-            let nodes = dir.join(ALIBABA_NODES_FILE);
-            let c = sim::trace::load_alibaba_nodes(&nodes)
-                .with_context(|| "the Alibaba pods run on the real node list by default (or give --cluster)")?;
-            for (reason, n) in &c.skipped {
-                notes.push(format!("node list: left out {n} nodes — {reason}"));
-            }
-            (c.spec, format!("real node list {}", nodes.display()))
-        }
-    };
-    let model = match a.model.as_deref() {
-        None => SpeedModel::builtin(),
-        Some("ideal") => SpeedModel::ideal(),
-        Some(f) => {
-            let text = std::fs::read_to_string(f).with_context(|| format!("{f}: cannot read"))?;
-            SpeedModel::from_toml(f, &text)?
-        }
-    };
-    Ok(Inputs { trace, cluster, cluster_note, model, load_scale, notes })
-}
-
-/// One policy's result and wall time, filled in by whichever thread ran it.
-type Slot = Mutex<Option<Result<(PolicyReport, f64)>>>;
 
 /// Runs every policy, up to `--threads` at once, with one progress bar each (drawn only when
 /// stderr is a terminal). Results come back in `policies` order.
-fn run_policies(a: &SimArgs, inputs: &Inputs, policies: &[SimPolicy]) -> Result<Vec<(SimPolicy, PolicyReport)>> {
+fn run_policies(a: &SimArgs, inputs: &Experiment, policies: &[SimPolicy]) -> Result<Vec<(SimPolicy, PolicyReport)>> {
     let target =
         if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
     let multi = MultiProgress::with_draw_target(target);
@@ -283,41 +188,17 @@ fn run_policies(a: &SimArgs, inputs: &Inputs, policies: &[SimPolicy]) -> Result<
         })
         .collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = a.threads.unwrap_or(cores).clamp(1, policies.len().max(1));
-    let next = AtomicUsize::new(0);
-    let results: Vec<Slot> = policies.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let k = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(&policy) = policies.get(k) else { break };
-                    let bar = &bars[k];
-                    let mut cfg = SimConfig::new(policy);
-                    cfg.seed = a.seed;
-                    cfg.load_scale = inputs.load_scale;
-                    let t0 = Instant::now();
-                    let r = sim::simulate(&inputs.cluster, &inputs.trace, &inputs.model, &cfg, &mut |done, total| {
-                        bar.set_length(total.max(1));
-                        bar.set_position(done);
-                    })
-                    .map(|r| (r, t0.elapsed().as_secs_f64()))
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", policy.name()));
-                    bar.finish_with_message(format!("{:.1} s", t0.elapsed().as_secs_f64()));
-                    if let Ok(mut slot) = results[k].lock() {
-                        *slot = Some(r);
-                    }
-                }
-            });
-        }
-    });
+    let runs = inputs.run(policies, a.threads.unwrap_or(cores), &|k, done, total| {
+        bars[k].set_length(total.max(1));
+        bars[k].set_position(done);
+    })?;
     let mut out = Vec::new();
-    for (p, slot) in policies.iter().zip(results) {
-        let r = slot.into_inner().map_err(|_| anyhow::anyhow!("{}: a simulation thread panicked", p.name()))?;
-        let (report, wall_s) = r.with_context(|| format!("{}: not run", p.name()))??;
+    for ((p, r), bar) in runs.into_iter().zip(&bars) {
+        let (report, wall_s) = r.with_context(|| p.name())?;
+        bar.finish_with_message(format!("{wall_s:.1} s"));
         // Wall time goes to stderr only: stdout stays identical across runs with one seed.
         eprintln!("{:<30} simulated in {wall_s:.1} s", p.name());
-        out.push((*p, report));
+        out.push((p, report));
     }
     Ok(out)
 }

@@ -14,13 +14,16 @@
 //! | [`model`] | the job-speed model (locality, interference, CPU) and the `ideal` model |
 //! | [`policy`] | the compared policies and how each writes specs and chooses servers |
 //! | [`engine`] | the event loop and the metrics of one run |
+//! | [`experiment`] | one experiment as a value (trace, cluster, model, load) and its policies run side by side |
 
 pub mod engine;
+pub mod experiment;
 pub mod model;
 pub mod policy;
 pub mod trace;
 
 pub use engine::{JobRecord, PolicyReport, SimConfig, simulate};
+pub use experiment::{Experiment, ExperimentSpec, ModelChoice, TraceSource};
 pub use model::SpeedModel;
 pub use policy::SimPolicy;
 pub use trace::{SimJob, Trace};
