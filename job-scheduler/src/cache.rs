@@ -4,7 +4,8 @@
 //! task of its own: each delta updates the server records (through [`LocalView::apply_delta`],
 //! which refuses anything that would roll the copy back) and the jobs it names. When the stream
 //! breaks (the replica died, the leader moved) the task subscribes again from the version it
-//! holds, through the leader-following [`ViewClient`]; a replica that no longer holds that far
+//! holds (after a jittered [`Backoff`], 50 ms doubling to 2 s, reset by every event), through
+//! the leader-following [`ViewClient`]; a replica that no longer holds that far
 //! back answers with a snapshot, and the copy is rebuilt from it. Readers never wait for the
 //! network: they read whatever the copy holds, and [`ViewCache::changed`] tells them when that
 //! moved on.
@@ -13,6 +14,7 @@ use crate::LocalView;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::v1;
 use tessera_view::{Job, JobId, JobState, ServerId, ServerRecord, ViewDelta, ViewSnapshot, ViewVersion};
@@ -167,15 +169,15 @@ async fn read_snapshot(client: &mut ViewClient) -> Result<ViewSnapshot, CacheErr
 
 /// Follows the watch stream for as long as the cache lives.
 async fn follow(mut client: ViewClient, state: Arc<RwLock<CacheState>>, tx: watch::Sender<u64>) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut rng = seeded_rng(crate::host::fnv(client.current()));
     loop {
         let from = *tx.borrow();
         let mut stream = match client.watch(from).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::debug!("watch failed, retrying: {e}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                tracing::debug!(error = %e, "watch failed, retrying");
+                tokio::time::sleep(backoff.next_delay(&mut rng)).await;
                 continue;
             }
         };
@@ -194,7 +196,7 @@ async fn follow(mut client: ViewClient, state: Arc<RwLock<CacheState>>, tx: watc
                     break;
                 }
             };
-            backoff = Duration::from_millis(50);
+            backoff.reset();
             let to = match ev.event {
                 Some(v1::watch_event::Event::Delta(d)) => match ViewDelta::try_from(d) {
                     Ok(d) => {
@@ -232,7 +234,8 @@ async fn follow(mut client: ViewClient, state: Arc<RwLock<CacheState>>, tx: watc
                 let _ = tx.send(v);
             }
         }
-        tokio::time::sleep(backoff).await;
+        // Resubscribing to a replica that keeps closing the stream at once backs off too.
+        tokio::time::sleep(backoff.next_delay(&mut rng)).await;
     }
 }
 

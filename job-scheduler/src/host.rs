@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_view::JobId;
 use tokio::task::JoinHandle;
@@ -127,17 +128,19 @@ pub async fn run_host(
     let client = ViewClient::new(cfg.view.clone())?.with_deadline(Duration::from_secs(5));
     tokio::pin!(shutdown);
     // The view may not be up yet (hosts start with the cluster): keep trying, bounded backoff.
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut rng = seeded_rng(fnv(&cfg.name));
     let cache = loop {
-        match ViewCache::connect(client.clone()).await {
+        let e = match ViewCache::connect(client.clone()).await {
             Ok(c) => break c,
-            Err(e) => tracing::warn!(host = %cfg.name, "{}; retrying in {} ms", chain(&e), backoff.as_millis()),
-        }
+            Err(e) => e,
+        };
+        let delay = backoff.next_delay(&mut rng);
+        tracing::warn!(host = %cfg.name, error = %chain(&e), retry_in_ms = delay.as_millis() as u64, "cannot read the view");
         tokio::select! {
             _ = &mut shutdown => return Ok(HostStats::default()),
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     };
     tracing::info!(host = %cfg.name, schedulers = %registry.names(), "scheduler host started");
     let mut tasks: HashMap<JobId, JoinHandle<Option<Placed>>> = HashMap::new();
@@ -249,6 +252,7 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-fn fnv(s: &str) -> u64 {
+/// FNV-1a of a name: a salt that tells hosts (and their rngs) apart.
+pub(crate) fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }

@@ -8,7 +8,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`scheduler`] | the [`Scheduler`] trait, [`Verdict`], and the built-in schedulers (`default`, `cpu-aware`, `optimus`) |
-//! | [`runtime`] | [`place_job`]: propose, learn from rejections, retry with jittered backoff, relax locality, give up |
+//! | [`runtime`] | [`PlaceMachine`]: propose, learn from rejections, retry with jittered backoff, relax locality, give up — a pure state machine over a clock; [`place_job`] is its async shell |
 //! | [`host`] | [`run_host`]: the scheduler host, one task per adopted job, jobs held under a lease |
 //! | [`migrate`] | [`MigrationConfig`]: the host's live migration task, moving small jobs out of the way of a blocked one |
 //! | [`cache`] | [`ViewCache`]: a live copy of the view from a snapshot plus the `Watch` stream, following leader changes |
@@ -42,6 +42,6 @@ pub use host::{HostConfig, Registry, run_host};
 pub use local_view::{LocalView, Overlay};
 pub use migrate::MigrationConfig;
 pub use policy::Policy;
-pub use runtime::{Placed, RuntimeOptions, place_job};
+pub use runtime::{PlaceMachine, Placed, RuntimeOptions, place_job};
 pub use scheduler::{Attempt, CpuAware, LocalityTolerant, Optimus, Scheduler, Verdict};
 pub use search::{SearchError, find_placement};

@@ -25,10 +25,11 @@
 //! hosts' moves may still race for the same GPUs, and the approver refuses the loser's.
 
 use crate::cache::ViewCache;
+use rand::Rng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+use tessera_proto::backoff::seeded_rng;
 use tessera_proto::client::ViewClient;
 use tessera_proto::{RemoteDecision, v1};
 use tessera_view::migration::{self, MigrationParams, MigrationPlan};
@@ -76,8 +77,7 @@ pub(crate) async fn run(cfg: MigrationConfig, host: String, mut client: ViewClie
     let mut moved_at: HashMap<JobId, Instant> = HashMap::new();
     // Proposal ids only need to differ from every other id; the clock and the host's name
     // make this host's sequence its own.
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let mut rng = SmallRng::seed_from_u64(nanos ^ host.bytes().fold(0u64, |h, b| h.rotate_left(5) ^ u64::from(b)));
+    let mut rng = seeded_rng(crate::host::fnv(&host));
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -1,31 +1,51 @@
-//! The propose/retry loop that runs one job's [`Scheduler`] against the live view.
+//! The propose/retry loop that runs one job's [`Scheduler`] against the live view: a pure
+//! state machine, [`PlaceMachine`], under a thin async shell, [`place_job`].
 //!
-//! [`place_job`] asks the scheduler for a gang on the current copy of the view and proposes it.
-//! What happens next:
+//! The machine asks the scheduler for a gang on the copy of the view it is shown and proposes
+//! it. What happens next:
 //!
-//! - **Accepted** (or `AlreadyApplied`, a retry of a committed proposal): done.
+//! - **Accepted** (or `AlreadyApplied`, a resend of a committed proposal): done.
 //! - **Conflict**: the rejection carries fresh records of the servers that changed; they go
-//!   into the scheduler's [`Overlay`] at once, so the next attempt (after a short jittered
-//!   backoff) sees them without waiting for the watch stream.
-//! - **Outcome unknown** (the leader changed, a timeout): the same proposal id is sent again;
-//!   the approver applies an id at most once.
-//! - **Wait**: sleep until the view changes, the job's tolerance relaxes (`relax_after_s`), or
-//!   the backoff cap passes.
+//!   into the scheduler's [`Overlay`] at once (and the shell puts them in the [`ViewCache`]),
+//!   so the next attempt (after a jittered backoff) sees them without waiting for the watch
+//!   stream.
+//! - **Outcome unknown** (the leader changed, a timeout, an undecodable decision): the same
+//!   proposal id is sent again after a backoff; the approver applies an id at most once.
+//! - **Wait**: sleep until the view changes, the job's tolerance relaxes (the next
+//!   `relax_after_s` step), or [`RuntimeOptions::max_backoff`] passes.
 //! - **Give up**: the scheduler says the job can never fit; the job is cancelled with the
 //!   reason, which `tessera status` shows.
 //! - The job stopped being pending (cancelled, placed by someone else): stop quietly.
 //!
-//! Every loop is bounded: attempts back off exponentially with jitter up to
-//! [`RuntimeOptions::max_backoff`], and nothing is retried without a wait.
+//! Every loop is bounded: attempts back off exponentially with jitter
+//! ([`tessera_proto::Backoff`], [`RuntimeOptions::min_backoff`] doubling to
+//! [`RuntimeOptions::max_backoff`], each delay ×[0.5, 1.5)), and nothing is retried without a
+//! wait.
+//!
+//! ## Machine and shell
+//!
+//! [`PlaceMachine`] does no I/O and reads no clock. Time is a [`Duration`] on the caller's
+//! clock (for [`place_job`]: since the job started waiting; for a simulator: virtual time),
+//! passed with every [`Event`]. Each [`PlaceMachine::step`] answers one [`Action`]: propose,
+//! sleep until a time, wait for the view to change (or a time), read the job's state, cancel
+//! the job (give up), or finish. [`place_job`] carries actions out over a [`ViewClient`],
+//! a [`ViewCache`] and tokio's clock, and after every wait shows the machine the copy of the
+//! view again ([`Event::View`]). Its unit tests run the machine on virtual time.
 
 use crate::cache::ViewCache;
-use crate::local_view::Overlay;
+use crate::local_view::{LocalView, Overlay};
 use crate::scheduler::{Attempt, Scheduler, Verdict};
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
+use tessera_proto::backoff::Backoff;
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::{RemoteDecision, v1};
-use tessera_view::{Decision, JobId, JobState, LocalityLevel, Proposal, ProposalId};
+use tessera_view::{
+    Decision, Job, JobId, JobState, LocalityLevel, Proposal, ProposalId, ServerId, ServerRecord, ViewVersion,
+};
+
+/// Shortest wait for a relaxation step, so a step that is due now cannot spin.
+const MIN_RELAX_WAIT: Duration = Duration::from_millis(10);
 
 /// How the runtime retries.
 #[derive(Clone, Debug)]
@@ -42,6 +62,13 @@ pub struct RuntimeOptions {
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions { min_backoff: Duration::from_millis(20), max_backoff: Duration::from_secs(2), salt: 0 }
+    }
+}
+
+impl RuntimeOptions {
+    /// The backoff between attempts: `min_backoff` doubling to `max_backoff`, ±50 % jitter.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.min_backoff, self.max_backoff)
     }
 }
 
@@ -72,6 +99,328 @@ pub enum RuntimeError {
     /// The job is not in the view.
     #[error("job {0} is not in the view")]
     UnknownJob(JobId),
+    /// The shell fed the machine an event it was not waiting for (a bug in the shell).
+    #[error("placement machine of job {job}: got {got} while waiting for {expected}")]
+    OutOfOrder {
+        /// The job.
+        job: JobId,
+        /// What the machine waited for.
+        expected: &'static str,
+        /// What it got.
+        got: &'static str,
+    },
+}
+
+/// What the shell tells the machine, each with the time now on the machine's clock.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// The copy of the view as it is now: at the start and after every wait (a timer that
+    /// fired, a view that changed). `job` is the job as the copy holds it (`None` when the
+    /// copy has not caught up with its submission yet); `version` is the version the copy
+    /// reflects.
+    View {
+        /// The job in the copy.
+        job: Option<&'a Job>,
+        /// The server records.
+        view: &'a LocalView,
+        /// The copy's version.
+        version: ViewVersion,
+    },
+    /// The answer to the proposal of the last [`Action::Propose`].
+    Answer(Answer),
+    /// The job's state as the view itself holds it, after [`Action::ReadJob`] (`None`: the
+    /// read failed or named no job).
+    JobState(Option<JobState>),
+    /// How the cancel of [`Action::GiveUp`] went.
+    Cancelled(Result<(), ClientError>),
+}
+
+/// The approver's answer to one proposal, as the shell learned it.
+#[derive(Debug)]
+pub enum Answer {
+    /// Committed at this level.
+    Accepted {
+        /// Locality achieved.
+        level: LocalityLevel,
+    },
+    /// The id was committed before (a resend); `level` is the job's as the shell's copy holds
+    /// it, if it does yet.
+    AlreadyApplied {
+        /// Locality achieved, if known.
+        level: Option<LocalityLevel>,
+    },
+    /// Refused because the view changed: the current records of the servers concerned.
+    Conflict {
+        /// Fresh server records.
+        fresh: Vec<(ServerId, ServerRecord)>,
+        /// The approver's words.
+        message: String,
+    },
+    /// Refused for another reason (the job is not pending, or the proposal's shape).
+    Refused {
+        /// The reason code.
+        code: String,
+        /// The approver's words.
+        message: String,
+    },
+    /// No decision came back: the leader changed, a timeout, an undecodable decision.
+    Unknown(String),
+    /// The call failed. An error status is final; unavailability leaves the outcome unknown.
+    Failed(ClientError),
+}
+
+/// What the machine asks the shell to do next.
+#[derive(Debug)]
+pub enum Action {
+    /// Send this proposal; answer with [`Event::Answer`]. A resend carries the same id.
+    Propose(Proposal),
+    /// Wait until `until` (on the machine's clock), then show the view ([`Event::View`]).
+    Sleep {
+        /// When to look again.
+        until: Duration,
+    },
+    /// Wait until the copy moves past `seen` or `until` comes, whichever is first, then show
+    /// the view ([`Event::View`]).
+    WaitForView {
+        /// The version already seen.
+        seen: ViewVersion,
+        /// When to look again at the latest.
+        until: Duration,
+    },
+    /// Read the job's state from the view itself (the copy may lag); answer with
+    /// [`Event::JobState`].
+    ReadJob,
+    /// Cancel the job with this reason; answer with [`Event::Cancelled`].
+    GiveUp {
+        /// Why, as `tessera status` shows it.
+        reason: String,
+    },
+    /// Finished.
+    Done(Placed),
+    /// Stopped without an outcome.
+    Fail(RuntimeError),
+}
+
+/// What the machine waits for.
+#[derive(Debug)]
+enum Phase {
+    /// An [`Event::View`].
+    Look,
+    /// The answer to this proposal.
+    Proposed(Proposal),
+    /// The job's state, after a refusal of a proposal based on this version.
+    Reading(ViewVersion),
+    /// The outcome of cancelling the job with this reason.
+    GivingUp(String),
+    /// Nothing: it finished.
+    Over,
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::Look => "a view",
+            Phase::Proposed(_) => "an answer",
+            Phase::Reading(_) => "the job's state",
+            Phase::GivingUp(_) => "the outcome of the cancel",
+            Phase::Over => "nothing (finished)",
+        }
+    }
+}
+
+impl Event<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Event::View { .. } => "a view",
+            Event::Answer(_) => "an answer",
+            Event::JobState(_) => "the job's state",
+            Event::Cancelled(_) => "the outcome of the cancel",
+        }
+    }
+}
+
+/// One job's placement as a state machine over a clock: events and the time in, [`Action`]s
+/// out, no I/O. See the [module docs](self).
+#[derive(Debug)]
+pub struct PlaceMachine<'s> {
+    scheduler: &'s dyn Scheduler,
+    job: JobId,
+    salt: u64,
+    /// When the job started waiting (for `relax_after_s`), on the machine's clock.
+    waited_from: Duration,
+    /// Longest wait for a view change.
+    max_wait: Duration,
+    backoff: Backoff,
+    rng: rand::rngs::SmallRng,
+    overlay: Overlay,
+    conflicts: u32,
+    attempt: u32,
+    /// The level the job accepted at the last look.
+    allowed: Option<LocalityLevel>,
+    /// A proposal whose outcome is unknown: sent again as is.
+    in_doubt: Option<Proposal>,
+    /// Since when the copy has not held the job.
+    missing_since: Option<Duration>,
+    phase: Phase,
+}
+
+impl<'s> PlaceMachine<'s> {
+    /// A machine placing `job` with `scheduler`; the job started waiting at `waited_from` on
+    /// the clock the caller passes to [`PlaceMachine::step`]. Its randomness (proposal ids,
+    /// jitter) is seeded from `opts.salt` and the job, so a run is reproducible.
+    pub fn new(scheduler: &'s dyn Scheduler, job: JobId, waited_from: Duration, opts: &RuntimeOptions) -> Self {
+        PlaceMachine {
+            scheduler,
+            job,
+            salt: opts.salt,
+            waited_from,
+            max_wait: opts.max_backoff,
+            backoff: opts.backoff(),
+            rng: rand::rngs::SmallRng::seed_from_u64(opts.salt ^ job.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            overlay: Overlay::default(),
+            conflicts: 0,
+            attempt: 0,
+            allowed: None,
+            in_doubt: None,
+            missing_since: None,
+            phase: Phase::Look,
+        }
+    }
+
+    /// Proposals the approver refused as conflicts so far.
+    pub fn conflicts(&self) -> u32 {
+        self.conflicts
+    }
+
+    /// Takes one event at time `now` and says what to do next.
+    pub fn step(&mut self, now: Duration, event: Event<'_>) -> Action {
+        match (std::mem::replace(&mut self.phase, Phase::Over), event) {
+            (Phase::Look, Event::View { job, view, version }) => self.look(now, job, view, version),
+            (Phase::Proposed(p), Event::Answer(a)) => self.answered(now, p, a),
+            (Phase::Reading(based_on), Event::JobState(s)) => match s {
+                Some(s) if s != JobState::Pending => Action::Done(Placed::NotPending(s)),
+                _ => self.wait_for_view(based_on, now + self.max_wait),
+            },
+            (Phase::GivingUp(reason), Event::Cancelled(r)) => match r {
+                Ok(()) => Action::Done(Placed::GaveUp(reason)),
+                // Already over: someone cancelled it, or it failed, meanwhile.
+                Err(ClientError::Status { status, .. }) if status.code() == tonic::Code::FailedPrecondition => {
+                    Action::Done(Placed::NotPending(JobState::Failed))
+                }
+                Err(e) => Action::Fail(e.into()),
+            },
+            (phase, event) => {
+                Action::Fail(RuntimeError::OutOfOrder { job: self.job, expected: phase.name(), got: event.name() })
+            }
+        }
+    }
+
+    fn look(&mut self, now: Duration, job: Option<&Job>, view: &LocalView, version: ViewVersion) -> Action {
+        let Some(j) = job else {
+            // The copy may not have caught up with a job submitted just now.
+            let deadline = *self.missing_since.get_or_insert(now) + self.max_wait;
+            if now >= deadline {
+                return Action::Fail(RuntimeError::UnknownJob(self.job));
+            }
+            return self.wait_for_view(version, deadline);
+        };
+        self.missing_since = None;
+        if j.state != JobState::Pending && self.in_doubt.is_none() {
+            return Action::Done(Placed::NotPending(j.state));
+        }
+        let waited_s = now.saturating_sub(self.waited_from).as_secs();
+        let allowed = j.spec.allowed_level(waited_s);
+        self.allowed = Some(allowed);
+        if let Some(p) = self.in_doubt.take() {
+            return self.propose(p);
+        }
+        let verdict = self.scheduler.schedule(&Attempt {
+            job: j,
+            view,
+            overlay: &self.overlay,
+            allowed,
+            waited_s,
+            attempt: self.attempt,
+            salt: self.salt.wrapping_add(self.job.0),
+        });
+        self.attempt += 1;
+        match verdict {
+            Verdict::Propose(members) => {
+                let id = fresh_id(&mut self.rng);
+                self.propose(Proposal { id, job: self.job, members, based_on: version })
+            }
+            Verdict::Wait(why) => {
+                tracing::debug!(job_id = self.job.0, reason = %why, "waiting");
+                // The next attempt starts from the copy as it is then.
+                self.overlay.clear();
+                // Wake on a change of the view, or when the tolerance relaxes next.
+                let mut until = now + self.max_wait;
+                if let Some(r) = j.spec.relax_after_s.filter(|r| *r > 0 && allowed < j.spec.tolerate) {
+                    let step = self.waited_from + Duration::from_secs((waited_s / r + 1) * r);
+                    until = until.min(step.max(now + MIN_RELAX_WAIT));
+                }
+                self.wait_for_view(version, until)
+            }
+            Verdict::GiveUp(why) => {
+                tracing::warn!(job_id = self.job.0, reason = %why, "giving up");
+                let reason = format!("scheduler `{}` gave up: {why}", self.scheduler.name());
+                self.phase = Phase::GivingUp(reason.clone());
+                Action::GiveUp { reason }
+            }
+        }
+    }
+
+    fn answered(&mut self, now: Duration, p: Proposal, a: Answer) -> Action {
+        let conflicts = self.conflicts;
+        match a {
+            Answer::Accepted { level } => {
+                tracing::info!(job_id = self.job.0, %level, conflicts, "placed");
+                Action::Done(Placed::Placed { proposal: p.id, level, conflicts })
+            }
+            Answer::AlreadyApplied { level } => {
+                let level = level.or(self.allowed).unwrap_or(LocalityLevel::Any);
+                tracing::info!(job_id = self.job.0, %level, conflicts, "placed (by a resend)");
+                Action::Done(Placed::Placed { proposal: p.id, level, conflicts })
+            }
+            Answer::Conflict { fresh, message } => {
+                self.conflicts += 1;
+                self.overlay.learn(&fresh);
+                tracing::debug!(job_id = self.job.0, conflicts = self.conflicts, reason = %message, "conflict");
+                self.sleep(now)
+            }
+            Answer::Refused { code, message } => {
+                // Not pending any more, or a proposal the approver refuses on its shape. A
+                // refusal of a still-pending job is a bug in the scheduler: wait, do not spin.
+                tracing::warn!(job_id = self.job.0, %code, reason = %message, "proposal refused");
+                self.phase = Phase::Reading(p.based_on);
+                Action::ReadJob
+            }
+            Answer::Failed(e @ ClientError::Status { .. }) => Action::Fail(e.into()),
+            Answer::Failed(e) => self.in_doubt(now, p, &e.to_string()),
+            Answer::Unknown(why) => self.in_doubt(now, p, &why),
+        }
+    }
+
+    fn in_doubt(&mut self, now: Duration, p: Proposal, why: &str) -> Action {
+        tracing::debug!(job_id = self.job.0, proposal = p.id.0, reason = why, "outcome unknown; sending it again");
+        self.in_doubt = Some(p);
+        self.sleep(now)
+    }
+
+    fn propose(&mut self, p: Proposal) -> Action {
+        self.phase = Phase::Proposed(p.clone());
+        Action::Propose(p)
+    }
+
+    fn sleep(&mut self, now: Duration) -> Action {
+        self.phase = Phase::Look;
+        Action::Sleep { until: now + self.backoff.next_delay(&mut self.rng) }
+    }
+
+    fn wait_for_view(&mut self, seen: ViewVersion, until: Duration) -> Action {
+        self.phase = Phase::Look;
+        Action::WaitForView { seen, until }
+    }
 }
 
 /// A proposal id no other scheduler will pick: 64 random bits (the approver refuses an id
@@ -80,13 +429,11 @@ fn fresh_id(rng: &mut impl Rng) -> ProposalId {
     ProposalId(rng.random::<u64>() | 1)
 }
 
-fn jitter(rng: &mut impl Rng, d: Duration) -> Duration {
-    d.mul_f64(rng.random_range(0.5..1.5))
-}
-
 /// Places `job` with `scheduler`, proposing through `client` and reading `cache`; returns once
 /// the job is placed, stops being pending, or is given up. `waited_from` is when the job
 /// started waiting (for `relax_after_s`).
+///
+/// The shell of [`PlaceMachine`]: its clock is the time since `waited_from`.
 pub async fn place_job(
     client: &mut ViewClient,
     cache: &ViewCache,
@@ -95,132 +442,409 @@ pub async fn place_job(
     waited_from: Instant,
     opts: &RuntimeOptions,
 ) -> Result<Placed, RuntimeError> {
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(opts.salt ^ job.0.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut overlay = Overlay::default();
-    let mut backoff = opts.min_backoff;
-    let mut conflicts = 0u32;
-    let mut attempt = 0u32;
-    // A proposal whose outcome is unknown is sent again as is.
-    let mut in_doubt: Option<Proposal> = None;
+    let now = || waited_from.elapsed();
+    let look = |m: &mut PlaceMachine<'_>| {
+        let version = cache.version();
+        cache.read(|s| m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version }))
+    };
+    let mut m = PlaceMachine::new(scheduler, job, Duration::ZERO, opts);
+    let mut action = look(&mut m);
     loop {
-        let Some(j) = cache.job(job) else {
-            // The copy may not have caught up with a job submitted just now.
-            if cache.wait_until(opts.max_backoff, |s| s.jobs.contains_key(&job)).await {
-                continue;
+        action = match action {
+            Action::Propose(p) => {
+                let answer = answer(client.propose(vec![v1::Proposal::from(&p)]).await, cache, job);
+                m.step(now(), Event::Answer(answer))
             }
-            return Err(RuntimeError::UnknownJob(job));
+            Action::Sleep { until } => {
+                tokio::time::sleep(until.saturating_sub(now())).await;
+                look(&mut m)
+            }
+            Action::WaitForView { seen, until } => {
+                cache.changed_since(seen, until.saturating_sub(now())).await;
+                look(&mut m)
+            }
+            Action::ReadJob => {
+                let state = match client.job(job.0, true).await {
+                    Ok(r) => r.job.map(|j| job_state(j.state)),
+                    Err(_) => None,
+                };
+                m.step(now(), Event::JobState(state))
+            }
+            Action::GiveUp { reason } => {
+                let r = client.cancel_because(job.0, &reason).await.map(|_| ());
+                m.step(now(), Event::Cancelled(r))
+            }
+            Action::Done(p) => return Ok(p),
+            Action::Fail(e) => return Err(e),
         };
-        if j.state != JobState::Pending && in_doubt.is_none() {
-            return Ok(Placed::NotPending(j.state));
+    }
+}
+
+/// A job state off the wire; one the client does not know counts as failed.
+fn job_state(wire: i32) -> JobState {
+    v1::JobState::try_from(wire).ok().and_then(|s| JobState::try_from(s).ok()).unwrap_or(JobState::Failed)
+}
+
+/// What a `Propose` call answered, as the machine takes it. A conflict's fresh records also go
+/// into `cache` here, so every scheduler of the process sees them at once.
+fn answer(r: Result<Vec<v1::ProposeResult>, ClientError>, cache: &ViewCache, job: JobId) -> Answer {
+    let result = match r {
+        Ok(results) => results.into_iter().next().unwrap_or_default(),
+        Err(e) => return Answer::Failed(e),
+    };
+    match result.decision.map(RemoteDecision::try_from) {
+        None => Answer::Unknown(result.unknown),
+        Some(Err(e)) => Answer::Unknown(format!("malformed decision: {e}")),
+        Some(Ok(Decision::Accepted { level, .. })) => Answer::Accepted { level },
+        Some(Ok(Decision::AlreadyApplied { .. })) => {
+            Answer::AlreadyApplied { level: cache.job(job).and_then(|j| j.placement.map(|p| p.level)) }
         }
-        let waited_s = waited_from.elapsed().as_secs();
-        let allowed = j.spec.allowed_level(waited_s);
-        let proposal = match in_doubt.take() {
-            Some(p) => p,
-            None => {
-                let seen = cache.version();
-                let verdict = cache.read(|s| {
-                    scheduler.schedule(&Attempt {
-                        job: &j,
-                        view: &s.view,
-                        overlay: &overlay,
-                        allowed,
-                        waited_s,
-                        attempt,
-                        salt: opts.salt.wrapping_add(job.0),
-                    })
-                });
-                attempt += 1;
-                match verdict {
-                    Verdict::Propose(members) => Proposal { id: fresh_id(&mut rng), job, members, based_on: seen },
-                    Verdict::Wait(why) => {
-                        tracing::debug!(job_id = job.0, "waiting: {why}");
-                        // Wake on a change of the view, or when the tolerance relaxes next.
-                        let relax = j.spec.relax_after_s.filter(|_| allowed < j.spec.tolerate).map(|r| {
-                            let next = (waited_s / r + 1) * r;
-                            Duration::from_secs(next.saturating_sub(waited_s)).max(Duration::from_millis(10))
-                        });
-                        let wait = relax.map_or(opts.max_backoff, |r| r.min(opts.max_backoff));
-                        cache.changed_since(seen, wait).await;
-                        overlay.clear();
-                        continue;
-                    }
-                    Verdict::GiveUp(why) => {
-                        tracing::warn!(job_id = job.0, "giving up: {why}");
-                        let reason = format!("scheduler `{}` gave up: {why}", scheduler.name());
-                        return match client.cancel_because(job.0, &reason).await {
-                            Ok(_) => Ok(Placed::GaveUp(reason)),
-                            Err(ClientError::Status { status, .. })
-                                if status.code() == tonic::Code::FailedPrecondition =>
-                            {
-                                Ok(Placed::NotPending(JobState::Failed))
-                            }
-                            Err(e) => Err(e.into()),
-                        };
-                    }
-                }
-            }
-        };
-        let results = match client.propose(vec![v1::Proposal::from(&proposal)]).await {
-            Ok(r) => r,
-            Err(e @ ClientError::Status { .. }) => return Err(e.into()),
-            Err(e) => {
-                tracing::debug!(job_id = job.0, "proposal outcome unknown ({e}); sending it again");
-                in_doubt = Some(proposal);
-                tokio::time::sleep(jitter(&mut rng, backoff)).await;
-                backoff = (backoff * 2).min(opts.max_backoff);
-                continue;
-            }
-        };
-        let result = results.into_iter().next().unwrap_or_default();
-        let decision = match result.decision.map(RemoteDecision::try_from) {
-            Some(Ok(d)) => d,
-            Some(Err(e)) => {
-                tracing::warn!(job_id = job.0, "malformed decision ({e}); sending the proposal again");
-                in_doubt = Some(proposal);
-                continue;
-            }
-            None => {
-                tracing::debug!(job_id = job.0, "outcome unknown: {}", result.unknown);
-                in_doubt = Some(proposal);
-                tokio::time::sleep(jitter(&mut rng, backoff)).await;
-                backoff = (backoff * 2).min(opts.max_backoff);
-                continue;
-            }
-        };
-        match decision {
-            Decision::Accepted { level, .. } => {
-                tracing::info!(job_id = job.0, %level, conflicts, "placed");
-                return Ok(Placed::Placed { proposal: proposal.id, level, conflicts });
-            }
-            Decision::AlreadyApplied { .. } => {
-                let level = cache.job(job).and_then(|j| j.placement.map(|p| p.level)).unwrap_or(allowed);
-                return Ok(Placed::Placed { proposal: proposal.id, level, conflicts });
-            }
-            Decision::Rejected { reason, fresh, .. } if reason.conflict => {
-                conflicts += 1;
-                overlay.learn(&fresh);
-                cache.learn(&fresh);
-                tracing::debug!(job_id = job.0, conflicts, "conflict: {}", reason.message);
-                tokio::time::sleep(jitter(&mut rng, backoff)).await;
-                backoff = (backoff * 2).min(opts.max_backoff);
-            }
-            Decision::Rejected { reason, .. } => {
-                // Not pending any more, or a proposal the approver refuses on its shape. A
-                // refusal of a still-pending job is a bug in the scheduler: wait, do not spin.
-                tracing::warn!(job_id = job.0, code = %reason.code, "proposal refused: {}", reason.message);
-                if let Ok(r) = client.job(job.0, true).await
-                    && let Some(j) = r.job
-                    && j.state != v1::JobState::Pending as i32
-                {
-                    let state = v1::JobState::try_from(j.state)
-                        .ok()
-                        .and_then(|s| JobState::try_from(s).ok())
-                        .unwrap_or(JobState::Failed);
-                    return Ok(Placed::NotPending(state));
-                }
-                cache.changed_since(proposal.based_on, opts.max_backoff).await;
+        Some(Ok(Decision::Rejected { reason, fresh, .. })) if reason.conflict => {
+            cache.learn(&fresh);
+            Answer::Conflict { fresh, message: reason.message }
+        }
+        Some(Ok(Decision::Rejected { reason, .. })) => Answer::Refused { code: reason.code, message: reason.message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The machine on virtual time: no tokio, no network; the real default scheduler on real
+    //! views.
+
+    use super::*;
+    use crate::LocalityTolerant;
+    use tessera_view::{ClusterSpec, ClusterView, JobSpec};
+
+    const MS: Duration = Duration::from_millis(1);
+    const S: Duration = Duration::from_secs(1);
+
+    /// One rack of `servers` seed-8gpu servers (two sockets of four GPUs each).
+    fn cluster(servers: u32) -> ClusterView {
+        let toml =
+            format!("name='t'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='seed-8gpu'\nservers={servers}\n");
+        ClusterView::from_spec(&ClusterSpec::from_toml("c.toml", &toml, None).expect("spec"))
+    }
+
+    /// A one-member job of `gpus` GPUs.
+    fn spec(gpus: u32, prefer: LocalityLevel, tolerate: LocalityLevel, relax_after_s: Option<u64>) -> JobSpec {
+        let mut s = JobSpec::simple("j", 1, gpus);
+        (s.prefer, s.tolerate, s.relax_after_s) = (prefer, tolerate, relax_after_s);
+        s
+    }
+
+    /// A view with one pending job, and the machine for it.
+    struct Fixture {
+        view: ClusterView,
+        job: JobId,
+    }
+
+    impl Fixture {
+        fn new(servers: u32, spec: JobSpec) -> Fixture {
+            let mut view = cluster(servers);
+            let job = view.submit(spec).expect("admitted");
+            Fixture { view, job }
+        }
+
+        /// Places an 8-GPU job on each of `servers` servers, so none has a free GPU.
+        fn fill(&mut self, servers: u64) {
+            let sched = LocalityTolerant::default();
+            for n in 0..servers {
+                let id =
+                    self.view.submit(spec(8, LocalityLevel::Server, LocalityLevel::Server, None)).expect("admitted");
+                let job = self.view.job(id).expect("job").clone();
+                let local = LocalView::of_view(&self.view);
+                let overlay = Overlay::default();
+                let a = Attempt {
+                    job: &job,
+                    view: &local,
+                    overlay: &overlay,
+                    allowed: LocalityLevel::Server,
+                    waited_s: 0,
+                    attempt: 0,
+                    salt: n,
+                };
+                let Verdict::Propose(members) = sched.schedule(&a) else { panic!("a server is free") };
+                let p = Proposal { id: ProposalId(1001 + 2 * n), job: id, members, based_on: self.view.version() };
+                assert!(self.view.propose(&p).is_placed());
             }
         }
+
+        /// Shows `m` the view at `now`.
+        fn look(&self, m: &mut PlaceMachine<'_>, now: Duration) -> Action {
+            let local = LocalView::of_view(&self.view);
+            m.step(now, Event::View { job: self.view.job(self.job), view: &local, version: self.view.version() })
+        }
+    }
+
+    /// A machine with the default options for `f`'s job, which started waiting at 0.
+    fn machine<'s>(sched: &'s dyn Scheduler, f: &Fixture) -> PlaceMachine<'s> {
+        PlaceMachine::new(sched, f.job, Duration::ZERO, &RuntimeOptions::default())
+    }
+
+    fn proposal(a: Action) -> Proposal {
+        match a {
+            Action::Propose(p) => p,
+            other => panic!("expected a proposal, got {other:?}"),
+        }
+    }
+
+    fn sleep_until(a: Action) -> Duration {
+        match a {
+            Action::Sleep { until } => until,
+            other => panic!("expected a sleep, got {other:?}"),
+        }
+    }
+
+    fn wait_until(a: Action) -> (ViewVersion, Duration) {
+        match a {
+            Action::WaitForView { seen, until } => (seen, until),
+            other => panic!("expected a wait for the view, got {other:?}"),
+        }
+    }
+
+    fn unavailable() -> ClientError {
+        ClientError::Unavailable { tried: "a:1".into(), waited_ms: 10, last: "connection refused".into() }
+    }
+
+    fn status(s: tonic::Status) -> ClientError {
+        ClientError::Status { addr: "a:1".into(), status: Box::new(s) }
+    }
+
+    #[test]
+    fn a_waiting_job_looks_again_at_each_relax_step_and_is_proposed_once_its_level_fits() {
+        // 8 GPUs fit only a whole server; the job prefers a PCIe switch and loosens one level
+        // every 10 s: socket at 10 s, server at 20 s after it started waiting (at 5 s).
+        let f = Fixture::new(1, spec(8, LocalityLevel::PcieSwitch, LocalityLevel::Server, Some(10)));
+        let opts = RuntimeOptions { max_backoff: Duration::from_secs(60), ..RuntimeOptions::default() };
+        let sched = LocalityTolerant::default();
+        let mut m = PlaceMachine::new(&sched, f.job, 5 * S, &opts);
+        assert_eq!(wait_until(f.look(&mut m, 5 * S)), (f.view.version(), 15 * S));
+        // A change of the view wakes it early; the wake-up for the step stays where it was.
+        assert_eq!(wait_until(f.look(&mut m, 9 * S + 300 * MS)).1, 15 * S);
+        assert_eq!(wait_until(f.look(&mut m, 15 * S)).1, 25 * S, "socket: still no fit, next step at 25 s");
+        let p = proposal(f.look(&mut m, 25 * S));
+        assert_eq!((p.job, p.members.len(), p.based_on), (f.job, 1, f.view.version()));
+        assert_eq!(p.members[0].gpus.count_ones(), 8);
+        // Accepted at the server level: done.
+        match m.step(25 * S + 4 * MS, Event::Answer(Answer::Accepted { level: LocalityLevel::Server })) {
+            Action::Done(Placed::Placed { proposal, level, conflicts }) => {
+                assert_eq!((proposal, level, conflicts), (p.id, LocalityLevel::Server, 0));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_wait_never_exceeds_the_backoff_cap_and_a_job_at_its_tolerance_waits_for_the_cap() {
+        let f = Fixture::new(1, spec(8, LocalityLevel::PcieSwitch, LocalityLevel::Server, Some(10)));
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        // The step is 10 s away, the cap 2 s.
+        assert_eq!(wait_until(f.look(&mut m, Duration::ZERO)).1, 2 * S);
+        // No relax step left (its tolerance reached, the only server full): the cap.
+        let mut f = Fixture::new(1, spec(8, LocalityLevel::Server, LocalityLevel::Server, Some(10)));
+        f.fill(1);
+        let mut m = machine(&sched, &f);
+        assert_eq!(wait_until(f.look(&mut m, 3 * S)).1, 5 * S);
+    }
+
+    #[test]
+    fn a_conflict_teaches_the_overlay_and_the_next_proposal_avoids_the_taken_server() {
+        let f = Fixture::new(2, spec(8, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        let first = proposal(f.look(&mut m, Duration::ZERO));
+        let taken = first.members[0].server;
+        let mut busy = *f.view.server(taken).expect("server");
+        busy.free_gpus = 0;
+        let fresh = vec![(taken, busy)];
+        let until = sleep_until(m.step(S, Event::Answer(Answer::Conflict { fresh, message: "taken".into() })));
+        assert!(until >= S + 10 * MS && until < S + 30 * MS, "first backoff: 20 ms ±50 %, got {until:?}");
+        assert_eq!(m.conflicts(), 1);
+        let second = proposal(f.look(&mut m, until));
+        assert_ne!(second.members[0].server, taken, "the overlay holds the fresh record");
+        assert_ne!(second.id, first.id, "a new proposal gets a new id");
+    }
+
+    #[test]
+    fn conflicts_back_off_doubling_with_jitter_up_to_the_cap() {
+        let f = Fixture::new(1, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let opts = RuntimeOptions::default();
+        let mut m = PlaceMachine::new(&sched, f.job, Duration::ZERO, &opts);
+        let mut now = Duration::ZERO;
+        let mut ids = std::collections::HashSet::new();
+        let mut delays = Vec::new();
+        for _ in 0..12 {
+            let p = proposal(f.look(&mut m, now));
+            assert!(ids.insert(p.id), "ids are fresh");
+            let answer = Answer::Conflict { fresh: Vec::new(), message: "raced".into() };
+            let until = sleep_until(m.step(now, Event::Answer(answer)));
+            delays.push(until - now);
+            now = until;
+        }
+        for (k, d) in delays.iter().enumerate() {
+            let base = (opts.min_backoff * 2u32.pow(k as u32)).min(opts.max_backoff);
+            assert!(*d >= base.mul_f64(0.5) && *d < base.mul_f64(1.5), "delay {k}: {d:?} around {base:?}");
+        }
+        assert!(delays.iter().all(|d| *d < 3 * S), "never more than the cap ×1.5");
+        assert_eq!(m.conflicts(), 12);
+    }
+
+    #[test]
+    fn an_unknown_outcome_resends_the_same_proposal_even_when_the_copy_shows_the_job_placed() {
+        let mut f = Fixture::new(1, spec(4, LocalityLevel::Socket, LocalityLevel::Socket, None));
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        let p = proposal(f.look(&mut m, Duration::ZERO));
+        let t1 = sleep_until(m.step(S, Event::Answer(Answer::Unknown("leader changed".into()))));
+        assert_eq!(proposal(f.look(&mut m, t1)), p, "the same id, members and base");
+        // The call itself failed (no replica answered): also unknown, and the backoff grew.
+        let t2 = sleep_until(m.step(t1, Event::Answer(Answer::Failed(unavailable()))));
+        assert!(t2 - t1 >= 20 * MS, "the second backoff is 40 ms ±50 %: {:?}", t2 - t1);
+        // Meanwhile the first send committed: the copy shows the job placed. The proposal is
+        // still in doubt, so it goes again (the approver answers AlreadyApplied).
+        assert!(f.view.propose(&p).is_placed());
+        assert_eq!(proposal(f.look(&mut m, t2)), p);
+        match m.step(t2, Event::Answer(Answer::AlreadyApplied { level: None })) {
+            Action::Done(Placed::Placed { proposal, level, .. }) => {
+                assert_eq!((proposal, level), (p.id, LocalityLevel::Socket), "the level allowed when sent");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_status_is_final() {
+        let f = Fixture::new(1, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        proposal(f.look(&mut m, Duration::ZERO));
+        let a = m.step(S, Event::Answer(Answer::Failed(status(tonic::Status::invalid_argument("bad")))));
+        assert!(matches!(a, Action::Fail(RuntimeError::Client(_))), "{a:?}");
+    }
+
+    /// A scheduler that never places anything.
+    #[derive(Debug)]
+    struct Quits;
+
+    impl Scheduler for Quits {
+        fn name(&self) -> &str {
+            "quits"
+        }
+        fn schedule(&self, a: &Attempt<'_>) -> Verdict {
+            Verdict::GiveUp(format!("{} GPUs are too many", a.job.spec.total_gpus()))
+        }
+    }
+
+    #[test]
+    fn giving_up_cancels_the_job_with_the_reason() {
+        let f = Fixture::new(1, spec(2, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = Quits;
+        let start = |m: &mut PlaceMachine<'_>| match f.look(m, Duration::ZERO) {
+            Action::GiveUp { reason } => reason,
+            other => panic!("expected to give up, got {other:?}"),
+        };
+        let mut m = machine(&sched, &f);
+        let reason = start(&mut m);
+        assert_eq!(reason, "scheduler `quits` gave up: 2 GPUs are too many");
+        match m.step(S, Event::Cancelled(Ok(()))) {
+            Action::Done(Placed::GaveUp(r)) => assert_eq!(r, reason),
+            other => panic!("{other:?}"),
+        }
+        // Someone ended the job first: it is no longer pending.
+        let mut m = machine(&sched, &f);
+        start(&mut m);
+        let over = status(tonic::Status::failed_precondition("job is over"));
+        assert!(matches!(m.step(S, Event::Cancelled(Err(over))), Action::Done(Placed::NotPending(JobState::Failed))));
+        // The cancel could not be sent: an error.
+        let mut m = machine(&sched, &f);
+        start(&mut m);
+        assert!(matches!(m.step(S, Event::Cancelled(Err(unavailable()))), Action::Fail(RuntimeError::Client(_))));
+    }
+
+    #[test]
+    fn a_refusal_reads_the_job_and_stops_if_it_is_over_or_waits_for_the_view_if_not() {
+        let f = Fixture::new(1, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        let p = proposal(f.look(&mut m, Duration::ZERO));
+        let refused = || Answer::Refused { code: "bad_shape".into(), message: "no".into() };
+        assert!(matches!(m.step(S, Event::Answer(refused())), Action::ReadJob));
+        // Still pending (or the read failed): wait for the view past the proposal's base.
+        assert_eq!(wait_until(m.step(S, Event::JobState(Some(JobState::Pending)))), (p.based_on, 3 * S));
+        let q = proposal(f.look(&mut m, 2 * S));
+        assert_ne!(q.id, p.id, "not in doubt: a new proposal");
+        assert!(matches!(m.step(2 * S, Event::Answer(refused())), Action::ReadJob));
+        assert!(matches!(m.step(2 * S, Event::JobState(None)), Action::WaitForView { .. }));
+        proposal(f.look(&mut m, 3 * S));
+        assert!(matches!(m.step(3 * S, Event::Answer(refused())), Action::ReadJob));
+        let a = m.step(3 * S, Event::JobState(Some(JobState::Failed)));
+        assert!(matches!(a, Action::Done(Placed::NotPending(JobState::Failed))), "{a:?}");
+    }
+
+    #[test]
+    fn a_job_missing_from_the_copy_is_waited_for_up_to_the_cap_then_unknown() {
+        let f = Fixture::new(1, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
+        let empty = LocalView::of_view(&f.view);
+        let missing = |m: &mut PlaceMachine<'_>, now| {
+            m.step(now, Event::View { job: None, view: &empty, version: f.view.version() })
+        };
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        assert_eq!(wait_until(missing(&mut m, S)).1, 3 * S);
+        assert_eq!(wait_until(missing(&mut m, 2 * S)).1, 3 * S, "one deadline for the whole absence");
+        let a = missing(&mut m, 3 * S);
+        assert!(matches!(a, Action::Fail(RuntimeError::UnknownJob(j)) if j == f.job), "{a:?}");
+        // A job that turns up in time is scheduled, and a later absence gets a new deadline.
+        let mut m = machine(&sched, &f);
+        wait_until(missing(&mut m, S));
+        proposal(f.look(&mut m, 2 * S));
+        sleep_until(m.step(2 * S, Event::Answer(Answer::Conflict { fresh: Vec::new(), message: "x".into() })));
+        assert_eq!(wait_until(missing(&mut m, 10 * S)).1, 12 * S);
+    }
+
+    #[test]
+    fn a_job_no_longer_pending_ends_the_machine_quietly() {
+        let mut f = Fixture::new(1, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
+        f.view.cancel(f.job).expect("cancel");
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        assert!(matches!(f.look(&mut m, Duration::ZERO), Action::Done(Placed::NotPending(JobState::Failed))));
+    }
+
+    #[test]
+    fn events_out_of_order_are_refused() {
+        let f = Fixture::new(1, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        let a = m.step(Duration::ZERO, Event::Answer(Answer::Unknown("?".into())));
+        assert!(matches!(a, Action::Fail(RuntimeError::OutOfOrder { expected: "a view", got: "an answer", .. })));
+        let mut m = machine(&sched, &f);
+        proposal(f.look(&mut m, Duration::ZERO));
+        assert!(matches!(f.look(&mut m, S), Action::Fail(RuntimeError::OutOfOrder { .. })));
+    }
+
+    #[test]
+    fn the_same_salt_gives_the_same_run() {
+        let f = Fixture::new(2, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let run = |salt| {
+            let opts = RuntimeOptions { salt, ..RuntimeOptions::default() };
+            let mut m = PlaceMachine::new(&sched, f.job, Duration::ZERO, &opts);
+            let mut now = Duration::ZERO;
+            let mut out = Vec::new();
+            for _ in 0..4 {
+                let p = proposal(f.look(&mut m, now));
+                now = sleep_until(
+                    m.step(now, Event::Answer(Answer::Conflict { fresh: Vec::new(), message: "x".into() })),
+                );
+                out.push((p.id, now));
+            }
+            out
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
     }
 }

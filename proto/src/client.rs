@@ -2,14 +2,15 @@
 //!
 //! Writes go to the replica believed to lead. A follower's answer carries the leader's address
 //! (metadata `tessera-leader`) and the client retries there; an unreachable replica or one
-//! that knows no leader makes it try the next address after a short, growing backoff. Every
-//! call is bounded by the client's deadline.
+//! that knows no leader makes it try the next address after a short, growing, jittered
+//! [`Backoff`] (10 ms doubling to 200 ms). Every call is bounded by the client's deadline.
 //!
 //! Retrying is safe for every call: proposals (the approver is idempotent on the proposal id),
 //! submissions (each carries a request id, and the view admits a job at most once per id),
 //! releases and cancels (a second one is refused as the job is no longer live) and reads.
 
 use crate::LEADER_KEY;
+use crate::backoff::{Backoff, seeded_rng};
 use crate::v1;
 use crate::v1::view_client::ViewClient as Grpc;
 use std::collections::HashMap;
@@ -140,7 +141,8 @@ impl ViewClient {
         Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let start = Instant::now();
-        let mut backoff = Duration::from_millis(10);
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
+        let mut rng = None;
         let mut tried: Vec<String> = Vec::new();
         loop {
             let addr = self.current.clone();
@@ -176,8 +178,8 @@ impl ViewClient {
                 }
                 _ => self.next_addr(),
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(200));
+            let rng = rng.get_or_insert_with(|| seeded_rng(self.deadline.as_nanos() as u64));
+            tokio::time::sleep(backoff.next_delay(rng)).await;
         }
     }
 
@@ -199,6 +201,9 @@ impl ViewClient {
     pub async fn wait_for_leader(&mut self) -> Result<v1::StatusResponse, ClientError> {
         let start = Instant::now();
         let mut last = String::from("no answer");
+        // An election takes a few ticks: look again soon, then less often.
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
+        let mut rng = seeded_rng(self.addrs.len() as u64);
         while start.elapsed() < self.deadline {
             for a in self.addrs.clone() {
                 match self.status_of(&a).await {
@@ -210,7 +215,7 @@ impl ViewClient {
                     Err(e) => last = e.to_string(),
                 }
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(backoff.next_delay(&mut rng).min(self.deadline.saturating_sub(start.elapsed()))).await;
         }
         Err(ClientError::Unavailable {
             tried: self.addrs.join(", "),

@@ -11,6 +11,7 @@
 //! | [`convert`] | core to wire (`From`, infallible), wire to core (`TryFrom`, validating), [`RemoteDecision`] |
 //! | [`validate`] | checks restoring the core types' guarantees on outside values (topologies, specs, snapshots) |
 //! | [`client`] | [`ViewClient`]: the leader-following, retrying gRPC client every Tessera program uses (SDK, agents, CLI) |
+//! | [`backoff`] | [`Backoff`]: the one bounded, jittered retry delay every retrying loop of the workspace uses |
 //! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
 //!
 //! Decoding untrusted bytes is two steps, neither of which panics:
@@ -26,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod client;
 pub mod convert;
 pub mod error;
@@ -37,6 +39,7 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/tessera.v1.rs"));
 }
 
+pub use backoff::Backoff;
 pub use client::{ClientError, ViewClient};
 pub use convert::{RemoteDecision, RemoteRejection, remote};
 pub use error::WireError;

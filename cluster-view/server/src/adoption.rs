@@ -10,7 +10,9 @@
 //! change) waste work but never double-allocate. To keep that moment short, a new leader hands
 //! out no job during its first lease, while the hosts renew what they held under the old one.
 //!
-//! The table is pure (time comes in as an argument) so it is unit-tested without a clock.
+//! The table is pure: time comes in as an argument (`now`), read once per request by the
+//! driver (`node.rs`), so the unit tests drive it with explicit instants, lease boundaries
+//! included, and never wait.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -121,6 +123,9 @@ mod tests {
     use super::*;
     use tessera_view::{ClusterSpec, JobSpec};
 
+    const MS: Duration = Duration::from_millis(1);
+    const LEASE: Duration = Duration::from_secs(3);
+
     fn view_with_jobs(n: u32) -> (ClusterView, Vec<JobId>) {
         let spec = ClusterSpec::from_toml(
             "c.toml",
@@ -137,7 +142,7 @@ mod tests {
     fn a_job_has_one_host_until_its_lease_lapses() {
         let t0 = Instant::now();
         let (v, ids) = view_with_jobs(3);
-        let mut a = Adoptions::new(Duration::from_secs(3), t0);
+        let mut a = Adoptions::new(LEASE, t0);
         let got = a.adopt(&v, "h1", &[], 2, t0);
         assert_eq!(got.adopted, ids[..2].to_vec());
         // Another host gets only the job nobody holds.
@@ -156,10 +161,56 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_ends_exactly_one_lease_after_the_last_renewal() {
+        let t0 = Instant::now();
+        let (v, ids) = view_with_jobs(1);
+        let mut a = Adoptions::new(LEASE, t0);
+        assert_eq!(a.adopt(&v, "h1", &[], 1, t0).adopted, vec![ids[0]]);
+        // Renewed at 2 s: held until 5 s, not 3 s.
+        let renewed = t0 + Duration::from_secs(2);
+        assert_eq!(a.adopt(&v, "h1", &[ids[0]], 0, renewed).kept, vec![ids[0]]);
+        let end = renewed + LEASE;
+        for (at, held) in [(end - MS, true), (end, false)] {
+            assert_eq!(a.owner(ids[0], at).is_some(), held, "at {:?} after the renewal", at - renewed);
+            assert_eq!(a.hosts(at).is_empty(), !held);
+        }
+        // At the end of the lease another host takes the job over, and the old holder's late
+        // renewal is refused.
+        assert_eq!(a.adopt(&v, "h2", &[], 1, end).adopted, vec![ids[0]]);
+        assert_eq!(a.adopt(&v, "h1", &[ids[0]], 0, end + MS).dropped, vec![ids[0]]);
+        assert_eq!(a.hosts(end + MS), vec![("h2".to_string(), vec![ids[0]])]);
+    }
+
+    #[test]
+    fn a_new_leader_hands_out_jobs_from_exactly_one_lease_after_taking_office() {
+        let t0 = Instant::now();
+        let (v, ids) = view_with_jobs(1);
+        let mut a = Adoptions::new(LEASE, t0);
+        assert_eq!(a.adopt(&v, "h1", &[], 1, t0).adopted, vec![ids[0]], "a first leader grants at once");
+        let office = t0 + Duration::from_secs(10);
+        a.took_office(office);
+        assert_eq!(a.owner(ids[0], office), None, "the old table is forgotten");
+        assert!(a.adopt(&v, "h2", &[], 1, office + LEASE - MS).adopted.is_empty());
+        assert_eq!(a.adopt(&v, "h2", &[], 1, office + LEASE).adopted, vec![ids[0]]);
+    }
+
+    #[test]
+    fn requests_are_bounded() {
+        let t0 = Instant::now();
+        let (v, ids) = view_with_jobs(3);
+        let mut a = Adoptions::new(LEASE, t0);
+        // Held lists beyond MAX_ADOPT are cut (the service refuses them before this).
+        let held: Vec<JobId> = ids.iter().copied().cycle().take(MAX_ADOPT + 5).collect();
+        let got = a.adopt(&v, "h1", &held, usize::MAX, t0);
+        assert_eq!(got.kept.len() + got.dropped.len(), MAX_ADOPT);
+        assert!(got.adopted.is_empty(), "every pending job is held already");
+    }
+
+    #[test]
     fn jobs_no_longer_pending_are_dropped_and_a_new_leader_waits_a_lease() {
         let t0 = Instant::now();
         let (mut v, ids) = view_with_jobs(2);
-        let mut a = Adoptions::new(Duration::from_secs(3), t0);
+        let mut a = Adoptions::new(LEASE, t0);
         a.took_office(t0);
         assert!(a.adopt(&v, "h1", &[], 5, t0).adopted.is_empty(), "no grants in the first lease");
         // Renewals are honoured at once, so hosts keep what they held under the old leader.
