@@ -823,13 +823,19 @@ impl World {
     /// any command.
     fn exec(&mut self, cmd: Command) -> Result<Outcome> {
         let (v0, h0) = (self.view.version(), self.view.state_hash());
+        // A submission retried under a remembered request id changes nothing (op_resubmit
+        // checks the answer against the model's own record of request ids).
+        let retry = match &cmd {
+            Command::Submit { request: Some(r), .. } => self.view.job_of_request(r).is_some(),
+            _ => false,
+        };
         let out = self.view.apply(&cmd);
         let (v1, h1) = (self.view.version(), self.view.state_hash());
         // A command bumps the version once when it changes state; a batch once per accepted gang
         // (`op_health` checks that a health change bumps it and a no-op does not).
         let bumps = match &out {
             Outcome::Decided(ds) => ds.iter().filter(|d| matches!(d, Decision::Accepted { .. })).count() as u64,
-            Outcome::Submitted(r) => r.is_ok() as u64,
+            Outcome::Submitted(r) => (r.is_ok() && !retry) as u64,
             Outcome::Ended(r) => r.is_ok() as u64,
             Outcome::HealthSet(r) => (r.is_ok() && v1 != v0) as u64,
             Outcome::TaskReported(r) => (r.is_ok() && v1 != v0) as u64,

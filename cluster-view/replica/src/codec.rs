@@ -4,6 +4,10 @@
 //! enough at this size; the raft messages themselves stay raft-rs's protobuf. An entry's
 //! `context` names the proposing replica and its client tickets, so only that replica reports
 //! the outcomes of its own proposals.
+//!
+//! Encoding returns [`ReplicaError::Encode`] instead of empty bytes: a log entry or snapshot
+//! is never written empty. No value of these types fails to encode today; if one ever does
+//! (a bug), the replica's `on_ready` fails and the process stops, to recover from its log.
 
 use crate::error::ReplicaError;
 use serde::{Deserialize, Serialize};
@@ -22,9 +26,26 @@ pub struct SnapshotData {
     pub addrs: BTreeMap<u64, String>,
 }
 
+/// JSON of `value`, or [`ReplicaError::Encode`] naming `what` (fail point `replica::encode`).
+pub fn encode_json<T: Serialize + ?Sized>(what: &'static str, value: &T) -> Result<Vec<u8>, ReplicaError> {
+    crate::fail_point!("replica::encode", |_| Err(ReplicaError::Encode { what, why: "fail point encode".into() }));
+    serde_json::to_vec(value).map_err(|e| ReplicaError::Encode { what, why: e.to_string() })
+}
+
+/// The bytes of a raft protobuf message (entry, hard state, message), or
+/// [`ReplicaError::Encode`] naming `what`.
+pub fn encode_proto(what: &'static str, m: &impl protobuf::Message) -> Result<Vec<u8>, ReplicaError> {
+    m.write_to_bytes().map_err(|e| ReplicaError::Encode { what, why: e.to_string() })
+}
+
+/// The bytes of a raft message for the transport.
+pub fn encode_message(m: &raft::eraftpb::Message) -> Result<Vec<u8>, ReplicaError> {
+    encode_proto("raft message", m)
+}
+
 /// Encodes the commands of one log entry.
-pub fn encode_commands(c: &[Command]) -> Vec<u8> {
-    serde_json::to_vec(c).unwrap_or_default()
+pub fn encode_commands(c: &[Command]) -> Result<Vec<u8>, ReplicaError> {
+    encode_json("commands", c)
 }
 
 /// Decodes a log entry's commands.
@@ -33,8 +54,8 @@ pub fn decode_commands(b: &[u8]) -> Result<Vec<Command>, ReplicaError> {
 }
 
 /// Encodes snapshot data.
-pub fn encode_snapshot(s: &SnapshotData) -> Vec<u8> {
-    serde_json::to_vec(s).unwrap_or_default()
+pub fn encode_snapshot(s: &SnapshotData) -> Result<Vec<u8>, ReplicaError> {
+    encode_json("snapshot", s)
 }
 
 /// Decodes snapshot data.
@@ -56,9 +77,39 @@ pub fn encode_context(replica: u64, boot: u64, tickets: &[u64]) -> Vec<u8> {
 /// Decodes an entry context into (replica, incarnation, tickets); `None` for an empty or
 /// malformed one.
 pub fn decode_context(b: &[u8]) -> Option<(u64, u64, Vec<u64>)> {
-    if b.len() < 16 || !b.len().is_multiple_of(8) {
-        return None;
+    let (words, rest) = b.as_chunks::<8>();
+    match words {
+        [replica, boot, tickets @ ..] if rest.is_empty() => Some((
+            u64::from_be_bytes(*replica),
+            u64::from_be_bytes(*boot),
+            tickets.iter().map(|t| u64::from_be_bytes(*t)).collect(),
+        )),
+        _ => None,
     }
-    let word = |i: usize| u64::from_be_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-    Some((word(0), word(1), (2..b.len() / 8).map(word).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_round_trip_and_malformed_ones_are_none() {
+        let b = encode_context(3, 7, &[1, 2, u64::MAX]);
+        assert_eq!(decode_context(&b), Some((3, 7, vec![1, 2, u64::MAX])));
+        assert_eq!(decode_context(&encode_context(3, 7, &[])), Some((3, 7, vec![])));
+        assert_eq!(decode_context(&b[..b.len() - 1]), None);
+        assert_eq!(decode_context(&b[..8]), None);
+        assert_eq!(decode_context(&[]), None);
+    }
+
+    #[test]
+    fn an_unencodable_value_is_an_error_not_empty_bytes() {
+        // JSON object keys must be strings: serde_json refuses a map keyed by pairs.
+        let bad: BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into_iter().collect();
+        match encode_json("test value", &bad) {
+            Err(ReplicaError::Encode { what: "test value", why }) => assert!(why.contains("key"), "{why}"),
+            other => panic!("expected an encode error, got {other:?}"),
+        }
+        assert!(encode_json("ok", &[1u8, 2]).is_ok_and(|b| b == b"[1,2]"));
+    }
 }

@@ -27,9 +27,13 @@ pub enum ReplicaError {
         /// The replica id recorded in the directory.
         found_replica: u64,
     },
-    /// RocksDB failed.
-    #[error("storage: {0}")]
-    Storage(#[from] rocksdb::Error),
+    /// The storage backend failed (RocksDB, or a simulated disk fault): the replica stops and
+    /// recovers from what is durable when reopened.
+    #[error("storage: {why}")]
+    Storage {
+        /// What the backend said.
+        why: String,
+    },
     /// Raft refused an operation.
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
@@ -39,6 +43,24 @@ pub enum ReplicaError {
         /// What was being decoded.
         what: &'static str,
         /// Why it failed.
+        why: String,
+    },
+    /// A value could not be encoded for the log, a snapshot or the wire. Nothing was written;
+    /// the replica stops (a bug: no value is known to fail).
+    #[error("encode {what}: {why}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// Why it failed.
+        why: String,
+    },
+    /// A snapshot (from the leader, or the one stored) breaks the view's invariants: it was
+    /// refused and nothing was replaced.
+    #[error("snapshot at index {index} refused: {why}")]
+    BadSnapshot {
+        /// The snapshot's raft index.
+        index: u64,
+        /// The first broken rule.
         why: String,
     },
     /// The request is not one the replica takes.

@@ -1,24 +1,56 @@
 //! # tessera-replica: one replica of the cluster view
 //!
-//! The view state machine of `tessera-view`, replicated with raft-rs, persisted in RocksDB.
+//! The view state machine of `tessera-view`, replicated with raft-rs, persisted through a
+//! storage [`Backend`]: RocksDB in production, an in-memory simulated disk in the seeded
+//! simulation.
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`storage`] | [`RocksStorage`]: raft log, hard state, conf state, snapshots in RocksDB |
+//! | [`storage`] | [`RaftStorage`]: raft log, hard state, conf state, snapshots over a [`Backend`]; [`RocksStorage`] on RocksDB |
+//! | [`backend`] | [`Backend`]: the durable key-value store under it (get, atomic batch with a sync flag, log scan) |
+//! | [`rocks`] | [`RocksBackend`]: the backend on RocksDB |
+//! | [`mem`] | [`MemBackend`]: an in-memory disk that models what a crash keeps, with armable faults |
 //! | [`replica`] | [`Replica`]: the RawNode driver — tick, step, propose, ready → persist, apply, send; the leader's pre-check and batching |
 //! | [`codec`] | commands, snapshots and entry contexts as bytes |
 //! | [`logger`] | raft-rs's `slog` records into `tracing` |
 //! | [`error`] | [`ReplicaError`] |
 //!
 //! The replica owns no thread, socket or clock: its owner drives it, so the same code runs in
-//! the server and in the deterministic fault tests (`tests/sim.rs`).
+//! the server and in the deterministic fault tests (`tests/sim.rs`). Its only I/O is its
+//! storage: [`Replica::on_ready`] writes (and fsyncs) through the backend before it returns.
+//!
+//! With the `failpoints` feature, `fail` crate fail points sit at the storage and apply
+//! boundaries: `replica::sync_write` (every synced write: the fsync), `replica::install_snapshot`
+//! (a snapshot from the leader, checked, before it replaces anything),
+//! `replica::compact_snapshot` (before a compaction snapshot is written), `replica::apply`
+//! (before each committed entry is applied) and `replica::encode` (encoding of commands and
+//! snapshots). Each one, set to `return`, makes the operation fail with a [`ReplicaError`].
 
+/// A `fail` crate fail point, compiled in only with the `failpoints` feature.
+macro_rules! fail_point {
+    ($name:expr) => {{
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name);
+    }};
+    ($name:expr, $e:expr) => {{
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name, $e);
+    }};
+}
+pub(crate) use fail_point;
+
+pub mod backend;
 pub mod codec;
 pub mod error;
 pub mod logger;
+pub mod mem;
 pub mod replica;
+pub mod rocks;
 pub mod storage;
 
+pub use backend::Backend;
 pub use error::ReplicaError;
+pub use mem::{DiskFault, MemBackend};
 pub use replica::{Answer, Replica, ReplicaConfig, Ticket};
-pub use storage::RocksStorage;
+pub use rocks::RocksBackend;
+pub use storage::{RaftStorage, RocksStorage};

@@ -3,26 +3,39 @@
 //! The replica does no network I/O and reads no clock. Its owner (a server task, or the
 //! deterministic simulator in the tests) calls [`Replica::tick`] on a timer,
 //! [`Replica::step`] with each message from a peer, [`Replica::propose_gang`] and
-//! [`Replica::propose`] for client writes, and [`Replica::on_ready`], which persists to RocksDB,
-//! applies committed entries to the [`ClusterView`] and returns the messages to send. Outcomes
-//! of this replica's own proposals come back from [`Replica::take_outcomes`], keyed by ticket.
+//! [`Replica::propose`] for client writes, and [`Replica::on_ready`], which persists through
+//! its storage backend (RocksDB in production), applies committed entries to the
+//! [`ClusterView`] and returns the messages to send. Outcomes of this replica's own proposals
+//! come back from [`Replica::take_outcomes`], keyed by ticket. An error from `on_ready` (a
+//! failed write, a value that cannot be encoded, a snapshot that breaks the invariants) means
+//! the replica must stop: reopened, it recovers from what its storage holds durably.
 //!
 //! **Approver on the leader.** A gang proposal is pre-checked against the applied view plus
 //! the resources of gangs already in flight (accepted by the pre-check, not yet applied); a
 //! conflict is answered at once, with no log entry. Accepted proposals wait in a batch that the
 //! next `on_ready` writes as one log entry. Apply re-validates every proposal on every replica
 //! with the same code ([`ClusterView::propose`]), so a pre-check that passed on stale
-//! reservations can still be refused at apply, deterministically everywhere.
+//! reservations can still be refused at apply, deterministically everywhere. The pre-check's
+//! test of the reservations is the approver's own ([`fit::check_member_free`]) on the server
+//! records net of them: one definition of "free".
+//!
+//! **Snapshots are checked before they replace anything.** A snapshot from the leader (and the
+//! one stored, at open) is decoded and checked like a snapshot from the wire
+//! ([`tessera_proto::validate::check_snapshot`]), then its view against the invariants
+//! ([`tessera_view::invariants::check`]); only then are the storage and the state replaced.
 
+use crate::backend::Backend;
 use crate::codec::{self, SnapshotData};
 use crate::error::ReplicaError;
 use crate::logger::raft_logger;
-use crate::storage::RocksStorage;
+use crate::rocks::RocksBackend;
+use crate::storage::{RaftStorage, RocksStorage};
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use tessera_view::fit;
 use tessera_view::placement::Rejection;
 use tessera_view::{
     ClusterView, Command, CoreMask, Decision, JobId, MemberPlacement, Outcome, Proposal, ProposalId, ServerId,
@@ -116,10 +129,44 @@ struct Reserved {
     memory_mib: u64,
 }
 
-/// One replica.
-pub struct Replica {
+impl Reserved {
+    /// `rec` with these reservations taken: what the pre-check may still grant.
+    fn net_of(&self, rec: ServerRecord) -> ServerRecord {
+        ServerRecord {
+            free_gpus: rec.free_gpus & !self.gpus,
+            free_cores: rec.free_cores.without(self.cores),
+            free_memory_mib: (rec.free_memory_mib as u64).saturating_sub(self.memory_mib) as u32,
+            ..rec
+        }
+    }
+}
+
+/// Checks snapshot data taken at raft index `index` (from the leader or from storage) like a
+/// snapshot from the wire, builds its view and checks the view's invariants. Nothing is
+/// replaced on failure.
+fn checked_snapshot(
+    index: u64,
+    data: SnapshotData,
+    change_log: usize,
+) -> Result<(ClusterView, BTreeMap<u64, String>), ReplicaError> {
+    let bad = |why: String| ReplicaError::BadSnapshot { index, why };
+    if data.applied != index {
+        return Err(bad(format!("its view is at index {}", data.applied)));
+    }
+    tessera_proto::validate::check_snapshot(&data.view).map_err(|e| bad(e.to_string()))?;
+    let view = ClusterView::from_snapshot(data.view).with_change_log(change_log);
+    let report = tessera_view::invariants::check(&view);
+    if !report.is_clean() {
+        let shown: Vec<&str> = report.violations.iter().take(3).map(String::as_str).collect();
+        return Err(bad(format!("{} violations: {}", report.violations.len(), shown.join("; "))));
+    }
+    Ok((view, data.addrs))
+}
+
+/// One replica, over the storage backend `B` (RocksDB unless said otherwise).
+pub struct Replica<B: Backend = RocksBackend> {
     cfg: ReplicaConfig,
-    node: RawNode<RocksStorage>,
+    node: RawNode<RaftStorage<B>>,
     view: ClusterView,
     applied: u64,
     next_ticket: Ticket,
@@ -129,7 +176,7 @@ pub struct Replica {
     /// Linearizable reads waiting for their index to be applied: (index, ticket).
     reads: Vec<(u64, Ticket)>,
     /// Addresses of replicas, as announced in applied membership changes.
-    addrs: std::collections::BTreeMap<u64, String>,
+    addrs: BTreeMap<u64, String>,
     in_flight: HashMap<Ticket, Vec<MemberPlacement>>,
     in_flight_jobs: HashMap<JobId, Ticket>,
     in_flight_ids: HashMap<Ticket, (ProposalId, JobId)>,
@@ -142,7 +189,7 @@ pub struct Replica {
     proposed: std::collections::VecDeque<(u64, u64, Vec<Ticket>)>,
 }
 
-impl std::fmt::Debug for Replica {
+impl<B: Backend> std::fmt::Debug for Replica<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Replica")
             .field("id", &self.cfg.id)
@@ -153,16 +200,37 @@ impl std::fmt::Debug for Replica {
     }
 }
 
-impl Replica {
-    /// Opens the replica stored in `dir`. A new directory is bootstrapped with `initial` (the
-    /// view every replica of the cluster starts from) and the configured peers as voters; an
-    /// existing one recovers from its snapshot and log alone.
+impl Replica<RocksBackend> {
+    /// Opens the replica stored in the RocksDB directory `dir`. A new directory is bootstrapped
+    /// with `initial` (the view every replica of the cluster starts from) and the configured
+    /// peers as voters; an existing one recovers from its snapshot and log alone.
     pub fn open(
         cfg: ReplicaConfig,
         dir: &Path,
         initial: impl FnOnce() -> ClusterView,
     ) -> Result<Replica, ReplicaError> {
-        let mut store = RocksStorage::open(dir, &cfg.cluster, cfg.id, cfg.sync)?;
+        let store = RocksStorage::open(dir, &cfg.cluster, cfg.id, cfg.sync)?;
+        Replica::with_storage(cfg, store, initial)
+    }
+}
+
+impl<B: Backend> Replica<B> {
+    /// Opens the replica held by `backend` (a simulated disk in the tests), as
+    /// [`Replica::open`] does a RocksDB directory.
+    pub fn with_backend(
+        cfg: ReplicaConfig,
+        backend: B,
+        initial: impl FnOnce() -> ClusterView,
+    ) -> Result<Replica<B>, ReplicaError> {
+        let store = RaftStorage::with_backend(backend, "the storage backend", &cfg.cluster, cfg.id, cfg.sync)?;
+        Replica::with_storage(cfg, store, initial)
+    }
+
+    fn with_storage(
+        cfg: ReplicaConfig,
+        mut store: RaftStorage<B>,
+        initial: impl FnOnce() -> ClusterView,
+    ) -> Result<Replica<B>, ReplicaError> {
         if store.is_empty() {
             // With no peers the replica joins a running cluster: no voters until the leader's
             // log or snapshot tells it the membership.
@@ -171,14 +239,12 @@ impl Replica {
                 applied: if cfg.peers.is_empty() { 0 } else { 1 },
                 view: initial().snapshot(),
                 addrs: Default::default(),
-            });
+            })?;
             store.bootstrap(cs, data)?;
         }
         let (meta, data) = store.latest_snapshot();
-        let snap = codec::decode_snapshot(data)?;
         let applied = meta.index;
-        let addrs = snap.addrs;
-        let view = ClusterView::from_snapshot(snap.view).with_change_log(cfg.change_log);
+        let (view, addrs) = checked_snapshot(applied, codec::decode_snapshot(data)?, cfg.change_log)?;
         let raft_cfg = raft::Config {
             id: cfg.id,
             election_tick: cfg.election_tick,
@@ -386,7 +452,7 @@ impl Replica {
     }
 
     /// Addresses of replicas announced by applied membership changes.
-    pub fn announced_addrs(&self) -> &std::collections::BTreeMap<u64, String> {
+    pub fn announced_addrs(&self) -> &BTreeMap<u64, String> {
         &self.addrs
     }
 
@@ -435,33 +501,29 @@ impl Replica {
     }
 
     /// A rejection if `p` claims what gangs in flight hold; its fresh records show the servers
-    /// net of those reservations.
+    /// net of those reservations. The test is the approver's: the gang's members on one server
+    /// taken together (their memory adds up), checked by [`fit::check_member_free`] against the
+    /// server's record net of the reservations.
     fn conflicts_in_flight(&self, p: &Proposal) -> Option<Decision> {
+        let mut claims: Vec<MemberPlacement> = Vec::with_capacity(p.members.len());
+        for m in &p.members {
+            match claims.iter_mut().find(|c| c.server == m.server) {
+                Some(c) => {
+                    c.gpus |= m.gpus;
+                    c.cores = c.cores.or(m.cores);
+                    c.memory_mib = c.memory_mib.saturating_add(m.memory_mib);
+                }
+                None => claims.push(*m),
+            }
+        }
         let mut stale: Vec<(ServerId, ServerRecord)> = Vec::new();
         let mut first: Option<Rejection> = None;
-        let mut claimed: HashMap<ServerId, u64> = HashMap::new();
-        for m in &p.members {
-            let Some(r) = self.reserved.get(&m.server) else { continue };
-            let rec = self.view.server(m.server).copied()?;
-            let mem = claimed.entry(m.server).or_default();
-            *mem += m.memory_mib as u64;
-            let reason = if m.gpus & r.gpus != 0 {
-                Some(Rejection::DevicesBusy { server: m.server, mask: m.gpus & r.gpus })
-            } else if m.cores.intersects(r.cores) {
-                Some(Rejection::CoresBusy { server: m.server, mask: m.cores.and(r.cores) })
-            } else if *mem + r.memory_mib > rec.free_memory_mib as u64 {
-                let free = (rec.free_memory_mib as u64).saturating_sub(r.memory_mib) as u32;
-                Some(Rejection::MemoryShort { server: m.server, free, asked: m.memory_mib })
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
+        for c in &claims {
+            let Some(r) = self.reserved.get(&c.server) else { continue };
+            let net = r.net_of(self.view.server(c.server).copied()?);
+            if let Err(reason) = fit::check_member_free(&net, c) {
                 first.get_or_insert(reason);
-                let mut net = rec;
-                net.free_gpus &= !r.gpus;
-                net.free_cores = net.free_cores.without(r.cores);
-                net.free_memory_mib = (rec.free_memory_mib as u64).saturating_sub(r.memory_mib) as u32;
-                stale.push((m.server, net));
+                stale.push((c.server, net));
             }
         }
         first.map(|reason| Decision::Rejected {
@@ -547,7 +609,9 @@ impl Replica {
     /// Writes queued commands as log entries of at most `max_batch` commands (a gang counts
     /// as one). In each entry the gangs form one `Command::Propose`, first, then the other
     /// commands in arrival order; the context lists the tickets in the order of the outcomes.
-    fn flush_batch(&mut self) {
+    /// A chunk that cannot be encoded is not proposed: its tickets are dropped and the error
+    /// returned (the replica stops).
+    fn flush_batch(&mut self) -> Result<(), ReplicaError> {
         while !self.batch.is_empty() {
             let mut size = 0;
             let mut n = 0;
@@ -588,7 +652,15 @@ impl Replica {
             tickets.extend(other_tickets);
             let boot = self.node.store().boot();
             let ctx = codec::encode_context(self.cfg.id, boot, &tickets);
-            match self.node.propose(ctx, codec::encode_commands(&cmds)) {
+            let data = match codec::encode_commands(&cmds) {
+                Ok(data) => data,
+                Err(e) => {
+                    tracing::error!(replica = self.cfg.id, error = %e, commands = tickets.len(), "batch not encodable");
+                    self.drop_tickets(tickets);
+                    return Err(e);
+                }
+            };
+            match self.node.propose(ctx, data) {
                 Ok(()) => self.track(tickets),
                 Err(e) => {
                     tracing::warn!(replica = self.cfg.id, error = %e, commands = tickets.len(), "batch dropped");
@@ -596,6 +668,7 @@ impl Replica {
                 }
             }
         }
+        Ok(())
     }
 
     /// Writes pending batches, then handles raft's ready state: persists, applies, and returns
@@ -612,7 +685,7 @@ impl Replica {
     /// followers write in parallel with the leader; returns the rest, which must only be sent
     /// after the write (votes, acknowledgements).
     pub fn on_ready_with(&mut self, send_early: &mut dyn FnMut(Vec<Message>)) -> Result<Vec<Message>, ReplicaError> {
-        self.flush_batch();
+        self.flush_batch()?;
         self.on_role_change();
         if !self.node.has_ready() {
             return Ok(Vec::new());
@@ -630,11 +703,17 @@ impl Replica {
         }
         if *rd.snapshot() != Snapshot::default() {
             let snap = rd.snapshot().clone();
+            let index = snap.get_metadata().index;
+            // Checked before it replaces anything: a bad snapshot stops the replica with its
+            // storage and state as they were.
+            let (view, addrs) = checked_snapshot(index, codec::decode_snapshot(snap.get_data())?, self.cfg.change_log)?;
+            crate::fail_point!("replica::install_snapshot", |_| Err(ReplicaError::Storage {
+                why: "fail point install_snapshot".into()
+            }));
             self.node.mut_store().apply_snapshot(&snap)?;
-            let data = codec::decode_snapshot(snap.get_data())?;
-            self.view = ClusterView::from_snapshot(data.view).with_change_log(self.cfg.change_log);
-            self.addrs = data.addrs;
-            self.applied = snap.get_metadata().index;
+            self.view = view;
+            self.addrs = addrs;
+            self.applied = index;
             let _ = self.settle(self.applied, None);
             tracing::info!(replica = self.cfg.id, index = self.applied, "installed snapshot");
         }
@@ -703,6 +782,7 @@ impl Replica {
             if e.index <= self.applied {
                 continue;
             }
+            crate::fail_point!("replica::apply", |_| Err(ReplicaError::Storage { why: "fail point apply".into() }));
             self.applied = e.index;
             let ours = self.settle(e.index, Some(e.term));
             match e.get_entry_type() {
@@ -797,12 +877,15 @@ impl Replica {
         if !(due || self.snapshot_now && self.applied > meta.index) {
             return Ok(());
         }
+        crate::fail_point!("replica::compact_snapshot", |_| Err(ReplicaError::Storage {
+            why: "fail point compact_snapshot".into()
+        }));
         self.snapshot_now = false;
         let data = codec::encode_snapshot(&SnapshotData {
             applied: self.applied,
             view: self.view.snapshot(),
             addrs: self.addrs.clone(),
-        });
+        })?;
         let (applied, keep) = (self.applied, self.cfg.keep_entries);
         self.node.mut_store().compact(applied, data, keep)?;
         tracing::info!(replica = self.cfg.id, index = applied, "snapshot taken, log compacted");

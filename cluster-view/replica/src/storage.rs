@@ -1,6 +1,8 @@
-//! Raft storage on RocksDB: the log, hard state, conf state and the latest snapshot.
+//! [`RaftStorage`]: the raft log, hard state, conf state and the latest snapshot, over a
+//! durable key-value [`Backend`] (RocksDB in production, [`crate::mem::MemBackend`] in the
+//! seeded simulation).
 //!
-//! Layout (one RocksDB instance per replica, default column family):
+//! Layout (keys of the backend):
 //!
 //! | key | value |
 //! |---|---|
@@ -17,12 +19,14 @@
 //! keeps a tail of older entries, so a follower a little behind catches up from the log rather
 //! than by a whole snapshot (as etcd does). Entries are also cached in memory (write-through),
 //! so `Storage` reads never touch the disk; compaction bounds the cache. Writes are synced when `sync` is set: a replica
-//! acknowledges nothing it has not persisted.
+//! acknowledges nothing it has not persisted. Encoding a record can fail only on a bug; it
+//! fails the write (never writes empty bytes), and the replica stops.
 
+use crate::backend::{Backend, WriteBatch, entry_key};
 use crate::error::ReplicaError;
+use crate::rocks::RocksBackend;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot, SnapshotMetadata};
 use raft::{GetEntriesContext, RaftState, StorageError};
-use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 use std::path::Path;
 
 const K_HARD: &[u8] = b"hs";
@@ -33,25 +37,26 @@ const K_ID: &[u8] = b"id";
 const K_PREV_TERM: &[u8] = b"pt";
 const K_BOOT: &[u8] = b"bt";
 
-fn entry_key(index: u64) -> [u8; 9] {
-    let mut k = [0u8; 9];
-    k[0] = b'e';
-    k[1..].copy_from_slice(&index.to_be_bytes());
-    k
-}
-
 fn decode<M: protobuf::Message>(what: &'static str, bytes: &[u8]) -> Result<M, ReplicaError> {
     M::parse_from_bytes(bytes).map_err(|e| ReplicaError::Decode { what, why: e.to_string() })
 }
 
-fn encode(m: &impl protobuf::Message) -> Vec<u8> {
-    // Writing a well-formed in-memory message to a Vec cannot fail.
-    m.write_to_bytes().unwrap_or_default()
+fn encode(what: &'static str, m: &impl protobuf::Message) -> Result<Vec<u8>, ReplicaError> {
+    crate::codec::encode_proto(what, m)
 }
 
-/// Raft storage for one replica.
-pub struct RocksStorage {
-    db: DB,
+fn decode_u64(what: &'static str, b: &[u8]) -> Result<u64, ReplicaError> {
+    <[u8; 8]>::try_from(b)
+        .map(u64::from_be_bytes)
+        .map_err(|_| ReplicaError::Decode { what, why: format!("{} bytes, not 8", b.len()) })
+}
+
+/// Raft storage on RocksDB: the production storage.
+pub type RocksStorage = RaftStorage<RocksBackend>;
+
+/// Raft storage for one replica over the backend `B`.
+pub struct RaftStorage<B: Backend> {
+    db: B,
     sync: bool,
     hard: HardState,
     conf: ConfState,
@@ -67,9 +72,9 @@ pub struct RocksStorage {
     boot: u64,
 }
 
-impl std::fmt::Debug for RocksStorage {
+impl<B: Backend> std::fmt::Debug for RaftStorage<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocksStorage")
+        f.debug_struct("RaftStorage")
             .field("first_index", &self.first())
             .field("last_index", &self.last())
             .field("snapshot_index", &self.snap_meta.index)
@@ -77,26 +82,38 @@ impl std::fmt::Debug for RocksStorage {
     }
 }
 
-impl RocksStorage {
-    /// Opens (or creates) the storage in `dir` for replica `replica` of cluster `cluster`.
-    /// A directory written by another cluster or replica is refused.
+impl RaftStorage<RocksBackend> {
+    /// Opens (or creates) the storage in the RocksDB directory `dir` for replica `replica` of
+    /// cluster `cluster`. A directory written by another cluster or replica is refused.
     pub fn open(dir: &Path, cluster: &str, replica: u64, sync: bool) -> Result<RocksStorage, ReplicaError> {
-        let mut opts = Options::default();
-        opts.create_if_missing(true);
-        let db = DB::open(&opts, dir)?;
+        RaftStorage::with_backend(RocksBackend::open(dir)?, &dir.display().to_string(), cluster, replica, sync)
+    }
+}
+
+impl<B: Backend> RaftStorage<B> {
+    /// Opens the storage held by `db` (named `place` in errors) for replica `replica` of
+    /// cluster `cluster`: loads the log and the latest snapshot, counts this incarnation. A
+    /// backend written by another cluster or replica is refused.
+    pub fn with_backend(
+        mut db: B,
+        place: &str,
+        cluster: &str,
+        replica: u64,
+        sync: bool,
+    ) -> Result<RaftStorage<B>, ReplicaError> {
         let id = format!("{cluster}/{replica}");
         match db.get(K_ID)? {
             None => {
-                let mut wo = WriteOptions::default();
-                wo.set_sync(true);
-                db.put_opt(K_ID, id.as_bytes(), &wo)?;
+                let mut batch = WriteBatch::default();
+                batch.put(K_ID, id.as_bytes());
+                write(&mut db, batch, true)?;
             }
             Some(found) if found == id.as_bytes() => {}
             Some(found) => {
                 let found = String::from_utf8_lossy(&found).into_owned();
                 let (fc, fr) = found.rsplit_once('/').unwrap_or((found.as_str(), "0"));
                 return Err(ReplicaError::WrongDataDir {
-                    dir: dir.display().to_string(),
+                    dir: place.to_string(),
                     cluster: cluster.to_string(),
                     replica,
                     found_cluster: fc.to_string(),
@@ -118,12 +135,14 @@ impl RocksStorage {
         };
         let snap_data = db.get(K_SNAP_DATA)?.unwrap_or_default();
         let mut entries: Vec<Entry> = Vec::new();
-        for item in db.iterator(IteratorMode::From(&entry_key(0), Direction::Forward)) {
-            let (k, v) = item?;
-            if k.first() != Some(&b'e') {
-                break;
-            }
+        for (index, v) in db.entries()? {
             let e: Entry = decode("log entry", &v)?;
+            if e.index != index {
+                return Err(ReplicaError::Decode {
+                    what: "log",
+                    why: format!("entry {} stored under index {index}", e.index),
+                });
+            }
             if let Some(prev) = entries.last()
                 && e.index != prev.index + 1
             {
@@ -145,8 +164,8 @@ impl RocksStorage {
             snap_meta.term
         } else {
             match db.get(K_PREV_TERM)? {
-                Some(b) if b.len() == 8 => u64::from_be_bytes(b[..8].try_into().unwrap_or([0; 8])),
-                _ => {
+                Some(b) => decode_u64("term before the first entry", &b)?,
+                None => {
                     return Err(ReplicaError::Decode {
                         what: "log",
                         why: "missing term before the first entry".into(),
@@ -155,19 +174,18 @@ impl RocksStorage {
             }
         };
         let boot = match db.get(K_BOOT)? {
-            Some(b) if b.len() == 8 => u64::from_be_bytes(b[..8].try_into().unwrap_or([0; 8])) + 1,
-            _ => 1,
+            Some(b) => decode_u64("incarnation", &b)? + 1,
+            None => 1,
         };
-        let mut wo = WriteOptions::default();
-        wo.set_sync(true);
-        db.put_opt(K_BOOT, boot.to_be_bytes(), &wo)?;
-        Ok(RocksStorage { db, sync, hard, conf, snap_meta, snap_data, first_idx, entries, prev_term, boot })
+        let mut batch = WriteBatch::default();
+        batch.put(K_BOOT, boot.to_be_bytes());
+        write(&mut db, batch, true)?;
+        Ok(RaftStorage { db, sync, hard, conf, snap_meta, snap_data, first_idx, entries, prev_term, boot })
     }
 
-    fn write_opts(&self) -> WriteOptions {
-        let mut wo = WriteOptions::default();
-        wo.set_sync(self.sync);
-        wo
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.db
     }
 
     fn first(&self) -> u64 {
@@ -221,13 +239,11 @@ impl RocksStorage {
             hs.commit = hs.commit.max(1);
         }
         let mut batch = WriteBatch::default();
-        batch.put(K_CONF, encode(&cs));
-        batch.put(K_SNAP_META, encode(&meta));
+        batch.put(K_CONF, encode("conf state", &cs)?);
+        batch.put(K_SNAP_META, encode("snapshot metadata", &meta)?);
         batch.put(K_SNAP_DATA, &data);
-        batch.put(K_HARD, encode(&hs));
-        let mut wo = WriteOptions::default();
-        wo.set_sync(true);
-        self.db.write_opt(batch, &wo)?;
+        batch.put(K_HARD, encode("hard state", &hs)?);
+        write(&mut self.db, batch, true)?;
         self.conf = cs;
         self.first_idx = meta.index + 1;
         self.prev_term = meta.term;
@@ -264,12 +280,12 @@ impl RocksStorage {
             batch.delete(entry_key(i));
         }
         for e in ents {
-            batch.put(entry_key(e.index), encode(e));
+            batch.put(entry_key(e.index), encode("log entry", e)?);
         }
         if let Some(hs) = &hs {
-            batch.put(K_HARD, encode(hs));
+            batch.put(K_HARD, encode("hard state", hs)?);
         }
-        self.db.write_opt(batch, &self.write_opts())?;
+        write(&mut self.db, batch, self.sync)?;
         self.entries.truncate((first.index - self.first()) as usize);
         self.entries.extend_from_slice(ents);
         if let Some(hs) = hs {
@@ -291,16 +307,18 @@ impl RocksStorage {
     }
 
     fn put_hard(&mut self, hs: HardState, sync: bool) -> Result<(), ReplicaError> {
-        let mut wo = WriteOptions::default();
-        wo.set_sync(sync);
-        self.db.put_opt(K_HARD, encode(&hs), &wo)?;
+        let mut batch = WriteBatch::default();
+        batch.put(K_HARD, encode("hard state", &hs)?);
+        write(&mut self.db, batch, sync)?;
         self.hard = hs;
         Ok(())
     }
 
     /// Persists the conf state.
     pub fn set_conf_state(&mut self, cs: ConfState) -> Result<(), ReplicaError> {
-        self.db.put_opt(K_CONF, encode(&cs), &self.write_opts())?;
+        let mut batch = WriteBatch::default();
+        batch.put(K_CONF, encode("conf state", &cs)?);
+        write(&mut self.db, batch, self.sync)?;
         self.conf = cs;
         Ok(())
     }
@@ -318,11 +336,11 @@ impl RocksStorage {
         let mut hs = self.hard.clone();
         hs.term = hs.term.max(meta.term);
         hs.commit = meta.index;
-        batch.put(K_SNAP_META, encode(meta));
+        batch.put(K_SNAP_META, encode("snapshot metadata", meta)?);
         batch.put(K_SNAP_DATA, snap.get_data());
-        batch.put(K_HARD, encode(&hs));
-        batch.put(K_CONF, encode(meta.get_conf_state()));
-        self.db.write_opt(batch, &self.write_opts())?;
+        batch.put(K_HARD, encode("hard state", &hs)?);
+        batch.put(K_CONF, encode("conf state", meta.get_conf_state())?);
+        write(&mut self.db, batch, self.sync)?;
         self.entries.clear();
         self.first_idx = meta.index + 1;
         self.prev_term = meta.term;
@@ -346,13 +364,13 @@ impl RocksStorage {
         let drop = (new_first - self.first_idx) as usize;
         let prev_term = raft::Storage::term(self, new_first - 1)?;
         let mut batch = WriteBatch::default();
-        batch.put(K_SNAP_META, encode(&meta));
+        batch.put(K_SNAP_META, encode("snapshot metadata", &meta)?);
         batch.put(K_SNAP_DATA, &data);
         batch.put(K_PREV_TERM, prev_term.to_be_bytes());
         for e in &self.entries[..drop] {
             batch.delete(entry_key(e.index));
         }
-        self.db.write_opt(batch, &self.write_opts())?;
+        write(&mut self.db, batch, self.sync)?;
         self.entries.drain(..drop);
         self.first_idx = new_first;
         self.prev_term = prev_term;
@@ -367,7 +385,18 @@ impl RocksStorage {
     }
 }
 
-impl raft::Storage for RocksStorage {
+/// Writes `batch` through the backend; the synced write is the fsync boundary (fail point
+/// `replica::sync_write`).
+fn write<B: Backend>(db: &mut B, batch: WriteBatch, sync: bool) -> Result<(), ReplicaError> {
+    if sync {
+        crate::fail_point!("replica::sync_write", |_| Err(ReplicaError::Storage {
+            why: "fail point sync_write".into()
+        }));
+    }
+    db.write(batch, sync)
+}
+
+impl<B: Backend> raft::Storage for RaftStorage<B> {
     fn initial_state(&self) -> raft::Result<RaftState> {
         Ok(RaftState { hard_state: self.hard.clone(), conf_state: self.conf.clone() })
     }

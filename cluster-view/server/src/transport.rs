@@ -97,12 +97,11 @@ pub async fn run_peer(
                     Err(_) => break,
                 }
             }
-            let rb = v1::RaftBatch {
-                cluster: cluster.clone(),
-                from: me,
-                to,
-                messages: batch.iter().map(encode_message).collect(),
-            };
+            let (batch, messages) = encode_batch(&node, to, batch);
+            if batch.is_empty() {
+                continue;
+            }
+            let rb = v1::RaftBatch { cluster: cluster.clone(), from: me, to, messages };
             if tx.send(rb).await.is_err() {
                 lost(&node, to, &batch);
                 break;
@@ -120,8 +119,25 @@ pub async fn run_peer(
     }
 }
 
-fn encode_message(m: &Message) -> Vec<u8> {
-    m.write_to_bytes().unwrap_or_default()
+/// Encodes a batch: (the messages encoded, their bytes). A message that cannot be encoded is
+/// never sent as empty bytes: it is logged and reported lost, like a dropped one (raft
+/// resends; a snapshot is reported failed).
+fn encode_batch(node: &NodeHandle, to: u64, batch: Vec<Message>) -> (Vec<Message>, Vec<Vec<u8>>) {
+    let mut sent = Vec::with_capacity(batch.len());
+    let mut bytes = Vec::with_capacity(batch.len());
+    for m in batch {
+        match tessera_replica::codec::encode_message(&m) {
+            Ok(b) => {
+                sent.push(m);
+                bytes.push(b);
+            }
+            Err(e) => {
+                tracing::error!(to, msg_type = ?m.get_msg_type(), error = %e, "raft message not encodable; dropped");
+                lost(node, to, std::slice::from_ref(&m));
+            }
+        }
+    }
+    (sent, bytes)
 }
 
 fn lost(node: &NodeHandle, to: u64, msgs: &[Message]) {
