@@ -14,6 +14,9 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 
+echo "== fail points at the replica's fsync, snapshot and apply boundaries (real RocksDB)"
+cargo test -p tessera-replica --features failpoints --test failpoints --locked 2>&1 | tee -a "$log"
+
 echo "== benchmarks compile (criterion; run them with 'cargo bench')"
 cargo bench -p tessera-view -p tessera-scheduler --locked --no-run
 
