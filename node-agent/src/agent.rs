@@ -2,10 +2,12 @@
 //! placements on this server real.
 //!
 //! The loop is a reconciler, as a kubelet is: it keeps the jobs whose placement has a member
-//! here (from a snapshot plus the view's `Watch` deltas), and on every change compares the tasks
-//! those members want with the tasks the [`Runner`] holds. A member with no task is started (its
-//! placement is checked against the discovered devices first); a task whose placement is gone
-//! (the job was cancelled, failed elsewhere, or re-queued after a lease expiry) is stopped.
+//! here (from a snapshot plus the view's `Watch` deltas), and on every change (and every
+//! heartbeat tick) runs a round. The decisions of a round are [`crate::plan`]'s, a pure
+//! function of the members the view wants here and the local task state; this module is the
+//! async shell around it: it gathers those facts (the [`Runner`]'s running tasks, which task
+//! directories exist, the queued reports), executes the planned actions (stop or checkpoint
+//! signals, shim starts, reports) and records their outcomes in the plan's [`Memory`].
 //! Task starts and exits go to the view as [`v1::ReportTaskRequest`]s through an outbox that is
 //! retried until the view answers, so an exit reported during a leader change is not lost.
 //!
@@ -14,16 +16,18 @@
 //! ended meanwhile) before it starts anything, so a restart neither duplicates nor orphans them.
 
 use crate::discover::{DiscoverOptions, Discovery, GpuSource, HealthProbe, discover};
+use crate::plan::{self, Action, ExitDecision, Memory, Report, Round};
 use crate::task::{Control, Runner, TaskExit, TaskId, TaskSpec};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::v1;
-use tessera_view::{CoreMask, Job, JobState, ServerId, TaskState, Topology, ViewDelta, ViewSnapshot};
+use tessera_view::{Job, JobState, ServerId, Topology, ViewDelta, ViewSnapshot};
 use thiserror::Error;
 use tonic::Code;
+use tracing::{Instrument, error, info, instrument, warn};
 
 /// Exit code reported for a member the agent could not start (bad placement, spawn failure).
 pub const CANNOT_START: i32 = 125;
@@ -90,7 +94,9 @@ pub enum AgentError {
 }
 
 /// Discovers the server, registers it, and serves its placements until `shutdown` resolves.
-/// Tasks keep running after it returns.
+/// Tasks keep running after it returns. Everything it logs is under an `agent` span naming the
+/// server (several agents share a process in `tessera dev`).
+#[instrument(name = "agent", skip_all, fields(server = %cfg.name))]
 pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     let discovery = discover(&DiscoverOptions { topology: cfg.topology.clone() })
         .map_err(|e| AgentError::Discover(e.to_string()))?;
@@ -104,7 +110,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         )));
     };
     for w in &discovery.warnings {
-        tracing::warn!(server = %cfg.name, "{w}");
+        warn!(warning = %w, "discovery");
     }
     let mut client = ViewClient::new(cfg.view.clone())
         .map_err(|e| AgentError::Discover(format!("view addresses: {e}")))?
@@ -142,25 +148,30 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
     let log_server = listener.map(|l| {
         let svc = v1::agent_server::AgentServer::new(crate::logs::LogService::new(state_dir.join("tasks")));
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
-        tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming))
+        tokio::spawn(
+            tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).in_current_span(),
+        )
     });
     let adopted = runner.running();
     if !adopted.is_empty() {
-        tracing::info!(server = %cfg.name, tasks = adopted.len(), "re-adopted tasks left running by an earlier agent");
+        info!(tasks = adopted.len(), "re-adopted tasks left running by an earlier agent");
     }
     let every = if lease.is_zero() { Duration::from_secs(1) } else { (lease / 3).max(Duration::from_millis(20)) };
     // Heartbeats run on their own, so nothing the loop awaits (a snapshot, a task start, a
     // report during a leader change) can delay them past the lease.
-    let beats = tokio::spawn(heartbeats(Beats {
-        client: client.clone(),
-        name: cfg.name.clone(),
-        wire,
-        server,
-        every,
-        probe,
-        devices: topology.all_devices(),
-        agent_addr,
-    }));
+    let beats = tokio::spawn(
+        heartbeats(Beats {
+            client: client.clone(),
+            name: cfg.name.clone(),
+            wire,
+            server,
+            every,
+            probe,
+            devices: topology.all_devices(),
+            agent_addr,
+        })
+        .in_current_span(),
+    );
     let agent = Agent {
         cfg,
         discovery,
@@ -173,10 +184,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         names: Vec::new(),
         jobs: HashMap::new(),
         migrating: HashMap::new(),
-        no_process: HashSet::new(),
-        failed_start: HashSet::new(),
-        stopping: HashSet::new(),
-        grants: HashMap::new(),
+        memory: Memory::default(),
         finished: VecDeque::new(),
         outbox: VecDeque::new(),
         synced: false,
@@ -200,7 +208,7 @@ async fn register(
     loop {
         match client.register_server(name, wire.clone(), agent_addr).await {
             Ok(l) => {
-                tracing::info!(server = %name, id = l.server, lease_ms = l.lease_ms, "registered");
+                info!(id = l.server, lease_ms = l.lease_ms, "registered");
                 return Ok((ServerId(l.server), Duration::from_millis(l.lease_ms)));
             }
             Err(ClientError::Status { status, .. })
@@ -209,7 +217,7 @@ async fn register(
                 return Err(AgentError::Refused { name: name.to_string(), why: status.message().to_string() });
             }
             Err(e) => {
-                tracing::warn!(server = %name, "registration failed, retrying: {e}");
+                warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "registration failed, retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
@@ -254,12 +262,12 @@ async fn heartbeats(mut b: Beats) -> AgentError {
         match b.client.heartbeat(b.server.0, Some(unhealthy & b.devices), reasons, &b.agent_addr).await {
             Ok(_) => {}
             Err(ClientError::Status { status, .. }) if status.code() == Code::FailedPrecondition => {
-                tracing::warn!(server = %b.name, "{}; registering again", status.message());
+                warn!(reason = status.message(), "heartbeat refused; registering again");
                 if let Err(e) = register(&mut b.client, &b.name, &b.wire, &b.agent_addr).await {
                     return e;
                 }
             }
-            Err(e) => tracing::warn!(server = %b.name, "heartbeat failed: {e}"),
+            Err(e) => warn!(error = %e, "heartbeat failed"),
         }
     }
 }
@@ -282,15 +290,9 @@ struct Agent {
     /// Jobs being moved (migrating), anywhere, by id: the proposal of their new placement. A
     /// task of an older placement of such a job is checkpointed before it stops.
     migrating: HashMap<u64, u64>,
-    /// Members placed with no command (simulated jobs): reported started, nothing runs.
-    no_process: HashSet<TaskId>,
-    /// Members that could not start here (already reported failed).
-    failed_start: HashSet<TaskId>,
-    /// Tasks this agent stopped because their placement went away; their exits are not reported.
-    stopping: HashSet<TaskId>,
-    /// Devices and view cores of the tasks this agent started (adopted tasks are not known):
-    /// a new task does not start on what a stopping task still holds.
-    grants: HashMap<TaskId, (u64, CoreMask)>,
+    /// What the plan remembers between rounds: tasks being stopped, grants of the tasks started
+    /// here, members with no process or that failed to start.
+    memory: Memory,
     /// Finished tasks whose directories are kept, oldest first.
     finished: VecDeque<TaskId>,
     /// Task reports not yet acknowledged by the view, oldest first.
@@ -300,6 +302,8 @@ struct Agent {
 }
 
 impl Agent {
+    /// The loop: one event at a time (shutdown, a fatal heartbeat error, a tick, a watch event,
+    /// a task exit), each followed by a round and a flush of the outbox.
     async fn serve(
         mut self,
         shutdown: impl Future<Output = ()>,
@@ -318,6 +322,7 @@ impl Agent {
         let mut stream: Option<tonic::Streaming<v1::WatchEvent>> = None;
         let mut opened = tokio::time::Instant::now();
         let mut backoff = Duration::from_millis(50);
+        let mut following = false;
         let runner = self.runner.clone();
         let result = loop {
             // Re-subscribing now and then (from the current version: a delta) bounds how long
@@ -333,10 +338,21 @@ impl Agent {
                         backoff = Duration::from_millis(50);
                         self.reconcile().await;
                         self.flush().await;
+                        if !following {
+                            // Once per agent: its first round on the view is done (the process
+                            // tests wait for this line).
+                            following = true;
+                            info!(
+                                version = self.version,
+                                jobs = self.jobs.len(),
+                                tasks = self.runner.running().len(),
+                                "following the view"
+                            );
+                        }
                     }
                     Err(e) => {
-                        tracing::warn!(server = %self.cfg.name, "cannot follow the view, retrying: {e}");
                         backoff = (backoff * 2).min(Duration::from_secs(1));
+                        warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot follow the view, retrying");
                     }
                 }
             }
@@ -365,7 +381,7 @@ impl Agent {
                 Ev::Tick => self.reconcile().await,
                 Ev::Watch(Ok(Some(ev))) => {
                     if let Err(e) = self.apply(ev) {
-                        tracing::warn!(server = %self.cfg.name, "bad watch event, reading the view again: {e}");
+                        warn!(error = %e, version = self.version, "bad watch event, reading the view again");
                         stream = None;
                         continue;
                     }
@@ -373,7 +389,7 @@ impl Agent {
                 }
                 Ev::Watch(_) => {
                     if stream.take().is_some() {
-                        tracing::info!(server = %self.cfg.name, "watch ended; reconnecting");
+                        info!(version = self.version, "watch ended; reconnecting");
                     }
                 }
                 Ev::Exit(exit) => {
@@ -384,7 +400,7 @@ impl Agent {
             self.flush().await;
         };
         beats.abort();
-        tracing::info!(server = %self.cfg.name, tasks = self.runner.running().len(), "agent stopping; tasks keep running");
+        info!(tasks = self.runner.running().len(), "agent stopping; tasks keep running");
         result
     }
 
@@ -453,151 +469,116 @@ impl Agent {
         }
     }
 
-    /// The tasks the placements want here: members not yet succeeded.
-    fn desired(&self) -> HashMap<TaskId, (&Job, usize)> {
-        let mut want = HashMap::new();
-        for j in self.jobs.values() {
-            // A migrating job's new members start here like a placed job's.
-            if !matches!(j.state, JobState::Placed | JobState::Running | JobState::Migrating) {
-                continue;
-            }
-            let Some(p) = &j.placement else { continue };
-            for (k, m) in p.members.iter().enumerate() {
-                if m.server == self.server && j.tasks.get(k) != Some(&TaskState::Succeeded) {
-                    want.insert(TaskId { job: j.id.0, proposal: p.proposal.0, member: k as u32 }, (j, k));
-                }
-            }
-        }
-        want
-    }
-
+    /// One round: gathers the facts [`plan::plan`] decides on (the plan itself does no I/O) and
+    /// executes its actions in order; the round's starts run together at the end.
+    #[instrument(level = "debug", skip_all, fields(version = self.version))]
     async fn reconcile(&mut self) {
         if !self.synced {
             return;
         }
-        let running: HashSet<TaskId> = self.runner.running().into_iter().collect();
-        let (start, stop, unreported, wanted) = {
-            let want = self.desired();
-            let stop: Vec<TaskId> =
-                running.iter().filter(|id| !want.contains_key(id) && !self.stopping.contains(id)).copied().collect();
-            let mut start: Vec<(TaskId, Job, usize)> = want
-                .iter()
-                .filter(|(id, _)| {
-                    !running.contains(id)
-                        && !self.no_process.contains(id)
-                        && !self.failed_start.contains(id)
-                        && !self.runner.task_dir(id).exists()
-                })
-                .map(|(id, (j, k))| (*id, (*j).clone(), *k))
-                .collect();
-            start.sort_by_key(|(id, _, _)| *id);
-            // Level-triggered: a running task the view still sees as starting (its report was
-            // lost with an earlier agent) is reported again.
-            let unreported: Vec<TaskId> = want
-                .iter()
-                .filter(|(id, (j, k))| {
-                    running.contains(id) && j.tasks.get(*k).is_none_or(|t| *t == TaskState::Starting)
-                })
-                .map(|(id, _)| *id)
-                .collect();
-            let wanted: HashSet<TaskId> = want.keys().copied().collect();
-            (start, stop, unreported, wanted)
-        };
-        self.no_process.retain(|id| wanted.contains(id));
-        self.failed_start.retain(|id| wanted.contains(id));
-        for id in unreported {
-            if !self.outbox.iter().any(|r| is_report_of(r, id)) {
-                self.report(id, None);
-            }
-        }
-        for id in stop {
-            // A moved job (migrating) holds its new placement from the moment the move commits;
-            // the task of its old placement gets the chance to save its state first.
-            let migrating = self.migrating.get(&id.job).is_some_and(|new| *new != id.proposal);
-            let (what, control) = if migrating {
-                ("job migrating: checkpointing its task", Control::Checkpoint { grace: self.cfg.stop_grace })
-            } else {
-                ("placement gone: stopping its task", Control::Stop { grace: self.cfg.stop_grace })
-            };
-            tracing::info!(server = %self.cfg.name, task = %id, "{what}");
-            match self.runner.control(&id, control) {
-                Ok(()) => {
-                    self.stopping.insert(id);
-                }
-                Err(e) => tracing::warn!(server = %self.cfg.name, task = %id, "cannot stop: {e}"),
-            }
-        }
+        let desired = plan::desired(self.jobs.values(), self.server);
+        let running: BTreeSet<TaskId> = self.runner.running().into_iter().collect();
+        let ran: HashSet<TaskId> =
+            desired.keys().filter(|id| !running.contains(*id) && self.runner.task_dir(id).exists()).copied().collect();
+        let start_queued: HashSet<TaskId> = self.outbox.iter().filter_map(started_report).collect();
+        let actions = plan::plan(&Round {
+            desired: &desired,
+            running: &running,
+            ran: &ran,
+            start_queued: &start_queued,
+            migrating: &self.migrating,
+            memory: &self.memory,
+            model: &self.topology,
+            server: &self.cfg.name,
+        });
+        let grace = self.cfg.stop_grace;
         let mut launch = Vec::new();
-        for (id, job, k) in start {
-            let m = job.placement.as_ref().and_then(|p| p.members.get(k)).map(|m| (m.gpus, m.cores));
-            let busy = self.stopping.iter().any(|s| match (self.grants.get(s), m) {
-                (Some((g, c)), Some((mg, mc))) => g & mg != 0 || c.intersects(mc),
-                _ => true,
-            });
-            if busy {
-                // Its devices or cores are still held by a task that is being stopped; the
-                // start happens once that task's exit is in.
-                tracing::info!(server = %self.cfg.name, task = %id, "waiting for a stopping task to release its grant");
-                continue;
-            }
-            if let Some(spec) = self.prepare(id, &job, k) {
-                launch.push(spec);
+        for action in actions {
+            match action {
+                Action::Forget(id) => self.memory.forget(id),
+                Action::ReportStarted(id) => {
+                    tracing::debug!(task = %id, "the view sees a running task as starting: reporting it started");
+                    self.report(id, Report::Started);
+                }
+                Action::Checkpoint(id) => {
+                    let grace_ms = grace.as_millis() as u64;
+                    info!(job_id = id.job, task = %id, grace_ms, "job migrating: checkpointing its task");
+                    self.signal_stop(id, Control::Checkpoint { grace });
+                }
+                Action::Stop(id) => {
+                    let grace_ms = grace.as_millis() as u64;
+                    info!(job_id = id.job, task = %id, grace_ms, "placement gone: stopping its task");
+                    self.signal_stop(id, Control::Stop { grace });
+                }
+                Action::Wait { id, behind } => {
+                    info!(task = %id, behind = %behind, "waiting for a stopping task to release its grant");
+                }
+                Action::Refuse { id, why } => self.refuse(id, why),
+                Action::NoProcess(id) => {
+                    info!(task = %id, "placement has no command: nothing to run");
+                    self.memory.no_process.insert(id);
+                    self.report(id, Report::Started);
+                }
+                Action::Start { id, grant } => match self.task_spec(id) {
+                    Ok(spec) => {
+                        self.memory.grants.insert(id, grant);
+                        info!(job_id = id.job, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
+                        launch.push(spec);
+                    }
+                    Err(why) => self.refuse(id, why),
+                },
             }
         }
-        // Every start of one round at once: each waits for its shim to report the process.
+        self.launch(launch).await;
+    }
+
+    /// Sends a stop or checkpoint; a task that took it is remembered as stopping (its exit is
+    /// not reported). On failure the next round plans the stop again.
+    fn signal_stop(&mut self, id: TaskId, control: Control) {
+        match self.runner.control(&id, control) {
+            Ok(()) => {
+                self.memory.stopping.insert(id);
+            }
+            Err(e) => warn!(task = %id, error = %e, "cannot stop the task"),
+        }
+    }
+
+    /// Reports a member that cannot run here as ended with [`CANNOT_START`], once.
+    fn refuse(&mut self, id: TaskId, why: String) {
+        error!(job_id = id.job, task = %id, reason = %why, "cannot run the placement");
+        self.memory.failed_start.insert(id);
+        self.report(id, Report::Exited { code: CANNOT_START, message: why });
+    }
+
+    /// Starts a round's tasks together (each waits for its shim to report the process) and
+    /// reports each start, or its failure.
+    async fn launch(&mut self, specs: Vec<TaskSpec>) {
         let mut starting = tokio::task::JoinSet::new();
-        for spec in launch {
+        for spec in specs {
             let runner = self.runner.clone();
-            starting.spawn(async move { (spec.id, runner.start(spec).await) });
+            starting.spawn(async move { (spec.id, runner.start(spec).await) }.in_current_span());
         }
         while let Some(done) = starting.join_next().await {
             let Ok((id, r)) = done else { continue };
             match r {
-                Ok(()) => self.report(id, None),
+                Ok(()) => self.report(id, Report::Started),
                 Err(e) => {
-                    tracing::error!(server = %self.cfg.name, task = %id, "task did not start: {e}");
-                    self.grants.remove(&id);
-                    self.failed_start.insert(id);
-                    self.report(id, Some((CANNOT_START, format!("the task could not start: {e}"))));
+                    error!(task = %id, error = %e, "task did not start");
+                    self.memory.start_failed(id);
+                    let message = format!("the task could not start: {e}");
+                    self.report(id, Report::Exited { code: CANNOT_START, message });
                 }
             }
         }
     }
 
-    /// The spec to start member `k` of `job` with; `None` (reported here) when it has nothing
-    /// to run or cannot run on this server.
-    fn prepare(&mut self, id: TaskId, job: &Job, k: usize) -> Option<TaskSpec> {
-        let spec = match self.task_spec(id, job, k) {
-            Ok(Some(spec)) => spec,
-            Ok(None) => {
-                tracing::info!(server = %self.cfg.name, task = %id, "placement has no command: nothing to run");
-                self.no_process.insert(id);
-                self.report(id, None);
-                return None;
-            }
-            Err(why) => {
-                tracing::error!(server = %self.cfg.name, task = %id, "cannot run the placement: {why}");
-                self.failed_start.insert(id);
-                self.report(id, Some((CANNOT_START, why)));
-                return None;
-            }
-        };
-        if let Some(m) = job.placement.as_ref().and_then(|p| p.members.get(k)) {
-            self.grants.insert(id, (m.gpus, m.cores));
-        }
-        tracing::info!(server = %self.cfg.name, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
-        Some(spec)
-    }
-
-    /// What to run for member `k` of `job`; `None` when the job has no command; an error when
-    /// the placement names devices or cores this server does not have.
-    fn task_spec(&self, id: TaskId, job: &Job, k: usize) -> Result<Option<TaskSpec>, String> {
+    /// What to run for member `id` of a job in the local copy (the plan checked its grant
+    /// against the model, and that the job has a command).
+    fn task_spec(&self, id: TaskId) -> Result<TaskSpec, String> {
+        let job = self.jobs.get(&id.job).ok_or("the job is not in the agent's copy of the view")?;
         let p = job.placement.as_ref().ok_or("the job has no placement")?;
+        let k = id.member as usize;
         let m = p.members.get(k).ok_or_else(|| format!("the placement has no member {k}"))?;
-        check_member(&self.topology, &self.cfg.name, m)?;
-        if job.spec.command.is_empty() {
-            return Ok(None);
-        }
         let mut cpus: Vec<u32> = m
             .cores
             .indices()
@@ -636,67 +617,54 @@ impl Agent {
             ("MASTER_PORT".into(), master_port(id).to_string()),
             ("OMP_NUM_THREADS".into(), m.cores.count().max(1).to_string()),
         ];
-        Ok(Some(TaskSpec {
+        Ok(TaskSpec {
             id,
             command: job.spec.command.clone(),
             env,
             cpus,
             memory_limit_mib: (m.memory_mib > 0).then_some(u64::from(m.memory_mib)),
-        }))
+        })
     }
 
+    /// A task ended: keeps its directory, and reports the exit unless this agent stopped it or
+    /// an earlier agent's report of it was acknowledged ([`plan::on_exit`] decides).
     fn on_exit(&mut self, exit: TaskExit) {
         let id = exit.id;
-        let stopped_by_us = self.stopping.remove(&id);
-        self.grants.remove(&id);
+        let stopped_here = self.memory.ended(id);
         self.keep_finished(id);
-        if stopped_by_us {
-            tracing::info!(server = %self.cfg.name, task = %id, "stopped task ended: {}", exit.message);
-            return;
+        // Read only when it can matter.
+        let reported_before = !stopped_here && self.runner.task_dir(&id).join(REPORTED).exists();
+        match plan::on_exit(&exit, stopped_here, reported_before) {
+            ExitDecision::StoppedHere => info!(task = %id, exit = %exit.message, "stopped task ended"),
+            ExitDecision::ReportedBefore => {}
+            ExitDecision::Report(report) => {
+                if let Report::Exited { code, .. } = &report {
+                    info!(job_id = id.job, task = %id, code = *code, exit = %exit.message, "task ended");
+                }
+                self.report(id, report);
+            }
         }
-        if self.runner.task_dir(&id).join(REPORTED).exists() {
-            // An earlier agent's report of this exit was acknowledged; the runner delivers
-            // every kept exit again after a restart.
-            return;
-        }
-        let code = match (exit.code, exit.signal) {
-            (Some(c), _) => c,
-            (None, Some(s)) => -s,
-            (None, None) => 1,
-        };
-        tracing::info!(server = %self.cfg.name, task = %id, code, "task ended: {}", exit.message);
-        let message = if code == 0 { String::new() } else { exit.message };
-        self.report(id, Some((code, message)));
     }
 
-    /// Keeps a finished task's directory (its logs) and forgets the oldest ones beyond
-    /// [`KEEP_FINISHED`] whose job no longer holds a placement here. A directory is what tells
-    /// [`Agent::reconcile`] that a member already ran, so none is removed while its placement
-    /// lives.
+    /// Keeps a finished task's directory (its logs) and removes the oldest ones beyond
+    /// [`KEEP_FINISHED`] whose job no longer holds that placement here ([`plan::prune_finished`]).
     fn keep_finished(&mut self, id: TaskId) {
-        self.finished.push_back(id);
-        let mut kept = VecDeque::with_capacity(self.finished.len());
-        while self.finished.len() + kept.len() > KEEP_FINISHED {
-            let Some(old) = self.finished.pop_front() else { break };
-            if self.jobs.get(&old.job).and_then(|j| j.placement.as_ref()).is_some_and(|p| p.proposal.0 == old.proposal)
-            {
-                kept.push_back(old);
-                continue;
-            }
+        let jobs = &self.jobs;
+        let lives = |t: &TaskId| {
+            jobs.get(&t.job).and_then(|j| j.placement.as_ref()).is_some_and(|p| p.proposal.0 == t.proposal)
+        };
+        for old in plan::prune_finished(&mut self.finished, id, KEEP_FINISHED, lives) {
             if let Err(e) = self.runner.forget(&old) {
-                tracing::warn!(server = %self.cfg.name, task = %old, "cannot remove the task directory: {e}");
+                warn!(task = %old, error = %e, "cannot remove the task directory");
             }
-        }
-        while let Some(k) = kept.pop_back() {
-            self.finished.push_front(k);
         }
     }
 
-    /// Queues a report: started (`None`) or exited with `(code, message)`.
-    fn report(&mut self, id: TaskId, exit: Option<(i32, String)>) {
-        let event = match exit {
-            None => v1::report_task_request::Event::Started(v1::TaskStarted {}),
-            Some((code, mut message)) => {
+    /// Queues a report for the view.
+    fn report(&mut self, id: TaskId, report: Report) {
+        let event = match report {
+            Report::Started => v1::report_task_request::Event::Started(v1::TaskStarted {}),
+            Report::Exited { code, mut message } => {
                 if message.len() > MAX_MESSAGE {
                     let mut end = MAX_MESSAGE;
                     while !message.is_char_boundary(end) {
@@ -720,6 +688,7 @@ impl Agent {
     /// unknown job; malformed) is dropped; on any other error (unavailable, timed out, outcome
     /// unknown) it stays queued and is retried on the next pass: applying a report is
     /// idempotent.
+    #[instrument(level = "debug", skip_all, fields(queued = self.outbox.len()))]
     async fn flush(&mut self) {
         if self.outbox.is_empty() {
             return;
@@ -748,10 +717,10 @@ impl Agent {
                     if matches!(status.code(), Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument) =>
                 {
                     keep[i] = false;
-                    tracing::info!(server = %self.cfg.name, job = r.job, "task report not applied: {}", status.message());
+                    info!(job_id = r.job, member = r.member, reason = status.message(), "task report not applied");
                 }
                 Err(e) => {
-                    tracing::warn!(server = %self.cfg.name, job = r.job, "task report not delivered, will retry: {e}");
+                    warn!(job_id = r.job, member = r.member, error = %e, "task report not delivered, will retry");
                 }
             }
         }
@@ -770,30 +739,13 @@ fn dir_name(cluster: &str) -> String {
     if name.is_empty() || name.starts_with('.') { format!("cluster-{name}") } else { name }
 }
 
-/// Whether a queued report is the started report of task `id`.
-fn is_report_of(r: &v1::ReportTaskRequest, id: TaskId) -> bool {
-    (r.job, r.proposal, r.member) == (id.job, id.proposal, id.member)
-        && matches!(r.event, Some(v1::report_task_request::Event::Started(_)))
-}
-
-/// Whether a member's grant exists on this server's model; the reason when it does not.
-fn check_member(t: &Topology, server: &str, m: &tessera_view::MemberPlacement) -> Result<(), String> {
-    let missing = m.gpus & !t.all_devices();
-    if missing != 0 {
-        return Err(format!(
-            "placement names devices {} but server {server} has devices {}",
-            tessera_view::mask::format_indices(missing),
-            tessera_view::mask::format_indices(t.all_devices())
-        ));
-    }
-    if !m.cores.is_subset_of(t.all_cores()) {
-        return Err(format!(
-            "placement names cores {} but server {server} has {} cores",
-            m.cores.without(t.all_cores()).format(),
-            t.cores()
-        ));
-    }
-    Ok(())
+/// The task whose started report this queued report is, if it is one.
+fn started_report(r: &v1::ReportTaskRequest) -> Option<TaskId> {
+    matches!(r.event, Some(v1::report_task_request::Event::Started(_))).then_some(TaskId {
+        job: r.job,
+        proposal: r.proposal,
+        member: r.member,
+    })
 }
 
 /// A port for the gang's rendezvous, the same on every member: derived from the job and the
@@ -807,18 +759,6 @@ fn master_port(id: TaskId) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_view::{CoreMask, MemberPlacement};
-
-    #[test]
-    fn a_member_naming_what_the_server_lacks_is_refused_with_the_reason() {
-        let t = Topology::preset("pcie-4gpu").expect("preset");
-        let m = |gpus: u64, cores: CoreMask| MemberPlacement { server: ServerId(0), gpus, cores, memory_mib: 1 };
-        assert_eq!(check_member(&t, "s", &m(0b1111, CoreMask::range(0, 48))), Ok(()));
-        let e = check_member(&t, "s", &m(1 << 6, CoreMask::range(0, 1))).expect_err("device 6");
-        assert!(e.contains("devices 6") && e.contains("has devices 0-3"), "{e}");
-        let e = check_member(&t, "s", &m(1, CoreMask::range(40, 10))).expect_err("cores 48, 49");
-        assert!(e.contains("cores 48-49") && e.contains("48 cores"), "{e}");
-    }
 
     #[test]
     fn every_member_of_a_gang_derives_the_same_port() {

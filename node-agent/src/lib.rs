@@ -8,4 +8,5 @@
 pub mod agent;
 pub mod discover;
 pub mod logs;
+pub mod plan;
 pub mod task;

@@ -1,10 +1,8 @@
 //! The task runner on real processes.
 //!
 //! The runner starts every task under a shim process; in production the shim is
-//! `tessera agent shim`. Here this test binary plays the shim: the test `shim_entry` calls
-//! `shim_main` when `TESSERA_SHIM_DIR` is set (and passes at once otherwise), so the runner's
-//! shim prefix is `[<this test binary>, "shim_entry", "--exact", "--nocapture",
-//! "--test-threads=1"]`: libtest in the child runs only that test, which becomes the shim.
+//! `tessera agent shim`. Here it is this package's `tessera-shim` program (`src/bin/`), which
+//! runs the same `shim_main`.
 //!
 //! Waits are bounded: `next_exit` under a 20 s timeout, process states polled with a deadline.
 
@@ -14,20 +12,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tessera_agent::task::{Control, LOST, NOTES, Runner, TaskError, TaskExit, TaskId, TaskSpec, shim_main};
-
-#[test]
-fn shim_entry() {
-    if let Some(dir) = std::env::var_os("TESSERA_SHIM_DIR") {
-        std::process::exit(shim_main(Path::new(&dir)));
-    }
-}
+use tessera_agent::task::{Control, LOST, NOTES, Runner, TaskError, TaskExit, TaskId, TaskSpec};
 
 fn shim() -> Vec<String> {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    [exe.to_string_lossy().as_ref(), "shim_entry", "--exact", "--nocapture", "--test-threads=1"]
-        .map(String::from)
-        .to_vec()
+    vec![env!("CARGO_BIN_EXE_tessera-shim").to_string()]
 }
 
 fn id(member: u32) -> TaskId {

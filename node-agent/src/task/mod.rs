@@ -345,7 +345,7 @@ impl Runner {
             Err(e) => {
                 lock(&self.inner.running).remove(&id);
                 if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    tracing::warn!(task = %id, "could not remove the directory of a task that did not start: {e}");
+                    tracing::warn!(task = %id, error = %e, "could not remove the directory of a task that did not start");
                 }
                 return Err(e);
             }
@@ -363,7 +363,7 @@ impl Runner {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                tracing::warn!(task = %id, "the shim has not reported the task's pid after {START_WAIT:?}");
+                tracing::warn!(task = %id, waited_ms = START_WAIT.as_millis() as u64, "the shim has not reported the task's pid");
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -393,7 +393,7 @@ impl Runner {
         if let Some(pid) = child.id() {
             let path = dir.join(SHIM_PID);
             if let Err(e) = write_atomic(&path, format!("{pid}\n").as_bytes()) {
-                tracing::warn!(path = %path.display(), "could not record the shim's pid: {e}");
+                tracing::warn!(path = %path.display(), error = %e, "could not record the shim's pid");
             }
         }
         Ok(child)
@@ -428,7 +428,9 @@ impl Runner {
                         tracing::info!(task = %id, "no exit after checkpoint; stopping it");
                         match terminate(id, task) {
                             Ok(()) => kill_after(inner, id, task, grace).await,
-                            Err(e) => tracing::warn!("{e}"),
+                            Err(e) => {
+                                tracing::warn!(task = %id, error = %e, "cannot stop the task after its checkpoint")
+                            }
                         }
                     }
                 });
@@ -487,7 +489,7 @@ impl Runner {
     pub async fn shutdown_all(&self, grace: Duration) {
         for id in self.running() {
             if let Err(e) = self.control(&id, Control::Stop { grace }) {
-                tracing::warn!("{e}");
+                tracing::warn!(task = %id, error = %e, "cannot stop the task");
             }
         }
         let all_ended = async {
@@ -535,7 +537,7 @@ impl Inner {
                 }
                 let record = ExitRecord { code: None, signal: None, message: LOST.to_string() };
                 if let Err(e) = write_json_atomic(&dir.join(EXIT), &record) {
-                    tracing::warn!(task = %id, "could not record the exit of a lost task: {e}");
+                    tracing::warn!(task = %id, error = %e, "could not record the exit of a lost task");
                 }
                 record
             }
@@ -549,7 +551,7 @@ impl Inner {
 async fn watch_child(inner: Arc<Inner>, id: TaskId, mut child: Child) {
     let pid = child.id();
     if let Err(e) = child.wait().await {
-        tracing::warn!(task = %id, "could not wait for the shim ({e}); polling it instead");
+        tracing::warn!(task = %id, error = %e, "could not wait for the shim; polling it instead");
         if let Some(pid) = pid {
             poll_until_dead(pid, &inner.dir(&id)).await;
         }
@@ -572,9 +574,9 @@ async fn poll_until_dead(shim_pid: u32, dir: &Path) {
 async fn kill_after(inner: Arc<Inner>, id: TaskId, task: TaskProc, grace: Duration) {
     tokio::time::sleep(grace).await;
     if inner.still_running(id, task) {
-        tracing::info!(task = %id, "still alive after {grace:?}; sending SIGKILL");
+        tracing::info!(task = %id, grace_ms = grace.as_millis() as u64, "still alive after the grace period; sending SIGKILL");
         if let Err(e) = signal_group(id, task, Signal::SIGKILL) {
-            tracing::warn!("{e}");
+            tracing::warn!(task = %id, error = %e, "cannot kill the task");
         }
     }
 }
