@@ -12,6 +12,7 @@
 //! | [`validate`] | checks restoring the core types' guarantees on outside values (topologies, specs, snapshots) |
 //! | [`client`] | [`ViewClient`]: the leader-following, retrying gRPC client every Tessera program uses (SDK, agents, CLI) |
 //! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
+//! | [`api`] | the JSON shapes of the view's HTTP API, also printed by the CLI's `--json` (with their OpenAPI schemas) |
 //!
 //! Decoding untrusted bytes is two steps, neither of which panics:
 //!
@@ -26,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod client;
 pub mod convert;
 pub mod error;

@@ -258,14 +258,12 @@ impl v1::view_server::View for ViewService {
             let r = match self.node.wait(rx).await {
                 Ok((Answer::Applied(Outcome::Submitted(Ok(job))), v)) => {
                     version = version.max(v);
-                    v1::SubmitResult { job: job.0, error: String::new() }
+                    v1::SubmitResult::admitted(job)
                 }
-                Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => {
-                    v1::SubmitResult { job: 0, error: e.to_string() }
-                }
-                Ok((other, _)) => v1::SubmitResult { job: 0, error: format!("outcome unknown ({other:?})") },
+                Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => v1::SubmitResult::refused(&e),
+                Ok((other, _)) => v1::SubmitResult::outcome_unknown(format!("outcome unknown ({other:?})")),
                 Err(e @ NodeError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
-                Err(e) => v1::SubmitResult { job: 0, error: format!("outcome unknown: {e}") },
+                Err(e) => v1::SubmitResult::outcome_unknown(format!("outcome unknown: {e}")),
             };
             results.push(r);
         }
