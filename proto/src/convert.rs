@@ -31,7 +31,7 @@ use tessera_view::placement::GangPlacement;
 use tessera_view::{
     ConfigSet, ConfigSetId, CoreMask, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState, LocalityLevel,
     MemberPlacement, Predictor, Proposal, ProposalId, Rejection, RequestId, ServerId, ServerRecord, TaskState,
-    Topology, ViewDelta, ViewSnapshot, ViewVersion,
+    Topology, ViewDelta, ViewError, ViewSnapshot, ViewVersion,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -515,6 +515,36 @@ impl TryFrom<v1::Proposal> for Proposal {
     }
 }
 
+// ---------------------------------------------------------------- submissions
+
+/// The kind of a refusal, from the view error's variant (never from its words).
+impl From<&ViewError> for v1::SubmitRefusal {
+    fn from(e: &ViewError) -> Self {
+        match e {
+            ViewError::NeverFits(_) => v1::SubmitRefusal::NeverFits,
+            ViewError::InvalidSpec(_) => v1::SubmitRefusal::InvalidSpec,
+            _ => v1::SubmitRefusal::Unspecified,
+        }
+    }
+}
+
+impl v1::SubmitResult {
+    /// An admitted job.
+    pub fn admitted(job: JobId) -> v1::SubmitResult {
+        v1::SubmitResult { job: job.0, error: String::new(), refusal: v1::SubmitRefusal::Unspecified.into() }
+    }
+
+    /// A job the view refused: the error's text and its kind.
+    pub fn refused(e: &ViewError) -> v1::SubmitResult {
+        v1::SubmitResult { job: 0, error: e.to_string(), refusal: v1::SubmitRefusal::from(e).into() }
+    }
+
+    /// A submission whose outcome is unknown (it may or may not have been admitted).
+    pub fn outcome_unknown(why: String) -> v1::SubmitResult {
+        v1::SubmitResult { job: 0, error: why, refusal: v1::SubmitRefusal::OutcomeUnknown.into() }
+    }
+}
+
 // ---------------------------------------------------------------- decisions
 
 impl From<&Rejection> for v1::Rejection {
@@ -770,6 +800,27 @@ mod tests {
         view.set_health(ServerId(3), Health::Draining).expect("known server");
         assert!(invariants::check(&view).is_clean());
         (view, vec![accepted, again, rejected])
+    }
+
+    #[test]
+    fn submit_refusals_carry_their_kind() {
+        let mut view = ClusterView::from_spec(&ClusterSpec::uniform(seed(), 4, 2, 1));
+        let never = view.submit(JobSpec::simple("huge", 1, 64)).expect_err("64 GPUs on one server never fit");
+        let r = v1::SubmitResult::refused(&never);
+        assert_eq!((r.job, r.refusal()), (0, v1::SubmitRefusal::NeverFits));
+        assert!(!r.error.is_empty());
+        let mut bad = JobSpec::simple("loose", 1, 1);
+        bad.tolerate = LocalityLevel::PcieSwitch;
+        bad.prefer = LocalityLevel::Rack;
+        let invalid = view.submit(bad).expect_err("tolerate tighter than prefer");
+        assert_eq!(v1::SubmitResult::refused(&invalid).refusal(), v1::SubmitRefusal::InvalidSpec);
+        let ok = v1::SubmitResult::admitted(JobId(7));
+        assert_eq!((ok.job, ok.error.as_str(), ok.refusal()), (7, "", v1::SubmitRefusal::Unspecified));
+        let unknown = v1::SubmitResult::outcome_unknown("leader changed".into());
+        assert_eq!(unknown.refusal(), v1::SubmitRefusal::OutcomeUnknown);
+        // The kind survives the wire.
+        let back = v1::SubmitResult::decode(r.encode_to_vec().as_slice()).expect("decodes");
+        assert_eq!(back.refusal(), v1::SubmitRefusal::NeverFits);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | [`client`] | [`ViewClient`]: the leader-following, retrying gRPC client every Tessera program uses (SDK, agents, CLI) |
 //! | [`backoff`] | [`Backoff`]: the one bounded, jittered retry delay every retrying loop of the workspace uses |
 //! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
+//! | [`api`] | the JSON shapes of the view's HTTP API, also printed by the CLI's `--json` (with their OpenAPI schemas) |
 //!
 //! Decoding untrusted bytes is two steps, neither of which panics:
 //!
@@ -27,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod backoff;
 pub mod client;
 pub mod convert;

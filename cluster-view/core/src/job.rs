@@ -160,10 +160,16 @@ pub struct JobSpec {
     pub scheduler: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A job file as written (TOML, or the same shape in JSON): `gpus` or `gpus_per_member`, and
+/// the `[locality]` and `[cpu]` tables. Deserialize it with any serde format, then
+/// [`JobFile::into_spec`] resolves and validates it: the one path from a job file to a
+/// [`JobSpec`] ([`JobSpec::from_toml`] and the HTTP API's JSON and TOML bodies all take it).
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawJob {
-    name: String,
+pub struct JobFile {
+    /// Optional here so that a missing name is reported like every other field (by its path).
+    #[serde(default)]
+    name: Option<String>,
     #[serde(default)]
     gpus: Option<u32>,
     #[serde(default)]
@@ -188,7 +194,7 @@ struct RawJob {
     cpu: Option<RawCpu>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLocality {
     #[serde(default)]
@@ -201,7 +207,7 @@ struct RawLocality {
     slowdown: BTreeMap<LocalityLevel, f64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCpu {
     #[serde(default)]
@@ -210,6 +216,78 @@ struct RawCpu {
     predictor: Option<Predictor>,
     #[serde(default)]
     min_cores_per_gpu: Option<u32>,
+}
+
+impl JobFile {
+    /// Resolves and validates the file's fields into a [`JobSpec`].
+    ///
+    /// Only what a built [`JobSpec`] cannot express is checked here (`gpus` missing, zero, or
+    /// disagreeing with `members` and `gpus_per_member`; both `cores_per_gpu` and `predictor`;
+    /// `min_cores_per_gpu` without `predictor`); the rest is [`JobSpec::validate`]'s. Fields are
+    /// named as in the file (`gpus`, `cpu.min_cores_per_gpu`, `locality.tolerate`).
+    pub fn into_spec(self) -> Result<JobSpec, FieldError> {
+        let inv = |field: &str, msg: String| FieldError::new(field, msg);
+        let Some(name) = self.name else { return Err(inv("name", "missing: every job needs a name".into())) };
+        let members = self.members.unwrap_or(1);
+        // `members` itself (0 included) is `validate`'s; 0 only skips the arithmetic here.
+        let gpus_per_member = match (self.gpus, self.gpus_per_member) {
+            (None, None) => {
+                return Err(inv("gpus", "missing: give `gpus` (total) or `gpus_per_member`".into()));
+            }
+            (Some(0), _) => return Err(inv("gpus", "must be at least 1".into())),
+            (Some(g), None) => {
+                if members != 0 && g % members != 0 {
+                    return Err(inv("gpus", format!("{g} GPUs cannot be split evenly over {members} members")));
+                }
+                g.checked_div(members).unwrap_or(0)
+            }
+            (Some(g), Some(p)) => {
+                if members != 0 && p != 0 && u64::from(g) != u64::from(p) * u64::from(members) {
+                    return Err(inv("gpus", format!("{g} != members ({members}) x gpus_per_member ({p})")));
+                }
+                p
+            }
+            (None, Some(p)) => p,
+        };
+        let loc = self.locality.unwrap_or(RawLocality {
+            prefer: None,
+            tolerate: None,
+            relax_after_s: None,
+            slowdown: BTreeMap::new(),
+        });
+        let cpu = match self.cpu {
+            None => CpuDemand::Proportional,
+            Some(RawCpu { cores_per_gpu: Some(_), predictor: Some(_), .. }) => {
+                return Err(inv("cpu", "give either `cores_per_gpu` or `predictor`, not both".into()));
+            }
+            Some(RawCpu { predictor: None, min_cores_per_gpu: Some(_), .. }) => {
+                return Err(inv("cpu.min_cores_per_gpu", "only applies with `predictor`".into()));
+            }
+            Some(RawCpu { cores_per_gpu: Some(c), .. }) => CpuDemand::Fixed { cores_per_gpu: c },
+            Some(RawCpu { predictor: Some(p), min_cores_per_gpu, .. }) => {
+                CpuDemand::Predicted { predictor: p, min_cores_per_gpu: min_cores_per_gpu.unwrap_or(1) }
+            }
+            Some(_) => CpuDemand::Proportional,
+        };
+        let spec = JobSpec {
+            name,
+            tenant: self.tenant.unwrap_or_else(|| "default".into()),
+            gpu_type: self.gpu_type,
+            members,
+            gpus_per_member,
+            prefer: loc.prefer.unwrap_or(LocalityLevel::PcieSwitch),
+            tolerate: loc.tolerate.unwrap_or(LocalityLevel::Any),
+            relax_after_s: loc.relax_after_s,
+            slowdown: loc.slowdown,
+            cpu,
+            memory_mib_per_gpu: self.memory_mib_per_gpu,
+            priority: self.priority,
+            command: self.command,
+            scheduler: self.scheduler,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
 }
 
 impl JobSpec {
@@ -248,77 +326,15 @@ impl JobSpec {
         }
     }
 
-    /// Parses and validates job TOML; `file` names the source in errors.
-    ///
-    /// Only what a built [`JobSpec`] cannot express is checked while parsing (`gpus` missing,
-    /// zero, or disagreeing with `members` and `gpus_per_member`; both `cores_per_gpu` and
-    /// `predictor`; `min_cores_per_gpu` without `predictor`); the rest is [`JobSpec::validate`]'s.
+    /// Parses and validates job TOML (a [`JobFile`], then [`JobFile::into_spec`]); `file` names
+    /// the source in errors.
     pub fn from_toml(file: &str, text: &str) -> Result<JobSpec, SpecError> {
         JobSpec::parse_toml(file, text).map_err(|e| e.with_line(text))
     }
 
     fn parse_toml(file: &str, text: &str) -> Result<JobSpec, SpecError> {
-        let raw: RawJob = toml::from_str(text).map_err(|e| SpecError::syntax(file, &e))?;
-        let inv = |field: &str, msg: String| SpecError::invalid(file, field, msg);
-        let members = raw.members.unwrap_or(1);
-        // `members` itself (0 included) is `validate`'s; 0 only skips the arithmetic here.
-        let gpus_per_member = match (raw.gpus, raw.gpus_per_member) {
-            (None, None) => {
-                return Err(inv("gpus", "missing: give `gpus` (total) or `gpus_per_member`".into()));
-            }
-            (Some(0), _) => return Err(inv("gpus", "must be at least 1".into())),
-            (Some(g), None) => {
-                if members != 0 && g % members != 0 {
-                    return Err(inv("gpus", format!("{g} GPUs cannot be split evenly over {members} members")));
-                }
-                g.checked_div(members).unwrap_or(0)
-            }
-            (Some(g), Some(p)) => {
-                if members != 0 && p != 0 && u64::from(g) != u64::from(p) * u64::from(members) {
-                    return Err(inv("gpus", format!("{g} != members ({members}) x gpus_per_member ({p})")));
-                }
-                p
-            }
-            (None, Some(p)) => p,
-        };
-        let loc = raw.locality.unwrap_or(RawLocality {
-            prefer: None,
-            tolerate: None,
-            relax_after_s: None,
-            slowdown: BTreeMap::new(),
-        });
-        let cpu = match raw.cpu {
-            None => CpuDemand::Proportional,
-            Some(RawCpu { cores_per_gpu: Some(_), predictor: Some(_), .. }) => {
-                return Err(inv("cpu", "give either `cores_per_gpu` or `predictor`, not both".into()));
-            }
-            Some(RawCpu { predictor: None, min_cores_per_gpu: Some(_), .. }) => {
-                return Err(inv("cpu.min_cores_per_gpu", "only applies with `predictor`".into()));
-            }
-            Some(RawCpu { cores_per_gpu: Some(c), .. }) => CpuDemand::Fixed { cores_per_gpu: c },
-            Some(RawCpu { predictor: Some(p), min_cores_per_gpu, .. }) => {
-                CpuDemand::Predicted { predictor: p, min_cores_per_gpu: min_cores_per_gpu.unwrap_or(1) }
-            }
-            Some(_) => CpuDemand::Proportional,
-        };
-        let spec = JobSpec {
-            name: raw.name,
-            tenant: raw.tenant.unwrap_or_else(|| "default".into()),
-            gpu_type: raw.gpu_type,
-            members,
-            gpus_per_member,
-            prefer: loc.prefer.unwrap_or(LocalityLevel::PcieSwitch),
-            tolerate: loc.tolerate.unwrap_or(LocalityLevel::Any),
-            relax_after_s: loc.relax_after_s,
-            slowdown: loc.slowdown,
-            cpu,
-            memory_mib_per_gpu: raw.memory_mib_per_gpu,
-            priority: raw.priority,
-            command: raw.command,
-            scheduler: raw.scheduler,
-        };
-        spec.validate().map_err(|e| e.in_file(file))?;
-        Ok(spec)
+        let raw: JobFile = toml::from_str(text).map_err(|e| SpecError::syntax(file, &e))?;
+        raw.into_spec().map_err(|e| e.in_file(file))
     }
 
     /// Checks every guarantee of a job spec, for a value built in code or decoded from outside:

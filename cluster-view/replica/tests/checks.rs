@@ -46,7 +46,7 @@ fn leader() -> Replica<MemBackend> {
 }
 
 fn submit(r: &mut Replica<MemBackend>, spec: JobSpec) -> JobId {
-    let t = r.propose(Command::Submit(spec)).expect("propose");
+    let t = r.propose(Command::submit(spec)).expect("propose");
     match answer(r, t) {
         Answer::Applied(Outcome::Submitted(Ok(job))) => job,
         other => panic!("submit answered {other:?}"),
@@ -155,7 +155,7 @@ fn snapshot_message(data: Vec<u8>) -> Message {
 /// A view at index 5 with one job placed, as a leader would send it.
 fn good_view() -> SnapshotData {
     let mut v = initial();
-    let job = match v.apply(&Command::Submit(JobSpec::simple("j", 1, 1))) {
+    let job = match v.apply(&Command::submit(JobSpec::simple("j", 1, 1))) {
         Outcome::Submitted(Ok(job)) => job,
         other => panic!("submit: {other:?}"),
     };

@@ -33,7 +33,7 @@ fn leader(dir: &Path, snapshot_every: u64) -> Replica {
 
 /// Submits a job and drives the replica until it is answered.
 fn submit(r: &mut Replica, name: &str) -> Result<(), ReplicaError> {
-    let t = r.propose(Command::Submit(JobSpec::simple(name, 1, 1)))?;
+    let t = r.propose(Command::submit(JobSpec::simple(name, 1, 1)))?;
     for _ in 0..10 {
         r.on_ready()?;
         if let Some((_, a)) = r.take_outcomes().into_iter().find(|(x, _)| *x == t) {
@@ -58,7 +58,7 @@ fn a_command_that_cannot_be_encoded_is_never_appended() {
     submit(&mut r, "before").expect("submit");
     let log = r.log_len();
     fail::cfg("replica::encode", "return").expect("fail point");
-    let t = r.propose(Command::Submit(JobSpec::simple("unencodable", 1, 1))).expect("queued");
+    let t = r.propose(Command::submit(JobSpec::simple("unencodable", 1, 1))).expect("queued");
     match r.on_ready() {
         Err(ReplicaError::Encode { what: "commands", .. }) => {}
         other => panic!("expected an encode error, got {other:?}"),

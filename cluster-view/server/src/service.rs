@@ -270,11 +270,9 @@ impl v1::view_server::View for ViewService {
             let r = match self.node.wait(rx).await {
                 Ok((Answer::Applied(Outcome::Submitted(Ok(job))), v)) => {
                     version = version.max(v);
-                    v1::SubmitResult { job: job.0, error: String::new() }
+                    v1::SubmitResult::admitted(job)
                 }
-                Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => {
-                    v1::SubmitResult { job: 0, error: e.to_string() }
-                }
+                Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => v1::SubmitResult::refused(&e),
                 // With a request id the whole request is safe to send again: the client retries
                 // it (Unavailable) and gets the jobs already admitted back, never a second copy.
                 Ok((other, _)) if request.is_some() => {
@@ -287,9 +285,9 @@ impl v1::view_server::View for ViewService {
                     return Err(Status::unavailable(format!("{why}; retry with the same request id")));
                 }
                 Err(e) if request.is_some() => return Err(e.into()),
-                Ok((other, _)) => v1::SubmitResult { job: 0, error: format!("outcome unknown ({other:?})") },
+                Ok((other, _)) => v1::SubmitResult::outcome_unknown(format!("outcome unknown ({other:?})")),
                 Err(e @ NodeError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
-                Err(e) => v1::SubmitResult { job: 0, error: format!("outcome unknown: {e}") },
+                Err(e) => v1::SubmitResult::outcome_unknown(format!("outcome unknown: {e}")),
             };
             results.push(r);
         }

@@ -1,9 +1,11 @@
 //! The HTTP/JSON API against a real single replica (raft on RocksDB in a temp dir, gRPC and
-//! HTTP on free local ports), with a real HTTP client: every endpoint, bad input, and logs from
-//! a stand-in node agent.
+//! HTTP on free local ports), with a real HTTP client: every endpoint, bad input (with its
+//! status, error code and place), metrics (parsed as Prometheus text), and logs from a
+//! stand-in node agent. Every answer is checked against the replica's own OpenAPI document.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_testkit::LocalCluster;
@@ -51,12 +53,94 @@ impl Replica {
     }
 }
 
-/// Status and JSON body of a response.
-async fn json_of(resp: reqwest::Response) -> (StatusCode, Value) {
-    let status = resp.status();
-    let text = resp.text().await.expect("a body");
-    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-    (status, v)
+/// A client of one replica's API that checks every answer against the replica's own OpenAPI
+/// document: the operation (method and path template) must be documented, the status must be
+/// one of its documented responses, and the JSON body must validate against that response's
+/// schema (JSON Schema 2020-12, which OpenAPI 3.1 schemas are).
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    doc: Value,
+}
+
+impl Api {
+    async fn new(r: &Replica) -> Api {
+        let http = reqwest::Client::new();
+        let resp = http.get(r.url("/v1/openapi.json")).send().await.expect("GET /v1/openapi.json");
+        assert_eq!(resp.status(), StatusCode::OK);
+        let doc: Value = resp.json().await.expect("the document is JSON");
+        assert_eq!(doc["openapi"], "3.1.0", "{doc}");
+        Api { http, base: r.http.clone(), doc }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Validates `body` against a schema of the document, resolving `#/components/...` refs.
+    fn validate(&self, schema: &Value, body: &Value, what: &str) {
+        let mut root = schema.clone();
+        root["components"] = self.doc["components"].clone();
+        let v = jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("{what}: bad schema {schema}: {e}"));
+        let errors: Vec<String> = v.iter_errors(body).map(|e| format!("{e} (at `{}`)", e.instance_path)).collect();
+        assert!(errors.is_empty(), "{what}: the body breaks its schema: {errors:#?}\n{body:#}");
+    }
+
+    /// Validates `body` against the named component schema.
+    fn validate_as(&self, component: &str, body: &Value) {
+        self.validate(&json!({ "$ref": format!("#/components/schemas/{component}") }), body, component);
+    }
+
+    /// Status and JSON body of a response, checked against the document.
+    async fn checked(&self, method: &str, template: &str, resp: reqwest::Response) -> (StatusCode, Value) {
+        let status = resp.status();
+        let text = resp.text().await.expect("a body");
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        let what = format!("{} {template} → {status}", method.to_uppercase());
+        let op = &self.doc["paths"][template][method];
+        assert!(op.is_object(), "{what}: the operation is not documented");
+        let answer = &op["responses"][status.as_str()];
+        assert!(answer.is_object(), "{what}: status not documented: {body}");
+        let schema = &answer["content"]["application/json"]["schema"];
+        assert!(schema.is_object(), "{what}: no JSON schema documented: {answer}");
+        self.validate(schema, &body, &what);
+        (status, body)
+    }
+
+    async fn get(&self, template: &str, path: &str) -> (StatusCode, Value) {
+        self.checked("get", template, self.http.get(self.url(path)).send().await.expect("GET")).await
+    }
+
+    async fn delete(&self, template: &str, path: &str) -> (StatusCode, Value) {
+        self.checked("delete", template, self.http.delete(self.url(path)).send().await.expect("DELETE")).await
+    }
+
+    async fn post(&self, content_type: &str, body: &str) -> (StatusCode, Value) {
+        let resp = self
+            .http
+            .post(self.url("/v1/jobs"))
+            .header("content-type", content_type)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("POST /v1/jobs");
+        self.checked("post", "/v1/jobs", resp).await
+    }
+
+    async fn submit_json(&self, spec: Value) -> (StatusCode, Value) {
+        self.post("application/json", &spec.to_string()).await
+    }
+
+    async fn submit_toml(&self, text: &str) -> (StatusCode, Value) {
+        self.post("application/toml", text).await
+    }
+
+    /// An admitted job's id.
+    async fn admit(&self, spec: Value) -> u64 {
+        let (s, a) = self.submit_json(spec).await;
+        assert_eq!(s, StatusCode::CREATED, "{a}");
+        a["job"].as_u64().expect("a job id")
+    }
 }
 
 /// Asserts an error answer: status, code, and a non-empty message.
@@ -64,21 +148,6 @@ fn assert_error(got: &(StatusCode, Value), status: StatusCode, code: &str) {
     assert_eq!(got.0, status, "body: {}", got.1);
     assert_eq!(got.1["code"], code, "body: {}", got.1);
     assert!(got.1["message"].as_str().is_some_and(|m| !m.is_empty()), "body: {}", got.1);
-}
-
-async fn submit_json(http: &reqwest::Client, r: &Replica, spec: Value) -> (StatusCode, Value) {
-    json_of(http.post(r.url("/v1/jobs")).json(&spec).send().await.expect("POST /v1/jobs")).await
-}
-
-async fn submit_toml(http: &reqwest::Client, r: &Replica, text: &str) -> (StatusCode, Value) {
-    let resp = http
-        .post(r.url("/v1/jobs"))
-        .header("content-type", "application/toml")
-        .body(text.to_string())
-        .send()
-        .await
-        .expect("POST /v1/jobs");
-    json_of(resp).await
 }
 
 /// POSTs headers declaring a `length`-byte body, and a little of it, on a raw connection: the
@@ -106,178 +175,352 @@ async fn post_declaring_length(r: &Replica, length: usize) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-async fn get(http: &reqwest::Client, r: &Replica, path: &str) -> (StatusCode, Value) {
-    json_of(http.get(r.url(path)).send().await.expect("GET")).await
+/// Checks Prometheus text format 0.0.4: every line a comment, `# HELP`, `# TYPE` or a sample
+/// `name{label="value",...} number`; one TYPE per family, before its samples; histogram
+/// buckets cumulative with `+Inf` equal to `_count`. Answers the samples by name and labels.
+fn parse_prometheus(text: &str) -> HashMap<String, f64> {
+    fn valid_name(n: &str) -> bool {
+        let mut cs = n.chars();
+        cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+    let mut types: HashMap<String, String> = HashMap::new();
+    let mut samples = HashMap::new();
+    // (family, labels without le) → bucket counts in order, and the +Inf one.
+    let mut buckets: HashMap<(String, String), Vec<(f64, f64)>> = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let at = || format!("line {}: `{line}`", i + 1);
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.split_once(' ').unwrap_or_else(|| panic!("{}", at()));
+            assert!(valid_name(name), "{}", at());
+            assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&ty), "{}", at());
+            assert!(types.insert(name.to_string(), ty.to_string()).is_none(), "TYPE twice: {}", at());
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            assert!(valid_name(rest.split(' ').next().unwrap_or("")), "{}", at());
+            continue;
+        }
+        assert!(!line.starts_with('#') || line.starts_with("# "), "{}", at());
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{}", at()));
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("not a number: {}", at())),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => (n, l.strip_suffix('}').unwrap_or_else(|| panic!("{}", at()))),
+            None => (series, ""),
+        };
+        assert!(valid_name(name), "{}", at());
+        let mut le = None;
+        let mut rest_labels = Vec::new();
+        // label="value" pairs; values escape \\, \" and \n.
+        let mut l = labels;
+        while !l.is_empty() {
+            let (key, after) = l.split_once("=\"").unwrap_or_else(|| panic!("{}", at()));
+            assert!(valid_name(key), "label {key}: {}", at());
+            let mut end = None;
+            let mut escaped = false;
+            for (j, c) in after.char_indices() {
+                match (escaped, c) {
+                    (true, '\\' | '"' | 'n') => escaped = false,
+                    (true, _) => panic!("bad escape: {}", at()),
+                    (false, '\\') => escaped = true,
+                    (false, '"') => {
+                        end = Some(j);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let end = end.unwrap_or_else(|| panic!("unterminated label: {}", at()));
+            if key == "le" {
+                le = Some(after[..end].to_string());
+            } else {
+                rest_labels.push(format!("{key}={}", &after[..end]));
+            }
+            l = after[end + 1..].strip_prefix(',').unwrap_or(&after[end + 1..]);
+        }
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| types.get(*f).is_some_and(|t| t == "histogram")))
+            .unwrap_or(name);
+        assert!(types.contains_key(family), "no TYPE before the sample: {}", at());
+        if name.ends_with("_bucket") && family != name {
+            let le = le.unwrap_or_else(|| panic!("a bucket without le: {}", at()));
+            let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or_else(|_| panic!("{}", at())) };
+            buckets.entry((family.to_string(), rest_labels.join(","))).or_default().push((bound, value));
+        }
+        samples.insert(series.to_string(), value);
+    }
+    for ((family, labels), b) in &buckets {
+        assert!(b.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{family}{{{labels}}}: {b:?}");
+        assert_eq!(b.last().map(|x| x.0), Some(f64::INFINITY), "{family}{{{labels}}}: no +Inf bucket");
+        let count_key = format!(
+            "{family}_count{{{}}}",
+            labels
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(|kv| kv.replacen('=', "=\"", 1) + "\"")
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        assert_eq!(samples.get(&count_key).copied(), b.last().map(|x| x.1), "{count_key}");
+    }
+    samples
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoints_answer_and_refuse_bad_input() {
+async fn endpoints_answer_as_documented_and_refuse_bad_input() {
     let r = Replica::start().await;
-    let http = reqwest::Client::new();
+    let api = Api::new(&r).await;
 
-    let (s, st) = get(&http, &r, "/v1/status").await;
+    let (s, st) = api.get("/v1/status", "/v1/status").await;
     assert_eq!(s, StatusCode::OK, "{st}");
     assert_eq!(st["replica"], 1);
     assert_eq!(st["role"], "leader");
     assert_eq!(st["leader"], 1);
-    assert_eq!(st["gpus"]["total"], 16);
-    assert_eq!(st["gpus"]["free"], 16);
+    assert_eq!(st["gpus"], json!({ "total": 16, "used": 0, "free": 16, "unavailable": 0 }));
     assert_eq!(st["jobs"]["pending"], 0);
-    assert_eq!(st["state_hash"].as_str().map(str::len), Some(16));
+    assert_eq!(st["servers"]["up"], 2);
 
     // Submit: JSON in the job-file shape, and TOML.
-    let (s, a) = submit_json(
-        &http,
-        &r,
-        json!({ "name": "json-job", "gpus": 4, "members": 2, "locality": { "tolerate": "rack" } }),
-    )
-    .await;
-    assert_eq!(s, StatusCode::CREATED, "{a}");
-    let a = a["job"].as_u64().expect("a job id");
-    let (s, b) = submit_toml(
-        &http,
-        &r,
-        "name = \"toml-job\"\ngpus = 2\nscheduler = \"default\"\n[locality]\nprefer = \"socket\"\n",
-    )
-    .await;
+    let a = api.admit(json!({ "name": "json-job", "gpus": 4, "members": 2, "locality": { "tolerate": "rack" } })).await;
+    let (s, b) = api
+        .submit_toml("name = \"toml-job\"\ngpus = 2\nscheduler = \"default\"\n[locality]\nprefer = \"socket\"\n")
+        .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     let b = b["job"].as_u64().expect("a job id");
 
-    let (s, list) = get(&http, &r, "/v1/jobs").await;
+    let (s, list) = api.get("/v1/jobs", "/v1/jobs").await;
     assert_eq!(s, StatusCode::OK);
     let jobs = list["jobs"].as_array().expect("jobs");
     assert_eq!(jobs.len(), 2, "{list}");
-    assert_eq!(jobs[0]["id"], a);
-    assert_eq!(jobs[0]["state"], "pending");
-    assert_eq!(jobs[0]["gpus"], 4);
-    assert_eq!(jobs[0]["members"], 2);
+    assert_eq!((jobs[0]["id"].as_u64(), jobs[0]["state"].as_str()), (Some(a), Some("pending")));
+    assert_eq!((jobs[0]["gpus"].as_u64(), jobs[0]["members"].as_u64()), (Some(4), Some(2)));
+    assert_eq!(jobs[0]["tolerate"], "rack");
     assert_eq!(jobs[1]["scheduler"], "default");
     assert_eq!(jobs[1]["placement"], json!([]));
+    assert_eq!(jobs[1]["locality"], Value::Null);
 
-    let (s, one) = get(&http, &r, &format!("/v1/jobs/{b}")).await;
+    let (s, one) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{b}")).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(one["name"], "toml-job");
     assert_eq!(one["spec"]["prefer"], "socket");
     assert_eq!(one["tasks"], json!([]));
 
     // Unknown and malformed ids.
-    assert_error(&get(&http, &r, "/v1/jobs/999").await, StatusCode::NOT_FOUND, "unknown_job");
-    assert_error(&get(&http, &r, "/v1/jobs/abc").await, StatusCode::BAD_REQUEST, "bad_job_id");
+    assert_error(&api.get("/v1/jobs/{id}", "/v1/jobs/999").await, StatusCode::NOT_FOUND, "unknown_job");
+    assert_error(&api.get("/v1/jobs/{id}", "/v1/jobs/abc").await, StatusCode::BAD_REQUEST, "bad_job_id");
 
-    // Malformed JSON names the line.
-    let resp =
-        http.post(r.url("/v1/jobs")).header("content-type", "application/json").body("{\n \"name\": ").send().await;
-    let bad = json_of(resp.expect("POST")).await;
+    // Malformed JSON: its line and column, no field.
+    let bad = api.post("application/json", "{\n \"name\": ").await;
     assert_error(&bad, StatusCode::BAD_REQUEST, "malformed_json");
-    assert_eq!(bad.1["line"], 2);
-    // A JSON field the spec does not know is named.
-    let bad = submit_json(&http, &r, json!({ "name": "x", "gpuz": 2 })).await;
+    assert_eq!((bad.1["line"].as_u64(), bad.1.get("field")), (Some(2), None), "{}", bad.1);
+    assert!(bad.1["column"].as_u64().is_some(), "{}", bad.1);
+    // A JSON field the spec does not know, and a value of the wrong type, are named by path.
+    let bad = api.submit_json(json!({ "name": "x", "gpuz": 2 })).await;
     assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_spec");
     assert_eq!(bad.1["field"], "gpuz");
-    // TOML: a value of the wrong kind, and a rule broken, each with line and field.
-    let bad =
-        submit_toml(&http, &r, "name = \"t\"\ngpus = 2\n[locality]\nprefer = \"rack\"\ntolerate = \"nowhere\"\n").await;
+    let bad = api.submit_json(json!({ "name": "x", "gpus": 1, "locality": { "prefer": 3 } })).await;
     assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_spec");
-    assert_eq!((bad.1["line"].clone(), bad.1["field"].clone()), (json!(5), json!("locality.tolerate")), "{}", bad.1);
-    let bad =
-        submit_toml(&http, &r, "name = \"t\"\ngpus = 2\n[locality]\nprefer = \"rack\"\ntolerate = \"socket\"\n").await;
+    assert_eq!(bad.1["field"], "locality.prefer");
+    // A rule broken in JSON: the field.
+    let bad = api.submit_json(json!({ "name": "x", "gpus": 3, "members": 2 })).await;
     assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_spec");
-    assert_eq!((bad.1["line"].clone(), bad.1["field"].clone()), (json!(5), json!("locality.tolerate")), "{}", bad.1);
+    assert_eq!(bad.1["field"], "gpus");
+
+    // Malformed TOML: line and column.
+    let bad = api.submit_toml("name = \"t\"\ngpus = = 2\n").await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "malformed_toml");
+    assert_eq!(bad.1["line"], 2, "{}", bad.1);
+    assert!(bad.1["column"].as_u64().is_some_and(|c| c > 1), "{}", bad.1);
+    // TOML: a value of the wrong kind, and a rule broken, each with field, line and column.
+    let place = |b: &Value| (b["field"].clone(), b["line"].clone(), b["column"].clone());
+    let bad = api.submit_toml("name = \"t\"\ngpus = 2\n[locality]\nprefer = \"rack\"\ntolerate = \"nowhere\"\n").await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_spec");
+    assert_eq!(place(&bad.1), (json!("locality.tolerate"), json!(5), json!(12)), "{}", bad.1);
+    let bad = api.submit_toml("name = \"t\"\ngpus = 2\n[locality]\nprefer = \"rack\"\ntolerate = \"socket\"\n").await;
+    assert_error(&bad, StatusCode::BAD_REQUEST, "invalid_spec");
+    assert_eq!(place(&bad.1), (json!("locality.tolerate"), json!(5), json!(1)), "{}", bad.1);
     assert!(bad.1["message"].as_str().is_some_and(|m| m.contains("line 5")), "{}", bad.1);
 
-    // A job that can never fit is refused with the view's reason.
-    let never = submit_json(&http, &r, json!({ "name": "huge", "gpus": 64, "members": 1 })).await;
+    // A job that can never fit is refused with the view's reason, by its structured code.
+    let never = api.submit_json(json!({ "name": "huge", "gpus": 64, "members": 1 })).await;
     assert_error(&never, StatusCode::UNPROCESSABLE_ENTITY, "never_fits");
-    let never = submit_toml(&http, &r, "name = \"wrong-type\"\ngpus = 1\ngpu_type = \"nvidia-h100-80g\"\n").await;
+    let never = api.submit_toml("name = \"wrong-type\"\ngpus = 1\ngpu_type = \"nvidia-h100-80g\"\n").await;
     assert_error(&never, StatusCode::UNPROCESSABLE_ENTITY, "never_fits");
+    assert!(never.1["message"].as_str().is_some_and(|m| m.contains("nvidia-h100-80g")), "{}", never.1);
 
     // Oversized and unsupported bodies.
     let answer = post_declaring_length(&r, 2 << 20).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    assert!(answer.contains("\"code\":\"too_large\""), "{answer}");
-    let resp = http.post(r.url("/v1/jobs")).header("content-type", "text/plain").body("name = \"x\"").send().await;
-    assert_error(&json_of(resp.expect("POST")).await, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type");
-
-    // Logs of a job never placed: nothing to read yet.
-    assert_error(&get(&http, &r, &format!("/v1/jobs/{a}/logs")).await, StatusCode::CONFLICT, "wrong_state");
+    let body: Value = answer
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b).ok())
+        .unwrap_or_else(|| panic!("no JSON body: {answer}"));
+    assert_eq!(body["code"], "too_large");
+    api.validate(
+        &api.doc["paths"]["/v1/jobs"]["post"]["responses"]["413"]["content"]["application/json"]["schema"],
+        &body,
+        "413",
+    );
     assert_error(
-        &get(&http, &r, &format!("/v1/jobs/{a}/logs?stream=both")).await,
-        StatusCode::BAD_REQUEST,
-        "bad_query",
+        &api.post("text/plain", "name = \"x\"").await,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
     );
 
+    // Logs of a job never placed: nothing to read yet.
+    let logs = "/v1/jobs/{id}/logs";
+    assert_error(&api.get(logs, &format!("/v1/jobs/{a}/logs")).await, StatusCode::CONFLICT, "wrong_state");
+    assert_error(&api.get(logs, &format!("/v1/jobs/{a}/logs?stream=both")).await, StatusCode::BAD_REQUEST, "bad_query");
+    assert_error(&api.get(logs, "/v1/jobs/999/logs").await, StatusCode::NOT_FOUND, "unknown_job");
+
     // Cancel, then cancel again (a state conflict), then an unknown job.
-    let del =
-        json_of(http.delete(r.url(&format!("/v1/jobs/{a}?reason=not%20needed"))).send().await.expect("DELETE")).await;
-    assert_eq!(del.0, StatusCode::OK, "{}", del.1);
-    let (_, one) = get(&http, &r, &format!("/v1/jobs/{a}")).await;
+    let (s, del) = api.delete("/v1/jobs/{id}", &format!("/v1/jobs/{a}?reason=not%20needed")).await;
+    assert_eq!(s, StatusCode::OK, "{del}");
+    assert_eq!((del["job"].as_u64(), del["cancelled"].as_bool()), (Some(a), Some(true)));
+    let (_, one) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{a}")).await;
     assert_eq!(one["state"], "failed");
     assert!(one["error"].as_str().is_some_and(|e| e.contains("not needed")), "{one}");
-    let again = json_of(http.delete(r.url(&format!("/v1/jobs/{a}"))).send().await.expect("DELETE")).await;
-    assert_error(&again, StatusCode::CONFLICT, "conflict");
-    let unknown = json_of(http.delete(r.url("/v1/jobs/999")).send().await.expect("DELETE")).await;
-    assert_error(&unknown, StatusCode::NOT_FOUND, "not_found");
+    assert_error(&api.delete("/v1/jobs/{id}", &format!("/v1/jobs/{a}")).await, StatusCode::CONFLICT, "conflict");
+    assert_error(&api.delete("/v1/jobs/{id}", "/v1/jobs/999").await, StatusCode::NOT_FOUND, "not_found");
 
     // Servers with their GPU bitmaps.
-    let (s, servers) = get(&http, &r, "/v1/servers").await;
+    let (s, servers) = api.get("/v1/servers", "/v1/servers").await;
     assert_eq!(s, StatusCode::OK);
     let list = servers["servers"].as_array().expect("servers");
     assert_eq!(list.len(), 2);
     assert_eq!(list[0]["gpu_bitmap"], "........");
+    assert_eq!(list[0]["gpus_free"], 8);
     assert_eq!(list[0]["health"], "up");
     assert_eq!(list[0]["device_type"], "nvidia-v100-16g");
     assert_eq!(list[0]["rack"], "rack-0");
     assert_eq!(list[0]["cores_free"], 32);
 
-    // Unknown routes and methods answer JSON too.
-    assert_error(&get(&http, &r, "/v2/nothing").await, StatusCode::NOT_FOUND, "no_such_route");
-    let put = json_of(http.put(r.url("/v1/jobs")).send().await.expect("PUT")).await;
+    // Unknown routes and methods answer an ErrorBody too.
+    let none = json_of(api.http.get(api.url("/v2/nothing")).send().await.expect("GET")).await;
+    assert_error(&none, StatusCode::NOT_FOUND, "no_such_route");
+    api.validate_as("ErrorBody", &none.1);
+    let put = json_of(api.http.put(api.url("/v1/jobs")).send().await.expect("PUT")).await;
     assert_error(&put, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    api.validate_as("ErrorBody", &put.1);
 
-    // Metrics in the Prometheus text format.
-    let text = http.get(r.url("/metrics")).send().await.expect("GET /metrics").text().await.expect("text");
-    for line in [
-        "tessera_replica_role{replica=\"1\",role=\"leader\"} 1",
-        "tessera_jobs{state=\"pending\"} 1",
-        "tessera_jobs{state=\"failed\"} 1",
-        "tessera_gpus{use=\"total\"} 16",
-        "tessera_http_requests_total{route=\"/v1/jobs\",method=\"POST\",status=\"201\"} 2",
-        "tessera_http_requests_total{route=\"/v1/jobs/{id}\",method=\"GET\",status=\"404\"} 1",
-        "tessera_http_request_duration_seconds_bucket{route=\"/v1/status\",le=\"+Inf\"}",
+    // Metrics in the Prometheus text format, with the names the dashboards use.
+    let resp = api.http.get(api.url("/metrics")).send().await.expect("GET /metrics");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/plain")),
+        "{resp:?}"
+    );
+    let text = resp.text().await.expect("text");
+    let samples = parse_prometheus(&text);
+    for (series, value) in [
+        ("tessera_replica_up{replica=\"1\"}", 1.0),
+        ("tessera_replica_role{replica=\"1\",role=\"leader\"}", 1.0),
+        ("tessera_replica_role{replica=\"1\",role=\"follower\"}", 0.0),
+        ("tessera_replica_leader{replica=\"1\"}", 1.0),
+        ("tessera_jobs{state=\"pending\"}", 1.0),
+        ("tessera_jobs{state=\"failed\"}", 1.0),
+        ("tessera_jobs{state=\"running\"}", 0.0),
+        ("tessera_gpus{use=\"total\"}", 16.0),
+        ("tessera_gpus{use=\"free\"}", 16.0),
+        ("tessera_http_requests_total{route=\"/v1/jobs\",method=\"POST\",status=\"201\"}", 2.0),
+        ("tessera_http_requests_total{route=\"/v1/jobs/{id}\",method=\"GET\",status=\"404\"}", 1.0),
+        ("tessera_http_requests_total{route=\"/v1/jobs\",method=\"POST\",status=\"422\"}", 2.0),
     ] {
-        assert!(text.contains(line), "no `{line}` in:\n{text}");
+        assert_eq!(samples.get(series), Some(&value), "{series} in:\n{text}");
     }
-    assert!(text.contains("tessera_replica_applied_index{replica=\"1\"}"), "{text}");
+    // Counted from the start, including the harness's wait for the API.
+    for series in [
+        "tessera_http_request_duration_seconds_count{route=\"/v1/status\"}",
+        "tessera_replica_applied_index{replica=\"1\"}",
+        "tessera_replica_term{replica=\"1\"}",
+        "tessera_view_version{replica=\"1\"}",
+    ] {
+        assert!(samples.get(series).is_some_and(|v| *v >= 1.0), "{series} in:\n{text}");
+    }
+    promtool_check(&text);
 }
 
-/// Every path and method of the OpenAPI document is routed (no 404 from the router, no 405).
+/// `promtool check metrics` on the text too, where promtool is installed (Debian's
+/// `prometheus` package); the Rust-side parse above is the check that always runs.
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        eprintln!("promtool is not installed: skipping `promtool check metrics` (the Rust-side parse ran)");
+        return;
+    };
+    child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool ran");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Status and JSON body of a response to a route the document does not have.
+async fn json_of(resp: reqwest::Response) -> (StatusCode, Value) {
+    let status = resp.status();
+    let text = resp.text().await.expect("a body");
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, v)
+}
+
+/// Every path and method of the OpenAPI document is routed and answers as documented.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_route_is_served() {
     let r = Replica::start().await;
-    let http = reqwest::Client::new();
-    let (s, doc) = get(&http, &r, "/v1/openapi.json").await;
-    assert_eq!(s, StatusCode::OK);
-    assert_eq!(doc["openapi"], "3.0.3");
-    let (_, job) = submit_json(&http, &r, json!({ "name": "doc", "gpus": 1 })).await;
-    let id = job["job"].as_u64().expect("a job id");
-    let paths = doc["paths"].as_object().expect("paths");
+    let api = Api::new(&r).await;
+    let id = api.admit(json!({ "name": "doc", "gpus": 1 })).await;
+    let paths = api.doc["paths"].as_object().expect("paths").clone();
     assert!(paths.len() >= 7);
     let mut checked = 0;
-    for (path, ops) in paths {
-        let url = r.url(&path.replace("{id}", &id.to_string()));
+    for (path, ops) in &paths {
+        let url = path.replace("{id}", &id.to_string());
         for method in ops.as_object().expect("operations").keys() {
-            let resp = match method.as_str() {
-                "get" => http.get(&url).send().await,
-                "post" => http.post(&url).json(&json!({ "name": "doc2", "gpus": 1 })).send().await,
-                "delete" => http.delete(&url).send().await,
+            let req = match method.as_str() {
+                "get" => api.http.get(api.url(&url)),
+                "post" => api.http.post(api.url(&url)).json(&json!({ "name": "doc2", "gpus": 1 })),
+                "delete" => api.http.delete(api.url(&url)),
                 other => panic!("the document names method {other} on {path}, which this test does not know"),
-            }
-            .expect("a response");
+            };
+            let resp = req.send().await.expect("a response");
             let status = resp.status();
-            let body = resp.text().await.expect("a body");
-            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {body}");
-            assert!(!body.contains("no_such_route"), "{method} {path}: {status} {body}");
-            assert!(status.is_success() || body.contains("\"code\""), "{method} {path}: {status} {body}");
+            let documented = &api.doc["paths"][path][method]["responses"][status.as_str()];
+            assert!(documented.is_object(), "{method} {path}: {status} not documented");
+            if documented["content"]["application/json"].is_object() {
+                let (status, body) = api.checked(method, path, resp).await;
+                if path.ends_with("/logs") {
+                    // The job was never placed (and is cancelled by now: `delete` sorts first).
+                    assert_error(&(status, body), StatusCode::CONFLICT, "wrong_state");
+                } else {
+                    assert!(status.is_success(), "{method} {path}: {status} {body}");
+                }
+            } else {
+                assert!(status.is_success(), "{method} {path}: {status}");
+                let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                assert!(
+                    ct.starts_with("text/plain") && documented["content"]["text/plain"].is_object(),
+                    "{method} {path}: {ct}"
+                );
+            }
             checked += 1;
         }
     }
@@ -314,9 +557,9 @@ impl v1::agent_server::Agent for FakeAgent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_come_from_the_agent_while_placed_and_after_the_end() {
     let r = Replica::start().await;
-    let http = reqwest::Client::new();
-    let (_, job) = submit_json(&http, &r, json!({ "name": "logged", "gpus": 2 })).await;
-    let id = job["job"].as_u64().expect("a job id");
+    let api = Api::new(&r).await;
+    let id = api.admit(json!({ "name": "logged", "gpus": 2 })).await;
+    let logs = "/v1/jobs/{id}/logs";
 
     // The agent of server 0 serves logs; it registers with its address.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the agent's port");
@@ -351,36 +594,35 @@ async fn logs_come_from_the_agent_while_placed_and_after_the_end() {
         "{results:?}"
     );
 
-    let (s, one) = get(&http, &r, &format!("/v1/jobs/{id}")).await;
+    let (s, one) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{id}")).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(one["state"], "placed");
     assert_eq!(one["placement"][0]["gpus"].as_array().map(Vec::len), Some(2));
     assert_eq!(one["tasks"][0]["state"], "starting");
-    let (_, servers) = get(&http, &r, "/v1/servers").await;
+    let (_, servers) = api.get("/v1/servers", "/v1/servers").await;
     assert_eq!(servers["servers"][0]["gpu_bitmap"].as_str().map(|b| b.matches('x').count()), Some(2));
 
-    let (s, log) = get(&http, &r, &format!("/v1/jobs/{id}/logs?member=0&stream=stderr&tail_bytes=1024")).await;
+    let (s, log) = api.get(logs, &format!("/v1/jobs/{id}/logs?member=0&stream=stderr&tail_bytes=1024")).await;
     assert_eq!(s, StatusCode::OK, "{log}");
     assert_eq!(log["data"], format!("hello from job {id} member 0 on stderr\n"));
     assert_eq!(log["server"], core.server_name(ServerId(0)).expect("server 0"));
-    assert_error(&get(&http, &r, &format!("/v1/jobs/{id}/logs?member=3")).await, StatusCode::BAD_REQUEST, "bad_query");
+    assert_error(&api.get(logs, &format!("/v1/jobs/{id}/logs?member=3")).await, StatusCode::BAD_REQUEST, "bad_query");
     assert_error(
-        &get(&http, &r, &format!("/v1/jobs/{id}/logs?tail_bytes=-1")).await,
+        &api.get(logs, &format!("/v1/jobs/{id}/logs?tail_bytes=-1")).await,
         StatusCode::BAD_REQUEST,
         "bad_query",
     );
 
     // Ended: the placement is gone; every known agent is asked.
     view.release(id, false).await.expect("release");
-    let (_, one) = get(&http, &r, &format!("/v1/jobs/{id}")).await;
+    let (_, one) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{id}")).await;
     assert_eq!(one["state"], "finished");
-    let (s, log) = get(&http, &r, &format!("/v1/jobs/{id}/logs")).await;
+    let (s, log) = api.get(logs, &format!("/v1/jobs/{id}/logs")).await;
     assert_eq!(s, StatusCode::OK, "{log}");
     assert_eq!(log["data"], format!("hello from job {id} member 0 on stdout\n"));
 
     // Another job, placed and ended, whose log no agent has.
-    let (_, other) = submit_json(&http, &r, json!({ "name": "unlogged", "gpus": 1 })).await;
-    let other = other["job"].as_u64().expect("a job id");
+    let other = api.admit(json!({ "name": "unlogged", "gpus": 1 })).await;
     let spec = JobSpec::simple("unlogged", 1, 1);
     let (member, _) =
         plan_member(&topo, &rec, ServerId(0), &member_request(&spec, &topo), LocalityLevel::Any, FitMode::Pack)
@@ -388,5 +630,5 @@ async fn logs_come_from_the_agent_while_placed_and_after_the_end() {
     let proposal = v1::Proposal { id: 78, job: other, members: vec![v1::MemberPlacement::from(&member)], based_on: 0 };
     view.propose(vec![proposal]).await.expect("propose");
     view.release(other, false).await.expect("release");
-    assert_error(&get(&http, &r, &format!("/v1/jobs/{other}/logs")).await, StatusCode::NOT_FOUND, "no_logs");
+    assert_error(&api.get(logs, &format!("/v1/jobs/{other}/logs")).await, StatusCode::NOT_FOUND, "no_logs");
 }

@@ -346,6 +346,7 @@ fn the_members_wanted_here() {
                     // Member 0 has the state under test; member 2 none yet.
                     tasks: task.into_iter().collect(),
                     error: None,
+                    request: None,
                 };
                 let got = desired([&job], server);
                 let holds = matches!(state, JobState::Placed | JobState::Running | JobState::Migrating);

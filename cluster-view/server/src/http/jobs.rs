@@ -1,0 +1,198 @@
+//! `/v1/jobs`: list, read (the `GetJob` RPC), submit and cancel jobs. Answers are the
+//! [`JobList`], [`JobDetail`], [`Submitted`] and [`Cancelled`] types the CLI prints too; a
+//! refused submission is sorted by the view's structured [`v1::SubmitRefusal`], not by its
+//! words.
+
+use super::spec::{BodyFormat, JobFileBody, parse_spec};
+use super::{Api, ApiError, Place, job_id, query};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, web};
+use tessera_proto::api::{Cancelled, ErrorBody, JobDetail, JobList, Submitted};
+use tessera_proto::v1;
+
+/// Longest cancellation reason, bytes (the view's own bound).
+const MAX_REASON_BYTES: usize = 4096;
+
+/// Every job the view holds, by id.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    tag = "jobs",
+    responses(
+        (status = 200, description = "every job", body = JobList),
+        (status = 503, description = "no replica answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn list_jobs(api: web::Data<Api>) -> Result<HttpResponse, ApiError> {
+    let (snap, applied) = api.snapshot().await?;
+    Ok(HttpResponse::Ok().json(JobList::of(&snap, applied)))
+}
+
+/// One job, with its spec, proposals and per-member task states.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(("id" = u64, Path, description = "the job id")),
+    responses(
+        (status = 200, description = "the job", body = JobDetail),
+        (status = 400, description = "the id is not a number (code `bad_job_id`)", body = ErrorBody),
+        (status = 404, description = "no such job (code `unknown_job`)", body = ErrorBody),
+        (status = 503, description = "no replica answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn get_job(api: web::Data<Api>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let id = job_id(&id)?;
+    let job = api.job(id).await?;
+    let names = api.names_for(job.placement.iter().flat_map(|p| p.members.iter().map(|m| m.server.0))).await?;
+    Ok(HttpResponse::Ok().json(JobDetail::of(&job, &names)))
+}
+
+/// Reads the body up to the limit; a declared length over it is refused before reading.
+async fn read_body(api: &Api, req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    let declared =
+        req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > api.max_body_bytes as u64) {
+        return Err(ApiError::TooLarge(api.max_body_bytes));
+    }
+    let ms = api.timeout.as_millis() as u64;
+    match tokio::time::timeout(api.timeout, payload.to_bytes_limited(api.max_body_bytes)).await {
+        Err(_) => Err(ApiError::Timeout(ms)),
+        Ok(Err(_)) => Err(ApiError::TooLarge(api.max_body_bytes)),
+        Ok(Ok(Err(e))) => Err(ApiError::BadInput { code: "bad_body", message: e.to_string(), at: Place::default() }),
+        Ok(Ok(Ok(b))) => Ok(b),
+    }
+}
+
+/// The body's format, from its content type (JSON when none is given).
+fn body_format(req: &HttpRequest) -> Result<BodyFormat, ApiError> {
+    let Some(ct) = req.headers().get(header::CONTENT_TYPE) else { return Ok(BodyFormat::Json) };
+    let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    match mime {
+        "application/toml" | "text/toml" | "text/x-toml" => Ok(BodyFormat::Toml),
+        "application/json" | "" => Ok(BodyFormat::Json),
+        other => Err(ApiError::UnsupportedMedia(other.to_string())),
+    }
+}
+
+/// Submit a job: a job file as TOML (`Content-Type: application/toml`) or the same fields as
+/// JSON. Errors name the field, and the line and column in the body.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    tag = "jobs",
+    request_body(
+        description = "a job file: JSON, or TOML with Content-Type application/toml",
+        content((JobFileBody = "application/json"), (String = "application/toml")),
+    ),
+    responses(
+        (status = 201, description = "admitted", body = Submitted),
+        (status = 400, description = "the body is not a valid job spec (codes `malformed_json`, `malformed_toml`, `invalid_spec`, `bad_body`)", body = ErrorBody),
+        (status = 413, description = "the body is too large (code `too_large`)", body = ErrorBody),
+        (status = 415, description = "neither JSON nor TOML (code `unsupported_media_type`)", body = ErrorBody),
+        (status = 422, description = "the job can never fit this cluster (code `never_fits`)", body = ErrorBody),
+        (status = 503, description = "no leader answered, or the outcome is unknown (codes `unavailable`, `outcome_unknown`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn submit(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let format = body_format(&req)?;
+    let body = read_body(&api, &req, payload).await?;
+    let spec = parse_spec(&body, format)?;
+    let wire = v1::JobSpec::from(&spec);
+    let results = api
+        .call(|mut c| async move {
+            let r = c.submit(vec![wire]).await.map_err(ApiError::from);
+            (c, r)
+        })
+        .await?;
+    let r = results.into_iter().next().ok_or_else(|| ApiError::Internal("the view answered no result".into()))?;
+    if r.job == 0 || !r.error.is_empty() {
+        return Err(refused(r));
+    }
+    let location = HeaderValue::from_str(&format!("/v1/jobs/{}", r.job))
+        .map_err(|e| ApiError::Internal(format!("location header: {e}")))?;
+    Ok(HttpResponse::Created()
+        .insert_header((header::LOCATION, location))
+        .json(Submitted { job: r.job, name: spec.name }))
+}
+
+/// A refused submission as an error, by the view's structured reason (never its words).
+fn refused(r: v1::SubmitResult) -> ApiError {
+    match r.refusal() {
+        v1::SubmitRefusal::NeverFits => ApiError::NeverFits(r.error),
+        v1::SubmitRefusal::InvalidSpec => {
+            ApiError::BadInput { code: "invalid_spec", message: r.error, at: Place::default() }
+        }
+        v1::SubmitRefusal::OutcomeUnknown | v1::SubmitRefusal::Unspecified => ApiError::OutcomeUnknown(r.error),
+    }
+}
+
+/// Cancel a job in any live state; `reason` is kept as its error.
+#[utoipa::path(
+    delete,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(
+        ("id" = u64, Path, description = "the job id"),
+        ("reason" = Option<String>, Query, description = "why, kept as the job's error (at most 4096 bytes)"),
+    ),
+    responses(
+        (status = 200, description = "cancelled", body = Cancelled),
+        (status = 400, description = "a bad id or query (codes `bad_job_id`, `bad_query`)", body = ErrorBody),
+        (status = 404, description = "no such job (code `not_found`)", body = ErrorBody),
+        (status = 409, description = "the job has ended (code `conflict`)", body = ErrorBody),
+        (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn cancel(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = job_id(&id)?;
+    let q = query(&req, &["reason"])?;
+    let reason = q.get("reason").cloned().unwrap_or_default();
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(ApiError::bad(
+            "bad_query",
+            "reason",
+            format!("{} bytes; at most {MAX_REASON_BYTES}", reason.len()),
+        ));
+    }
+    let version = api
+        .call(|mut c| async move {
+            let r = c.cancel_because(id, &reason).await.map_err(ApiError::from);
+            (c, r)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(Cancelled { job: id, cancelled: true, version }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_proto::api::refusal_code;
+
+    #[test]
+    fn refusals_keep_their_code_whatever_their_words() {
+        for (refusal, status) in [
+            (v1::SubmitRefusal::NeverFits, 422),
+            (v1::SubmitRefusal::InvalidSpec, 400),
+            (v1::SubmitRefusal::OutcomeUnknown, 503),
+        ] {
+            let r = v1::SubmitResult { job: 0, error: "words that say nothing".into(), refusal: refusal.into() };
+            let e = refused(r);
+            assert_eq!(e.body().code, refusal_code(refusal));
+            assert_eq!(e.status_and_code().0.as_u16(), status);
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The HTTP/JSON API of a view replica (actix-web), started by [`crate::serve`] when the
+//! config sets `http_listen`.
+//!
+//! Every handler is a client of the view's own gRPC API ([`ViewClient`]), pointed at this
+//! replica first and then at the others, so a write reaches the leader wherever the HTTP call
+//! lands and the HTTP layer holds no state of the view. gRPC work runs on the replica's tokio
+//! runtime (tonic's types are http 1.x, actix-web's http 0.2: they meet only as Rust values
+//! here, never as HTTP types); actix-web's worker threads only parse, wait and answer.
+//!
+//! | route | what | module |
+//! |---|---|---|
+//! | `GET /v1/status` | this replica's raft status, jobs by state, GPUs by use | [`servers`] |
+//! | `GET /v1/servers` | every server with its GPU bitmap | [`servers`] |
+//! | `GET /v1/jobs`, `POST /v1/jobs` | every job; submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
+//! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
+//! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
+//! | `GET /v1/openapi.json` | the OpenAPI 3.1 document, derived from the types | [`openapi`] |
+//! | `GET /metrics` | Prometheus text: replica, jobs, GPUs, HTTP requests and latency | [`metrics`] |
+//!
+//! The answers are the types of [`tessera_proto::api`], which the CLI's `--json` prints too.
+//! Every error is an [`ErrorBody`](tessera_proto::api::ErrorBody) `{"code", "message"}` (plus
+//! `field`, `line` and `column` when the input names them); [`error`] is the one place where
+//! failures and gRPC codes become HTTP statuses.
+
+pub mod error;
+pub mod jobs;
+pub mod logs;
+pub mod metrics;
+pub mod openapi;
+pub mod servers;
+pub mod spec;
+
+pub use error::{ApiError, Place, http_of_grpc};
+pub use openapi::openapi_document;
+pub use spec::{BodyFormat, parse_spec};
+
+use crate::client::{ClientError, ViewClient};
+use crate::error::ServeError;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tessera_proto::v1;
+use tessera_view::ViewSnapshot;
+
+/// Largest request body accepted, in bytes (a job spec is a few hundred).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// actix-web worker threads: the handlers only wait on the replica, so few are enough.
+const WORKERS: usize = 2;
+/// Open HTTP connections per worker.
+const MAX_CONNECTIONS_PER_WORKER: usize = 512;
+
+/// Settings of the HTTP API.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// This replica's id (metrics labels).
+    pub replica: u64,
+    /// View replicas' client addresses, this replica's first.
+    pub view_addrs: Vec<String>,
+    /// How long one HTTP request may take; the gRPC client gets a second less, so its own,
+    /// more telling error usually comes first.
+    pub request_timeout: Duration,
+    /// Largest request body, bytes.
+    pub max_body_bytes: usize,
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct Api {
+    /// The template client: each request works on a clone and writes it back, so the leader
+    /// it found and the connections it opened serve the next request.
+    client: Mutex<ViewClient>,
+    /// This replica's client address.
+    own: String,
+    replica: u64,
+    /// The replica's tokio runtime, where every gRPC call runs.
+    rt: tokio::runtime::Handle,
+    timeout: Duration,
+    max_body_bytes: usize,
+    metrics: metrics::HttpMetrics,
+    /// Server names by id (the cluster spec fixes them), read from a snapshot once.
+    names: RwLock<Arc<Vec<String>>>,
+}
+
+impl Api {
+    /// Runs `f` with a view client on the replica's runtime, bounded by the request timeout.
+    async fn call<T, F, Fut>(&self, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(ViewClient) -> Fut,
+        Fut: Future<Output = (ViewClient, Result<T, ApiError>)> + Send + 'static,
+    {
+        let client = self.client.lock().map_err(|_| ApiError::Internal("client lock poisoned".into()))?.clone();
+        let ms = self.timeout.as_millis() as u64;
+        let work = tokio::time::timeout(self.timeout, f(client));
+        match self.rt.spawn(work).await {
+            Ok(Ok((client, r))) => {
+                if let Ok(mut c) = self.client.lock() {
+                    *c = client;
+                }
+                r
+            }
+            Ok(Err(_)) => Err(ApiError::Timeout(ms)),
+            Err(e) => Err(ApiError::Internal(format!("request task failed: {e}"))),
+        }
+    }
+
+    /// The whole view, from the replica calls currently go to (this one until a write found
+    /// the leader), with the raft index it reflects.
+    async fn snapshot(&self) -> Result<(ViewSnapshot, u64), ApiError> {
+        let wire = self
+            .call(|mut c| async move {
+                let r = c.snapshot(false).await.map_err(ApiError::from);
+                (c, r)
+            })
+            .await?;
+        let snap = decode_snapshot(wire)?;
+        self.remember_names(&snap.0);
+        Ok(snap)
+    }
+
+    /// This replica's status and view (both from this replica, so they agree).
+    async fn own_state(&self) -> Result<(v1::StatusResponse, ViewSnapshot), ApiError> {
+        let own = self.own.clone();
+        let (status, wire) = self
+            .call(|mut c| async move {
+                let r = async {
+                    let s = c.status_of(&own).await?;
+                    let v = c.snapshot_of(&own, false).await?;
+                    Ok::<_, ClientError>((s, v))
+                }
+                .await
+                .map_err(ApiError::from);
+                (c, r)
+            })
+            .await?;
+        let (snap, _) = decode_snapshot(wire)?;
+        self.remember_names(&snap);
+        Ok((status, snap))
+    }
+
+    /// One job, by the `GetJob` RPC (not a whole snapshot).
+    async fn job(&self, id: u64) -> Result<tessera_view::Job, ApiError> {
+        let answer = self
+            .call(move |mut c| async move {
+                let r = match c.job(id, false).await {
+                    Ok(a) => Ok(a),
+                    Err(ClientError::Status { status, .. }) if status.code() == tonic::Code::NotFound => {
+                        Err(ApiError::UnknownJob(id))
+                    }
+                    Err(e) => Err(ApiError::from(e)),
+                };
+                (c, r)
+            })
+            .await?;
+        let wire = answer.job.ok_or_else(|| ApiError::Internal("the replica sent no job".into()))?;
+        tessera_view::Job::try_from(wire).map_err(|e| ApiError::Internal(format!("the replica's job: {e}")))
+    }
+
+    /// Server names by id, covering `ids` (read from a snapshot when a name is not known yet).
+    async fn names_for(&self, ids: impl Iterator<Item = u32>) -> Result<Arc<Vec<String>>, ApiError> {
+        let known = self.names.read().map_err(|_| ApiError::Internal("names lock poisoned".into()))?.clone();
+        let mut ids = ids;
+        if ids.all(|id| (id as usize) < known.len()) {
+            return Ok(known);
+        }
+        let (snap, _) = self.snapshot().await?;
+        Ok(Arc::new(snap.server_names))
+    }
+
+    fn remember_names(&self, s: &ViewSnapshot) {
+        if let Ok(mut names) = self.names.write()
+            && names.len() < s.server_names.len()
+        {
+            *names = Arc::new(s.server_names.clone());
+        }
+    }
+}
+
+fn decode_snapshot(wire: v1::SnapshotResponse) -> Result<(ViewSnapshot, u64), ApiError> {
+    let applied = wire.applied_index;
+    let snap = wire.snapshot.ok_or_else(|| ApiError::Internal("the replica sent an empty snapshot".into()))?;
+    let snap = ViewSnapshot::try_from(snap).map_err(|e| ApiError::Internal(format!("the replica's snapshot: {e}")))?;
+    Ok((snap, applied))
+}
+
+/// Binds the HTTP API and runs it on the current tokio runtime until `stopping` turns true.
+/// Answers the bound addresses.
+pub fn start(
+    listener: std::net::TcpListener,
+    cfg: HttpConfig,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<Vec<SocketAddr>, ServeError> {
+    let at = listener.local_addr().map_or_else(|_| "HTTP listener".to_string(), |a| a.to_string());
+    let fail = |why: String| ServeError::Server { addr: at.clone(), why: format!("HTTP API: {why}") };
+    let own = cfg.view_addrs.first().cloned().ok_or_else(|| fail("no view address".into()))?;
+    let client_deadline = cfg.request_timeout.saturating_sub(Duration::from_secs(1)).max(Duration::from_millis(500));
+    let client =
+        ViewClient::new(cfg.view_addrs.clone()).map_err(|e| fail(e.to_string()))?.with_deadline(client_deadline);
+    let api = web::Data::new(Api {
+        client: Mutex::new(client),
+        own,
+        replica: cfg.replica,
+        rt: tokio::runtime::Handle::current(),
+        timeout: cfg.request_timeout,
+        max_body_bytes: cfg.max_body_bytes,
+        metrics: metrics::HttpMetrics::new(),
+        names: RwLock::new(Arc::new(Vec::new())),
+    });
+    let server = HttpServer::new(move || {
+        let api = api.clone();
+        let observed = api.clone();
+        App::new()
+            .app_data(api)
+            .wrap_fn(move |req, srv| {
+                use actix_web::dev::Service as _;
+                let start = Instant::now();
+                let method = metrics::method_label(req.method());
+                let observed = observed.clone();
+                let fut = srv.call(req);
+                async move {
+                    let res = fut.await?;
+                    let route = res.request().match_pattern().unwrap_or_else(|| "unmatched".to_string());
+                    observed.metrics.observe(&route, method, res.status().as_u16(), start.elapsed());
+                    Ok(res)
+                }
+            })
+            .configure(routes)
+            .default_service(web::to(no_route))
+    })
+    .workers(WORKERS)
+    .max_connections(MAX_CONNECTIONS_PER_WORKER)
+    .client_request_timeout(Duration::from_secs(5))
+    .disable_signals()
+    .shutdown_timeout(1)
+    .shutdown_signal(async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    })
+    .listen(listener)
+    .map_err(|e| fail(e.to_string()))?;
+    let addrs = server.addrs();
+    let run = server.run();
+    tracing::info!(replica = cfg.replica, addrs = ?addrs, "HTTP API serving");
+    tokio::spawn(async move {
+        if let Err(e) = run.await {
+            tracing::error!(error = %e, "HTTP API stopped");
+        }
+    });
+    Ok(addrs)
+}
+
+/// Every route; the OpenAPI document lists the same (a test checks).
+fn routes(cfg: &mut web::ServiceConfig) {
+    let resource = |path: &str| web::resource(path.to_string()).default_service(web::to(not_allowed));
+    cfg.service(resource("/v1/status").route(web::get().to(servers::status)))
+        .service(resource("/v1/jobs").route(web::get().to(jobs::list_jobs)).route(web::post().to(jobs::submit)))
+        .service(resource("/v1/jobs/{id}").route(web::get().to(jobs::get_job)).route(web::delete().to(jobs::cancel)))
+        .service(resource("/v1/jobs/{id}/logs").route(web::get().to(logs::logs)))
+        .service(resource("/v1/servers").route(web::get().to(servers::servers)))
+        .service(resource("/v1/openapi.json").route(web::get().to(openapi::openapi)))
+        .service(resource("/metrics").route(web::get().to(metrics::metrics)));
+}
+
+async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NoRoute { method: req.method().to_string(), path: req.path().to_string() })
+}
+
+async fn not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed { method: req.method().to_string(), path: req.path().to_string() })
+}
+
+/// A job id from the path.
+fn job_id(raw: &str) -> Result<u64, ApiError> {
+    raw.parse::<u64>().map_err(|_| ApiError::bad("bad_job_id", "id", format!("`{raw}` is not a job id")))
+}
+
+/// The query string as a map; every key must be one of `known`.
+fn query(req: &HttpRequest, known: &[&str]) -> Result<HashMap<String, String>, ApiError> {
+    let q = web::Query::<HashMap<String, String>>::from_query(req.query_string())
+        .map_err(|e| ApiError::bad("bad_query", "query", e.to_string()))?
+        .into_inner();
+    if let Some(k) = q.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(ApiError::bad(
+            "bad_query",
+            k,
+            format!("unknown query parameter `{k}`; known: {}", known.join(", ")),
+        ));
+    }
+    Ok(q)
+}

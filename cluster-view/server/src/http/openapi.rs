@@ -1,0 +1,93 @@
+//! `GET /v1/openapi.json`: the OpenAPI 3.1 document of the API, derived (`utoipa`) from the
+//! handlers' `#[utoipa::path]` attributes and the answer types of [`tessera_proto::api`], so
+//! the document says what the code does. The HTTP tests check every answer against it.
+
+use actix_web::HttpResponse;
+use tessera_proto::api;
+use utoipa::OpenApi;
+
+/// The document's root: every path and the schemas they name.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Tessera view API",
+        version = "1",
+        description = "The cluster view of a Tessera GPU cluster over HTTP/JSON, served by every view replica; \
+            writes reach the raft leader wherever they land. Errors are JSON objects (`ErrorBody`) with a \
+            stable `code` and a `message`, and the `field`, `line` and `column` of the input at fault when known.",
+    ),
+    paths(
+        super::servers::status,
+        super::servers::servers,
+        super::jobs::list_jobs,
+        super::jobs::submit,
+        super::jobs::get_job,
+        super::jobs::cancel,
+        super::logs::logs,
+        super::metrics::metrics,
+        openapi,
+    ),
+    components(schemas(
+        api::ErrorBody,
+        api::Status,
+        api::GpuCounts,
+        api::SchedulerHost,
+        api::Job,
+        api::JobDetail,
+        api::JobList,
+        api::Member,
+        api::Task,
+        api::Server,
+        api::ServerList,
+        api::Submitted,
+        api::Cancelled,
+        api::Logs,
+        super::spec::JobFileBody,
+    ))
+)]
+struct ApiDoc;
+
+/// The OpenAPI document of the API, served at `/v1/openapi.json`.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    tag = "operations",
+    responses((status = 200, description = "the OpenAPI 3.1 document", body = serde_json::Value))
+)]
+pub(super) async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().json(openapi_document())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_and_schema_is_documented() {
+        let doc = serde_json::to_value(openapi_document()).expect("JSON");
+        let paths = doc["paths"].as_object().expect("paths");
+        for path in [
+            "/v1/status",
+            "/v1/servers",
+            "/v1/jobs",
+            "/v1/jobs/{id}",
+            "/v1/jobs/{id}/logs",
+            "/metrics",
+            "/v1/openapi.json",
+        ] {
+            assert!(paths.contains_key(path), "{path} missing");
+        }
+        assert_eq!(
+            doc["paths"]["/v1/jobs"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorBody"
+        );
+        let job = &doc["components"]["schemas"]["Job"];
+        assert_eq!(job["properties"]["state"]["enum"][0], "pending", "{job}");
+        assert!(job["required"].as_array().is_some_and(|r| r.contains(&"id".into())), "{job}");
+    }
+}
