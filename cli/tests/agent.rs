@@ -5,15 +5,16 @@
 //!   and its granted core, logs to its task directory, and its exit finishes the job; a
 //!   command that does not exist and a failing command fail the job with the reason.
 //! - `restart_readopts_and_lease_expiry_leaves_no_orphans`: `kill -9` of the agent leaves the
-//!   task running; a new agent re-adopts it (same process) and stops it when the job is
-//!   cancelled; a task that ends while no agent runs is reported by the next one; when the lease
+//!   task running; a new agent re-adopts it (same process), leaves it alone in its first round
+//!   on the view (the log line "following the view" marks that round), and stops it when the
+//!   job is cancelled; a task that ends while no agent runs is reported by the next one; when the lease
 //!   expires the gang is re-queued whole and the next agent stops the task whose placement is
 //!   gone.
 //! - `unhealthy_device_is_not_placed_on`: a device the agent reports unhealthy leaves the free
 //!   mask (a proposal on it is refused as busy) and is placed on again once healthy.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_view::{
@@ -35,7 +36,7 @@ struct Setup {
 
 impl Setup {
     fn start(lease_ms: u64) -> Setup {
-        let dir = tempfile::tempdir().expect("tmp");
+        let dir = test_dir("tessera-agent-");
         write_spec(dir.path(), 2);
         let addr = format!("127.0.0.1:{}", free_port());
         let cfg = config(1, "t", &addr, &[format!("1={addr}")], false) + &format!("server_lease_ms = {lease_ms}\n");
@@ -48,23 +49,10 @@ impl Setup {
         self.dir.path().join("agent-r0-s00")
     }
 
-    /// Starts an agent for server `r0-s00`; returns its index.
+    /// Starts an agent for server `r0-s00` (the shared fake-GPU launcher: data in
+    /// [`Setup::data_dir`], output appended to `r0-s00.log`); returns its index.
     fn agent(&mut self, extra: &[&str]) -> usize {
-        let log =
-            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.path().join("agent.log")).expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .args(["agent", "run", "--view", &self.addr, "--name", "r0-s00", "--topology", "seed-8gpu"])
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .args(["--stop-grace-ms", "2000", "--peers-on-loopback"])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn tessera agent run");
-        self.agents.push(Some(child));
+        self.agents.push(Some(agent_with(self.dir.path(), &self.addr, "r0-s00", extra)));
         self.agents.len() - 1
     }
 
@@ -76,7 +64,22 @@ impl Setup {
     }
 
     fn agent_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("r0-s00.log")).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the agents' output from byte `from` on holds `line`; answers that
+    /// part of it.
+    async fn wait_log(&self, from: usize, line: &str) -> String {
+        let t0 = Instant::now();
+        loop {
+            let log = self.agent_log();
+            let since = log.get(from..).unwrap_or_default();
+            if since.contains(line) {
+                return since.to_string();
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no `{line}` in the agent's output\n{since}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -246,8 +249,16 @@ fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
         // kill -9 of the agent: the task keeps running; a new agent re-adopts the same process.
         s.kill_agent(a);
         assert!(alive(pid));
+        let mark = s.agent_log().len();
         s.agent(&[]);
-        tokio::time::sleep(Duration::from_millis(4500)).await; // past a lease: nothing may change
+        // The new agent registered (renewing the lease), re-adopted the task and made its first
+        // round on the view; a stop or a second start would be logged before this line.
+        let since = s.wait_log(mark, "following the view").await;
+        assert!(since.contains("re-adopted tasks"), "{since}");
+        assert!(
+            !since.contains("stopping its task") && !since.contains("starting task"),
+            "the first round must leave the re-adopted task alone\n{since}"
+        );
         let j = c.job(job.0, false).await.expect("job").job.expect("body");
         assert_eq!(j.state, v1::JobState::Running as i32, "the re-adopted job keeps running\n{}", s.agent_log());
         assert!(alive(pid), "the re-adopted task must not be restarted or killed");

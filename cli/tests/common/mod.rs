@@ -77,9 +77,14 @@ pub fn tessera(dir: &Path, log: &str, args: &[&str]) -> Child {
 /// A fake-GPU (seed-8gpu) agent for server `name`, data in `dir/agent-<name>`, logs served on a
 /// free loopback port, output in `dir/<name>.log`.
 pub fn agent(dir: &Path, view: &str, name: &str) -> Child {
+    agent_with(dir, view, name, &[])
+}
+
+/// [`agent`] with more arguments (e.g. `--fake-health-file FILE`).
+pub fn agent_with(dir: &Path, view: &str, name: &str, extra: &[&str]) -> Child {
     let data = dir.join(format!("agent-{name}"));
     let data = data.to_str().expect("utf-8 path");
-    let args = [
+    let mut args = vec![
         "agent",
         "run",
         "--view",
@@ -96,6 +101,7 @@ pub fn agent(dir: &Path, view: &str, name: &str) -> Child {
         "--listen",
         "127.0.0.1:0",
     ];
+    args.extend_from_slice(extra);
     tessera(dir, &format!("{name}.log"), &args)
 }
 
