@@ -324,6 +324,7 @@ fn api_contract() {
         let huge = v1::JobSpec::from(&JobSpec::simple("huge", 1, 64));
         let r = lead.submit_job(v1::SubmitJobRequest { specs: vec![huge] }).await.expect("submit").into_inner();
         assert!(r.results[0].job == 0 && !r.results[0].error.is_empty(), "{:?}", r.results[0]);
+        assert_eq!(r.results[0].refusal(), v1::SubmitRefusal::NeverFits, "{:?}", r.results[0]);
 
         // Oversized: more than max_request_bytes (4 MiB default).
         let mut big = v1::JobSpec::from(&JobSpec::simple("big", 1, 1));
