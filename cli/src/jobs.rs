@@ -1,7 +1,10 @@
 //! The user's commands: `tessera submit | status | jobs | servers | cancel | logs`.
 //!
 //! Each talks gRPC to the view (`--view` or `TESSERA_VIEW`, comma-separated replicas; writes
-//! follow the leader). An unreachable view is one line naming the addresses tried.
+//! follow the leader). An unreachable view is one line naming the addresses tried. `--json`
+//! prints the HTTP API's types ([`tessera_proto::api`]): `status` a `Status` (with a job id, a
+//! `JobDetail`), `jobs` a `JobList`, `servers` a `ServerList`, the same as `GET /v1/status`,
+//! `/v1/jobs/{id}`, `/v1/jobs` and `/v1/servers`.
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -9,10 +12,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use tessera_proto::api::{self, GpuCounts, JobDetail, JobList, ServerList};
 use tessera_proto::v1;
 use tessera_scheduler::ViewCache;
 use tessera_view::mask::format_indices;
-use tessera_view::{Health, Job, JobId, JobSpec, JobState, ServerId, ViewSnapshot};
+use tessera_view::{Health, Job, JobId, JobSpec, JobState, ViewSnapshot};
 use tessera_view_server::ViewClient;
 
 /// Where the view is.
@@ -96,9 +100,11 @@ fn rt() -> Result<tokio::runtime::Runtime> {
     crate::view::runtime()
 }
 
-async fn snapshot(c: &mut ViewClient) -> Result<ViewSnapshot> {
-    let s = c.snapshot(true).await?.snapshot.context("the view sent no snapshot")?;
-    Ok(ViewSnapshot::try_from(s)?)
+/// The whole view (linearizable) and the raft index it reflects.
+async fn snapshot(c: &mut ViewClient) -> Result<(ViewSnapshot, u64)> {
+    let r = c.snapshot(true).await?;
+    let s = r.snapshot.context("the view sent no snapshot")?;
+    Ok((ViewSnapshot::try_from(s)?, r.applied_index))
 }
 
 /// Reads and checks job files; every problem names the file, the line and the field.
@@ -144,7 +150,7 @@ pub async fn submit_files(c: &mut ViewClient, specs: &[JobSpec], files: &[PathBu
             println!("submitted job {} `{}` ({} GPUs) from {}", r.job, spec.name, spec.total_gpus(), f.display());
             ids.push(JobId(r.job));
         } else {
-            eprintln!("{}: refused: {}", f.display(), r.error);
+            eprintln!("{}: refused ({}): {}", f.display(), api::refusal_code(r.refusal()), r.error);
         }
     }
     Ok(ids)
@@ -229,37 +235,6 @@ pub async fn wait_for(c: &ViewClient, ids: &[JobId], timeout: Duration) -> Resul
     }
 }
 
-/// One job as a JSON object (the shape `--json` prints).
-pub fn job_json(j: &Job, s: &ViewSnapshot) -> serde_json::Value {
-    let name = |id: ServerId| s.server_names.get(id.index()).cloned().unwrap_or_else(|| id.to_string());
-    let placement = j.placement.as_ref().map(|p| {
-        serde_json::json!({
-            "proposal": p.proposal.0,
-            "level": p.level.to_string(),
-            "members": p.members.iter().map(|m| serde_json::json!({
-                "server": name(m.server),
-                "gpus": format_indices(m.gpus),
-                "cores": m.cores.format(),
-                "memory_mib": m.memory_mib,
-            })).collect::<Vec<_>>(),
-        })
-    });
-    serde_json::json!({
-        "id": j.id.0,
-        "name": j.spec.name,
-        "state": j.state.as_str(),
-        "gpus": j.spec.total_gpus(),
-        "members": j.spec.members,
-        "tenant": j.spec.tenant,
-        "scheduler": j.spec.scheduler.clone().unwrap_or_else(|| "default".into()),
-        "prefer": j.spec.prefer.to_string(),
-        "tolerate": j.spec.tolerate.to_string(),
-        "placement": placement,
-        "tasks": j.tasks.iter().map(|t| format!("{t:?}").to_lowercase()).collect::<Vec<_>>(),
-        "error": j.error,
-    })
-}
-
 fn placement_text(j: &Job, s: &ViewSnapshot) -> String {
     match &j.placement {
         None => "-".into(),
@@ -280,13 +255,13 @@ fn placement_text(j: &Job, s: &ViewSnapshot) -> String {
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
         let mut c = a.view.client()?;
-        let s = snapshot(&mut c).await?;
+        let (s, _) = snapshot(&mut c).await?;
         if let Some(id) = a.job {
             let Some(j) = s.jobs.iter().find(|j| j.id.0 == id) else {
                 bail!("no job {id} in the view (never submitted, or ended long ago)");
             };
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&job_json(j, &s))?);
+                println!("{}", serde_json::to_string_pretty(&JobDetail::of(j, &s.server_names))?);
                 return Ok(ExitCode::SUCCESS);
             }
             let spec = &j.spec;
@@ -319,19 +294,8 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        let mut by_state = std::collections::BTreeMap::new();
-        for j in &s.jobs {
-            *by_state.entry(j.state.as_str()).or_insert(0u64) += 1;
-        }
-        let (mut total, mut free, mut up) = (0u64, 0u64, 0usize);
-        for r in &s.servers {
-            let t = &s.topologies[s.config_sets[r.config_set.index()].topology as usize];
-            total += t.devices as u64;
-            if r.health == Health::Up {
-                up += 1;
-                free += r.free_gpus.count_ones() as u64;
-            }
-        }
+        let gpus = GpuCounts::of(&s);
+        let up = s.servers.iter().filter(|r| r.health == Health::Up).count();
         let mut st = c.status().await?;
         // Scheduler hosts are known to the leader only.
         if st.role != "leader"
@@ -343,19 +307,12 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
         let hosts: Vec<String> =
             st.scheduler_hosts.iter().map(|h| format!("{} ({} pending jobs)", h.host, h.jobs.len())).collect();
         if a.json {
-            println!(
-                "{}",
-                serde_json::json!({
-                    "cluster": st.cluster, "leader": st.leader, "leader_addr": st.leader_addr, "term": st.term,
-                    "version": s.version.0, "servers": s.servers.len(), "servers_up": up,
-                    "gpus": total, "gpus_free": free, "jobs": by_state,
-                    "scheduler_hosts": st.scheduler_hosts.iter().map(|h| serde_json::json!({"host": h.host, "jobs": h.jobs})).collect::<Vec<_>>(),
-                })
-            );
+            println!("{}", serde_json::to_string(&api::Status::of(&st, &s))?);
         } else {
             println!("cluster {} — leader replica {} at {} (term {})", st.cluster, st.leader, st.leader_addr, st.term);
-            println!("servers {} ({} up), GPUs {} ({} free)", s.servers.len(), up, total, free);
-            let jobs: Vec<String> = by_state.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            println!("servers {} ({} up), GPUs {} ({} free)", s.servers.len(), up, gpus.total, gpus.free);
+            let jobs: Vec<String> =
+                api::jobs_by_state(&s).iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{v} {k}")).collect();
             println!("jobs    {}", if jobs.is_empty() { "none".to_string() } else { jobs.join(", ") });
             println!(
                 "schedulers holding jobs: {}",
@@ -369,14 +326,13 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
 pub fn jobs(a: ListArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
         let mut c = a.view.client()?;
-        let s = snapshot(&mut c).await?;
-        let mut jobs: Vec<&Job> = s.jobs.iter().collect();
-        jobs.sort_by_key(|j| j.id);
+        let (s, applied) = snapshot(&mut c).await?;
         if a.json {
-            let v: Vec<serde_json::Value> = jobs.iter().map(|j| job_json(j, &s)).collect();
-            println!("{}", serde_json::Value::Array(v));
+            println!("{}", serde_json::to_string(&JobList::of(&s, applied))?);
             return Ok(ExitCode::SUCCESS);
         }
+        let mut jobs: Vec<&Job> = s.jobs.iter().collect();
+        jobs.sort_by_key(|j| j.id);
         println!("{:>6} {:<9} {:>5} {:<24} PLACEMENT", "ID", "STATE", "GPUS", "NAME");
         for j in jobs {
             println!(
@@ -392,65 +348,29 @@ pub fn jobs(a: ListArgs) -> Result<ExitCode> {
     })
 }
 
-/// A server's devices: `x` held by a job, `.` free, `!` unhealthy, `-` the server is not up.
-pub fn gpu_bitmap(devices: u32, free: u64, unhealthy: u64, up: bool) -> String {
-    (0..devices)
-        .map(|d| {
-            let bit = 1u64 << d;
-            if unhealthy & bit != 0 {
-                '!'
-            } else if !up {
-                '-'
-            } else if free & bit != 0 {
-                '.'
-            } else {
-                'x'
-            }
-        })
-        .collect()
-}
-
 pub fn servers(a: ListArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
         let mut c = a.view.client()?;
-        let s = snapshot(&mut c).await?;
-        let mut rows = Vec::new();
-        for (i, r) in s.servers.iter().enumerate() {
-            let cs = &s.config_sets[r.config_set.index()];
-            let t = &s.topologies[cs.topology as usize];
-            let unhealthy = s.unhealthy.get(i).copied().unwrap_or(0);
-            rows.push(serde_json::json!({
-                "name": s.server_names.get(i).cloned().unwrap_or_default(),
-                "health": format!("{:?}", r.health).to_lowercase(),
-                "type": t.device_type,
-                "rack": s.racks.get(cs.rack as usize).cloned().unwrap_or_default(),
-                "gpus": gpu_bitmap(t.devices, r.free_gpus, unhealthy, r.health == Health::Up),
-                "gpus_free": r.free_gpus.count_ones(),
-                "cores_free": r.free_cores.count(),
-                "cores": t.cores(),
-                "memory_free_mib": r.free_memory_mib,
-                "unhealthy": format_indices(unhealthy),
-            }));
-        }
+        let (s, _) = snapshot(&mut c).await?;
+        let list = ServerList::of(&s);
         if a.json {
-            println!("{}", serde_json::Value::Array(rows));
+            println!("{}", serde_json::to_string(&list)?);
             return Ok(ExitCode::SUCCESS);
         }
         println!(
             "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}",
             "NAME", "HEALTH", "TYPE", "RACK", "GPUS (x used . free)", "CORES", "MEMORY MIB"
         );
-        let t = |v: &serde_json::Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
-        for r in &rows {
+        for r in &list.servers {
             println!(
                 "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}",
-                t(&r["name"]),
-                t(&r["health"]),
-                t(&r["type"]),
-                t(&r["rack"]),
-                t(&r["gpus"]),
-                format!("{}/{}", r["cores_free"], r["cores"]),
-                t(&r["memory_free_mib"])
+                r.name,
+                r.health.as_str(),
+                r.device_type,
+                r.rack,
+                r.gpu_bitmap,
+                format!("{}/{}", r.cores_free, r.cores),
+                r.memory_free_mib
             );
         }
         Ok(ExitCode::SUCCESS)

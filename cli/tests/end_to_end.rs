@@ -247,8 +247,10 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
             assert!(out.status.success(), "tessera {args:?}: {}", String::from_utf8_lossy(&out.stderr));
             String::from_utf8_lossy(&out.stdout).to_string()
         };
-        let list: serde_json::Value = serde_json::from_str(&run(&["jobs", "--json"])).expect("jobs --json");
-        assert_eq!(list.as_array().map(|a| a.len()), Some(30));
+        // `--json` prints the HTTP API's JobList.
+        let list: tessera_proto::api::JobList = serde_json::from_str(&run(&["jobs", "--json"])).expect("jobs --json");
+        assert_eq!(list.jobs.len(), 30);
+        assert!(list.jobs.iter().all(|j| j.state == JobState::Finished), "{list:?}");
         assert!(run(&["servers"]).contains("ra-s00"));
         assert!(run(&["status"]).contains("30 finished"));
 

@@ -410,6 +410,7 @@ fn api_contract() {
             .expect("submit")
             .into_inner();
         assert!(r.results[0].job == 0 && !r.results[0].error.is_empty(), "{:?}", r.results[0]);
+        assert_eq!(r.results[0].refusal(), v1::SubmitRefusal::NeverFits, "{:?}", r.results[0]);
 
         // Oversized: more than max_request_bytes (4 MiB default).
         let mut big = v1::JobSpec::from(&JobSpec::simple("big", 1, 1));
