@@ -21,6 +21,7 @@ use std::process::{Child, Command as Process, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::v1;
 use tessera_view::fit::{FitMode, member_request, plan_member};
 use tessera_view::{
@@ -698,6 +699,9 @@ async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64)> {
     let mut c = ViewClient::new(addrs.to_vec())?.with_deadline(Duration::from_secs(5));
     let t0 = Instant::now();
     let mut applied: Vec<u64> = Vec::new();
+    // `converged_ms` is reported: polls stay at most 60 ms apart.
+    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(50)).with_jitter(0.2);
+    let mut rng = seeded_rng(addrs.len() as u64);
     while t0.elapsed() < Duration::from_secs(60) {
         applied.clear();
         for a in addrs {
@@ -706,7 +710,7 @@ async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64)> {
         if applied.iter().all(|x| *x == applied[0] && *x > 0) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(backoff.next_delay(&mut rng)).await;
     }
     let converged_ms = t0.elapsed().as_secs_f64() * 1000.0;
     if !applied.iter().all(|x| *x == applied[0]) {

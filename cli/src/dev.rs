@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_agent::agent::{AgentConfig, run as run_agent};
+use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::v1;
 use tessera_scheduler::{HostConfig, Registry, RuntimeOptions, run_host};
 use tessera_testkit::LocalCluster;
@@ -190,8 +191,10 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
         // Agents stop the tasks of cancelled jobs on their next reconcile; each task's shim
         // writes exit.json once it has ended.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
+        let mut rng = seeded_rng(live.len() as u64);
         while running_tasks(&dir.join("agents")) > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(backoff.next_delay(&mut rng)).await;
         }
     }
     let _ = stop_tx.send(true);

@@ -13,6 +13,7 @@ use crate::node::{NodeHandle, Req};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use std::time::Duration;
+use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::v1;
 use tessera_proto::v1::raft_client::RaftClient;
 use tokio::sync::mpsc;
@@ -35,7 +36,8 @@ pub async fn run_peer(
     mut rx: mpsc::Receiver<Message>,
     node: NodeHandle,
 ) {
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+    let mut rng = seeded_rng((me << 32) ^ to);
     let mut first: Option<Message> = None;
     loop {
         let msg = match first.take() {
@@ -67,12 +69,11 @@ pub async fn run_peer(
                 while let Ok(m) = rx.try_recv() {
                     lost(&node, to, std::slice::from_ref(&m));
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(500));
+                tokio::time::sleep(backoff.next_delay(&mut rng)).await;
                 continue;
             }
         };
-        backoff = Duration::from_millis(20);
+        backoff.reset();
         let mut client = RaftClient::new(channel)
             .max_encoding_message_size(MAX_RAFT_BYTES)
             .max_decoding_message_size(MAX_RAFT_BYTES);
@@ -115,7 +116,7 @@ pub async fn run_peer(
         if let Ok(Err(status)) = call.await {
             tracing::debug!(to, addr, %status, "raft stream ended");
         }
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(backoff.next_delay(&mut rng)).await;
     }
 }
 
