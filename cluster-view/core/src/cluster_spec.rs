@@ -53,23 +53,24 @@ pub struct ClusterSpec {
     pub quotas: BTreeMap<String, u32>,
 }
 
-#[derive(Deserialize)]
+/// The file format, read by [`ClusterSpec::from_toml`] and written by [`ClusterSpec::write_files`].
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawSpec {
     name: String,
     racks: Vec<RawRack>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     quotas: BTreeMap<String, u32>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawRack {
     name: String,
     ib_domain: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     topology: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     topology_file: Option<String>,
     servers: u32,
 }
@@ -211,6 +212,46 @@ impl ClusterSpec {
         ClusterSpec { name: format!("uniform-{servers}"), topologies: vec![topology], groups, quotas: BTreeMap::new() }
     }
 
+    /// Writes the spec as files in `dir`: `cluster.toml`, naming each topology by its preset
+    /// when it is one, and a `topology-N.toml` beside it for each topology that is not.
+    /// [`ClusterSpec::from_file`] reads the returned path back equal. For tools that start
+    /// `tessera view serve` processes from a spec built in code.
+    pub fn write_files(&self, dir: &Path) -> Result<std::path::PathBuf, SpecError> {
+        let write = |name: &str, text: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).map_err(|source| SpecError::Io { file: path.display().to_string(), source })
+        };
+        let mut names = Vec::with_capacity(self.topologies.len());
+        for (i, t) in self.topologies.iter().enumerate() {
+            if Topology::preset(&t.name).as_ref() == Some(t) {
+                names.push((Some(t.name.clone()), None));
+            } else {
+                let file = format!("topology-{i}.toml");
+                write(&file, t.to_toml(&file)?)?;
+                names.push((None, Some(file)));
+            }
+        }
+        let raw = RawSpec {
+            name: self.name.clone(),
+            racks: self
+                .groups
+                .iter()
+                .map(|g| RawRack {
+                    name: g.rack.clone(),
+                    ib_domain: g.ib_domain.clone(),
+                    topology: names[g.topology].0.clone(),
+                    topology_file: names[g.topology].1.clone(),
+                    servers: g.servers,
+                })
+                .collect(),
+            quotas: self.quotas.clone(),
+        };
+        let text = toml::to_string(&raw)
+            .map_err(|e| SpecError::Syntax { file: "cluster.toml".into(), message: e.to_string() })?;
+        write("cluster.toml", text)?;
+        Ok(dir.join("cluster.toml"))
+    }
+
     /// Total servers.
     pub fn server_count(&self) -> u64 {
         self.groups.iter().map(|g| g.servers as u64).sum()
@@ -234,6 +275,31 @@ impl ClusterSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_files_read_back_equal() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut custom = Topology::preset("seed-8gpu").expect("preset");
+        custom.name = "custom-8gpu".into();
+        custom.memory_mib /= 2;
+        let mut spec = ClusterSpec::uniform(Topology::preset("pcie-4gpu").expect("preset"), 10, 4, 2);
+        spec.topologies.push(custom);
+        spec.groups.push(RackGroup { rack: "rack-0".into(), ib_domain: "ib-0".into(), topology: 1, servers: 3 });
+        spec.quotas.insert("vision".into(), 16);
+        let path = spec.write_files(dir.path()).expect("write");
+        assert_eq!(ClusterSpec::from_file(&path).expect("read back"), spec);
+        // The preset is named, the custom topology is a file of its own.
+        let text = std::fs::read_to_string(&path).expect("text");
+        assert!(
+            text.contains("topology = \"pcie-4gpu\"") && text.contains("topology_file = \"topology-1.toml\""),
+            "{text}"
+        );
+        // Every preset survives its own file format.
+        for (name, _) in crate::topology::PRESETS {
+            let t = Topology::preset(name).expect("preset");
+            assert_eq!(Topology::from_toml(name, &t.to_toml(name).expect("toml")).expect("parse"), t, "{name}");
+        }
+    }
 
     #[test]
     fn parses_and_rejects() {

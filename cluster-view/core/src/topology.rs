@@ -52,7 +52,8 @@ pub struct Topology {
     pub memory_mib: u32,
 }
 
-#[derive(Deserialize)]
+/// The file format, read by [`Topology::from_toml`] and written by [`Topology::to_toml`].
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawTopology {
     name: String,
@@ -60,15 +61,14 @@ struct RawTopology {
     devices: u32,
     cores_per_socket: u32,
     memory_mib: u64,
-    #[serde(default)]
-    #[allow(dead_code)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     description: Option<String>,
     sockets: Vec<RawSocket>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     nvlink_groups: Vec<Vec<u32>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct RawSocket {
     pcie_switches: Vec<Vec<u32>>,
@@ -147,6 +147,30 @@ impl Topology {
         };
         t.check(&|i| switch_fields[i].clone()).map_err(|e| e.in_file(file))?;
         Ok(t)
+    }
+
+    /// The topology in its file format: [`Topology::from_toml`] reads it back equal, for every
+    /// topology whose PCIe switches are listed socket by socket (as parsed and preset ones are).
+    /// `file` names the topology in the (unexpected) error of a value TOML cannot hold.
+    pub fn to_toml(&self, file: &str) -> Result<String, SpecError> {
+        let indices = |m: u64| (0..MAX_DEVICES).filter(|d| m >> d & 1 == 1).collect::<Vec<u32>>();
+        let raw = RawTopology {
+            name: self.name.clone(),
+            device_type: self.device_type.clone(),
+            devices: self.devices,
+            cores_per_socket: self.cores_per_socket,
+            memory_mib: u64::from(self.memory_mib),
+            description: None,
+            sockets: self
+                .sockets
+                .iter()
+                .map(|&s| RawSocket {
+                    pcie_switches: self.pcie_switches.iter().filter(|&&p| p & s == p).map(|&p| indices(p)).collect(),
+                })
+                .collect(),
+            nvlink_groups: self.nvlink_groups.iter().map(|&g| indices(g)).collect(),
+        };
+        toml::to_string(&raw).map_err(|e| SpecError::Syntax { file: file.to_string(), message: e.to_string() })
     }
 
     /// Checks every guarantee of a topology, for a value built in code or decoded from outside:
