@@ -22,7 +22,9 @@ pub enum ViewCommand {
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Config file (TOML); flags override its values.
+    /// Config file (TOML); flags override its values. Sockets passed by the parent process
+    /// (systemd socket activation: LISTEN_FDS, LISTEN_FDNAMES = client:raft:http) are served
+    /// instead of binding the file's addresses, which they must match.
     #[arg(long)]
     config: PathBuf,
     /// Replica id.
@@ -112,7 +114,16 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     }
     let listen = file.listen_addrs();
     let cfg = file.into_config()?;
-    let listeners = Listeners::bind(&listen)?;
+    // Sockets bound by whoever started this process (systemd, the test kit) come first; they
+    // must be where the configuration says, since that is the address peers are given.
+    let listeners = match Listeners::inherited()? {
+        Some(l) => {
+            l.check_bound_at(&listen)?;
+            tracing::info!(client = %listen.client, "serving on sockets passed by the parent process");
+            l
+        }
+        None => Listeners::bind(&listen)?,
+    };
     let rt = runtime()?;
     rt.block_on(async move { tessera_view_server::serve(listeners, cfg, terminated()).await })?;
     Ok(ExitCode::SUCCESS)

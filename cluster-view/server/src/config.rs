@@ -13,6 +13,8 @@
 //! Every other key has a default (see [`ServeConfig`]). The file's listen addresses become
 //! [`ListenAddrs`]; [`crate::serve`] itself takes sockets already bound ([`Listeners`]), so a
 //! test binds port 0 and reads the address back, and nothing binds a port only to free it.
+//! A process started by another that bound its sockets (systemd socket activation, or
+//! `tessera-testkit`'s process clusters) takes them with [`Listeners::inherited`].
 
 use crate::error::ServeError;
 use serde::{Deserialize, Serialize};
@@ -56,7 +58,7 @@ pub struct ServeConfig {
 }
 
 /// A replica's timing and bounds; every field has a default.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tuning {
     /// Milliseconds per raft tick.
     #[serde(default = "d_tick_ms")]
@@ -123,8 +125,9 @@ impl Default for Tuning {
 }
 
 /// `tessera view serve`'s TOML file: a [`ServeConfig`] whose cluster spec is a path, plus
-/// where to listen. Unknown keys are refused (see [`ServeFile::from_file`]).
-#[derive(Clone, Debug, Deserialize)]
+/// where to listen. Unknown keys are refused (see [`ServeFile::from_file`]); a value is
+/// written with [`ServeFile::write`].
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct ServeFile {
     /// This replica's id.
     pub id: u64,
@@ -135,15 +138,15 @@ pub struct ServeFile {
     /// gRPC listen address (clients, and peers unless `raft_listen` is set).
     pub listen: SocketAddr,
     /// See [`ServeConfig::advertise`].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub advertise: Option<String>,
     /// Separate listen address for raft traffic between replicas. Without it, raft shares the
     /// client port, which must then be reachable by trusted hosts only: raft messages are not
     /// authenticated and raft-rs panics on some forged ones.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_listen: Option<SocketAddr>,
     /// See [`ServeConfig::raft_advertise`].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raft_advertise: Option<String>,
     /// See [`ServeConfig::raft_peers`].
     #[serde(default)]
@@ -158,7 +161,7 @@ pub struct ServeFile {
     pub join: bool,
     /// Address of the HTTP/JSON API and `/metrics` (actix-web), e.g. `127.0.0.1:8080`; none
     /// when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_listen: Option<SocketAddr>,
     /// Timing and bounds.
     #[serde(flatten)]
@@ -167,7 +170,7 @@ pub struct ServeFile {
 
 /// Where a replica listens: the gRPC client port, raft's own port (optional: raft shares the
 /// client port without it) and the HTTP API (optional).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenAddrs {
     /// gRPC for clients (and raft without `raft`).
     pub client: SocketAddr,
@@ -206,6 +209,70 @@ impl Listeners {
     pub fn loopback(raft: bool, http: bool) -> Result<Listeners, ServeError> {
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
         Listeners::bind(&ListenAddrs { client: any, raft: raft.then_some(any), http: http.then_some(any) })
+    }
+
+    /// Sockets handed over by the process that started this one, by systemd's socket-activation
+    /// protocol: `LISTEN_FDS` sockets from descriptor 3 on, named in order by `LISTEN_FDNAMES`
+    /// (`client`, `raft`, `http`, separated by `:`; a single unnamed socket is the client's),
+    /// and `LISTEN_PID`, which when set must be this process (otherwise nothing was passed to
+    /// it). `None` when no socket was passed. The sockets are made close-on-exec.
+    pub fn inherited() -> Result<Option<Listeners>, ServeError> {
+        let mut fds = listenfd::ListenFd::from_env();
+        let n = fds.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let bad = |m: String| ServeError::Inherited(m);
+        let names: Vec<String> = match std::env::var("LISTEN_FDNAMES") {
+            Ok(v) => v.split(':').map(str::to_string).collect(),
+            Err(_) if n == 1 => vec!["client".to_string()],
+            Err(_) => return Err(bad(format!("{n} sockets but no LISTEN_FDNAMES to say which is which"))),
+        };
+        if names.len() != n {
+            return Err(bad(format!("{n} sockets but {} names in LISTEN_FDNAMES `{}`", names.len(), names.join(":"))));
+        }
+        let (mut client, mut raft, mut http) = (None, None, None);
+        for (i, name) in names.iter().enumerate() {
+            let l = fds
+                .take_tcp_listener(i)
+                .map_err(|e| bad(format!("descriptor {} (`{name}`): {e}", 3 + i)))?
+                .ok_or_else(|| bad(format!("descriptor {} (`{name}`) was already taken", 3 + i)))?;
+            nix::fcntl::fcntl(&l, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
+                .map_err(|e| bad(format!("descriptor {} (`{name}`): cannot set close-on-exec: {e}", 3 + i)))?;
+            let slot = match name.as_str() {
+                "client" => &mut client,
+                "raft" => &mut raft,
+                "http" => &mut http,
+                other => return Err(bad(format!("unknown socket name `{other}` (known: client, raft, http)"))),
+            };
+            if slot.replace(l).is_some() {
+                return Err(bad(format!("socket `{name}` passed twice")));
+            }
+        }
+        let client = client.ok_or_else(|| bad(format!("no `client` socket among `{}`", names.join(":"))))?;
+        Ok(Some(Listeners { client, raft, http }))
+    }
+
+    /// Checks that these sockets are the ones `want` names (inherited sockets must agree with
+    /// the configuration: the addresses peers and clients are told are the configuration's).
+    pub fn check_bound_at(&self, want: &ListenAddrs) -> Result<(), ServeError> {
+        let got = self.addrs()?;
+        let pairs = [
+            ("client", "listen", Some(got.client), Some(want.client)),
+            ("raft", "raft_listen", got.raft, want.raft),
+            ("http", "http_listen", got.http, want.http),
+        ];
+        for (socket, key, got, want) in pairs {
+            if got != want {
+                let show = |a: Option<SocketAddr>| a.map_or_else(|| "none".to_string(), |a| a.to_string());
+                return Err(ServeError::Inherited(format!(
+                    "the `{socket}` socket is {} but the configuration's {key} is {}",
+                    show(got),
+                    show(want)
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The bound addresses.
@@ -300,6 +367,33 @@ impl ServeFile {
             f.data_dir = dir.join(&f.data_dir);
         }
         Ok(f)
+    }
+
+    /// The file for replica `cfg` listening at `listen`, its cluster spec at `cluster_spec`.
+    pub fn new(cfg: &ServeConfig, listen: &ListenAddrs, cluster_spec: PathBuf) -> ServeFile {
+        ServeFile {
+            id: cfg.id,
+            cluster: cfg.cluster.clone(),
+            cluster_spec,
+            listen: listen.client,
+            advertise: cfg.advertise.clone(),
+            raft_listen: listen.raft,
+            raft_advertise: cfg.raft_advertise.clone(),
+            raft_peers: cfg.raft_peers.clone(),
+            data_dir: cfg.data_dir.clone(),
+            peers: cfg.peers.clone(),
+            join: cfg.join,
+            http_listen: listen.http,
+            tuning: cfg.tuning.clone(),
+        }
+    }
+
+    /// Writes the file; [`ServeFile::from_file`] reads it back equal.
+    pub fn write(&self, path: &Path) -> Result<(), ServeError> {
+        let file = path.display().to_string();
+        let text =
+            toml::to_string(self).map_err(|e| ServeError::Config { file: file.clone(), message: e.to_string() })?;
+        std::fs::write(path, text).map_err(|e| ServeError::Config { file, message: format!("cannot write: {e}") })
     }
 
     /// Where the file says to listen.
@@ -464,4 +558,37 @@ fn parse_peers(field: &str, list: &[String]) -> Result<BTreeMap<u64, String>, Se
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_file_reads_back_equal() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let listen = Listeners::loopback(true, true).expect("bind");
+        let addrs = listen.addrs().expect("addrs");
+        let spec = ClusterSpec::uniform(tessera_view::Topology::preset("seed-8gpu").expect("preset"), 4, 2, 1);
+        let mut tuning = Tuning { tick_ms: 20, server_lease_ms: 600, ..Tuning::default() };
+        tuning.sync = false;
+        let cfg = ServeConfig::new(1, "t", spec, dir.path().join("data")).with_peers(&[addrs]).with_tuning(tuning);
+        let file = ServeFile::new(&cfg, &addrs, dir.path().join("cluster.toml"));
+        let path = dir.path().join("replica-1.toml");
+        file.write(&path).expect("write");
+        assert_eq!(ServeFile::from_file(&path).expect("read back"), file);
+        assert_eq!(file.listen_addrs(), addrs);
+    }
+
+    #[test]
+    fn sockets_must_be_where_the_config_says() {
+        let l = Listeners::loopback(true, false).expect("bind");
+        let a = l.addrs().expect("addrs");
+        l.check_bound_at(&a).expect("the same addresses");
+        let e = l.check_bound_at(&ListenAddrs { raft: None, ..a }).expect_err("an extra raft socket");
+        assert!(e.to_string().contains("raft_listen is none"), "{e}");
+        let other = SocketAddr::from(([127, 0, 0, 1], 1));
+        let e = l.check_bound_at(&ListenAddrs { client: other, ..a }).expect_err("another client address");
+        assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
+    }
 }

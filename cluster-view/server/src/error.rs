@@ -82,6 +82,10 @@ pub enum ServeError {
     /// The replica's storage or raft failed.
     #[error(transparent)]
     Replica(#[from] tessera_replica::ReplicaError),
+    /// The sockets passed by the process that started this one are unusable or do not match
+    /// the configuration.
+    #[error("sockets passed by the parent process (LISTEN_FDS): {0}")]
+    Inherited(String),
     /// The gRPC server failed.
     #[error("gRPC server on {addr}: {why}")]
     Server {
