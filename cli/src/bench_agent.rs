@@ -196,7 +196,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
         let _ = ag.await;
     }
     cluster.stop().await.context("the bench replica failed")?;
-    let pct = crate::bench_commit::percentile;
+    let pct = tessera_testkit::commit_load::percentile;
     let out = serde_json::json!({
         "servers": a.servers,
         "jobs": a.jobs,

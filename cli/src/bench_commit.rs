@@ -1,35 +1,21 @@
 //! `tessera bench commit`: gang placements committed per second through the replicated view.
 //!
 //! Starts a cluster of `tessera view serve` processes on loopback in a temporary directory
-//! (or targets a running one with `--view`), then runs `--clients` concurrent schedulers. Each
-//! client owns a slice of the servers (server s belongs to client s mod clients) and keeps its
-//! own record of what it placed there, so proposals are sound and conflicts mean a bug or a
-//! retry; it submits jobs in batches, proposes gangs (`--batch` per request) and releases the
-//! oldest job when its slice is `--fill` full. Latency is per Propose request, client-side.
-//!
-//! At the end every replica must reach the same applied index; then each replica's view is
-//! rebuilt from its snapshot and checked: the independent invariant checker (devices or cores
-//! held twice), the clients' acknowledged placements (each one still held, or its job ended,
-//! on every replica), equal state hashes.
+//! (`tessera_testkit::ProcessCluster`), or targets a running one with `--view`, and runs the
+//! load of `tessera_testkit::commit_load` against it: `--clients` concurrent schedulers, each
+//! on its own slice of the servers, proposing gangs and releasing the oldest when full. Then
+//! every replica's view is checked against what the clients were told. This file holds the
+//! arguments and the printing only.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
-use serde_json::json;
-use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
-use std::process::{Child, Command as Process, ExitCode, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-use tessera_proto::backoff::{Backoff, seeded_rng};
-use tessera_proto::v1;
-use tessera_view::fit::{FitMode, member_request, plan_member};
-use tessera_view::{
-    ClusterView, CoreMask, JobId, JobSpec, LocalityLevel, MemberPlacement, Proposal, ProposalId, ServerId,
-    ServerRecord, Topology, ViewSnapshot, ViewVersion, invariants,
-};
-use tessera_view_server::ViewClient;
-use tokio::sync::Mutex;
+use std::process::ExitCode;
+use std::time::Duration;
+use tessera_testkit::commit_load::{self, CommitLoad};
+use tessera_testkit::{LocalCluster, ProcessCluster};
+use tessera_view::{ClusterSpec, Topology};
+use tessera_view_server::Tuning;
 
 #[derive(Args)]
 pub struct CommitArgs {
@@ -83,414 +69,43 @@ pub struct CommitArgs {
     json: bool,
 }
 
-/// Servers a client probes per planning attempt.
-const PROBE: usize = 32;
+impl CommitArgs {
+    fn load(&self) -> CommitLoad {
+        CommitLoad {
+            clients: self.clients,
+            duration: Duration::from_secs(self.duration_s),
+            batch: self.batch,
+            rate: self.rate,
+            fill: self.fill,
+            preload: self.preload,
+            kill_leader_after: self.kill_leader_after_s.map(Duration::from_secs),
+        }
+    }
 
-/// A job shape of the workload: (members, GPUs per member, weight).
-const SHAPES: &[(u32, u32, u32)] = &[(1, 1, 40), (1, 2, 25), (1, 4, 20), (1, 8, 5), (2, 4, 10)];
-
-struct LocalCluster {
-    _tmp: Option<tempfile::TempDir>,
-    dir: PathBuf,
-    addrs: Vec<String>,
-    children: Vec<Option<Child>>,
-}
-
-impl LocalCluster {
-    fn start(a: &CommitArgs) -> Result<LocalCluster> {
-        let (tmp, dir) = match &a.keep_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-                (None, d.clone())
-            }
-            None => {
-                let t = tempfile::Builder::new().prefix("tessera-bench-").tempdir()?;
-                let p = t.path().to_path_buf();
-                (Some(t), p)
-            }
+    /// The local cluster: `--servers` seed-8gpu servers, 32 to a rack, 16 racks to an
+    /// InfiniBand domain, as replica processes of this binary.
+    fn start_cluster(&self) -> Result<ProcessCluster> {
+        let topo = Topology::preset("seed-8gpu").context("the seed-8gpu preset")?;
+        let mut spec = ClusterSpec::uniform(topo, self.servers, 32, 16);
+        spec.name = "bench".into();
+        let tuning = Tuning {
+            tick_ms: self.tick_ms,
+            election_tick: self.election_tick,
+            sync: !self.no_sync,
+            snapshot_every: 100_000,
+            ..Tuning::default()
         };
-        let n = a.local_cluster.max(1);
-        let racks = a.servers.div_ceil(32);
-        let mut spec = String::from("name = \"bench\"\n");
-        for r in 0..racks {
-            let servers = (a.servers - r * 32).min(32);
-            spec.push_str(&format!(
-                "\n[[racks]]\nname = \"r{r}\"\nib_domain = \"ib{}\"\ntopology = \"seed-8gpu\"\nservers = {servers}\n",
-                r / 16
-            ));
+        let mut b = LocalCluster::builder(spec)
+            .name("bench")
+            .replicas(self.local_cluster.max(1) as usize)
+            .tuning(tuning)
+            .log_filter(&std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+        if let Some(d) = &self.keep_dir {
+            b = b.data_dir(d);
         }
-        std::fs::write(dir.join("cluster.toml"), spec)?;
-        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect::<Result<_>>()?;
-        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("\"{}={a}\"", i + 1)).collect();
-        let mut c = LocalCluster { _tmp: tmp, dir: dir.clone(), addrs, children: Vec::new() };
-        for i in 0..n as usize {
-            let cfg = format!(
-                "id = {}\ncluster = \"bench\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{}\"\ndata_dir = \"data-{}\"\n\
-                 peers = [{}]\ntick_ms = {}\nelection_tick = {}\nsync = {}\nsnapshot_every = 100000\n",
-                i + 1,
-                c.addrs[i],
-                i + 1,
-                peers.join(", "),
-                a.tick_ms,
-                a.election_tick,
-                !a.no_sync
-            );
-            std::fs::write(dir.join(format!("replica-{}.toml", i + 1)), cfg)?;
-            let child = c.spawn(i)?;
-            c.children.push(Some(child));
-        }
-        Ok(c)
+        let exe = std::env::current_exe().context("locating the tessera binary")?;
+        Ok(b.start_processes(&exe)?)
     }
-
-    fn spawn(&self, i: usize) -> Result<Child> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("replica-{}.log", i + 1)))?;
-        let exe = std::env::current_exe()?;
-        Process::new(exe)
-            .args(["view", "serve", "--config"])
-            .arg(self.dir.join(format!("replica-{}.toml", i + 1)))
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting a replica process")
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut c) = self.children.get_mut(i).and_then(Option::take) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        for i in 0..self.children.len() {
-            self.kill(i);
-        }
-    }
-}
-
-fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
-}
-
-#[derive(Default)]
-struct ClientStats {
-    committed: u64,
-    conflicts: u64,
-    rejected: u64,
-    unknown: u64,
-    submitted: u64,
-    released: u64,
-    requests: u64,
-    latencies_us: Vec<u64>,
-    /// First commit answered by a replica other than the killed one, after the kill.
-    first_after_kill: Option<Instant>,
-    reasons: BTreeMap<String, u64>,
-}
-
-/// What the clients acknowledged: job → (proposal, members); released jobs are removed.
-type AckLog = BTreeMap<u64, (u64, Vec<MemberPlacement>)>;
-
-struct Shared {
-    stop: AtomicBool,
-    killed: Mutex<Option<(Instant, String)>>,
-    rate_per_client: f64,
-    clients: u32,
-}
-
-struct Client {
-    c: ViewClient,
-    id: u32,
-    shapes: Vec<(u32, u32)>,
-    next_shape: usize,
-    servers: Vec<ServerId>,
-    records: HashMap<ServerId, ServerRecord>,
-    topo: Topology,
-    capacity: u64,
-    used: u64,
-    pending: VecDeque<(u64, JobSpec)>,
-    running: VecDeque<(u64, Vec<MemberPlacement>)>,
-    retry: Vec<(Proposal, JobSpec)>,
-    next_proposal: u64,
-    cursor: usize,
-    /// Servers probed without a fit since the last one.
-    misses: usize,
-    stats: ClientStats,
-    acks: AckLog,
-    version: ViewVersion,
-}
-
-impl Client {
-    fn plan(&mut self, job: u64, spec: &JobSpec) -> Option<Proposal> {
-        let req = member_request(spec, &self.topo);
-        let mut members: Vec<MemberPlacement> = Vec::new();
-        let n = self.servers.len();
-        // Next fit from the cursor over a bounded window, so planning stays cheap on big slices;
-        // a miss moves the window on.
-        let window = n.min(PROBE);
-        for k in 0..window {
-            if members.len() == spec.members as usize {
-                break;
-            }
-            let s = self.servers[(self.cursor + k) % n];
-            if members.iter().any(|m| m.server == s) {
-                continue;
-            }
-            let rec = self.records.get(&s)?;
-            if let Some((m, _)) = plan_member(&self.topo, rec, s, &req, LocalityLevel::Server, FitMode::Pack) {
-                members.push(m);
-            }
-        }
-        if members.len() != spec.members as usize {
-            self.cursor = (self.cursor + window) % n.max(1);
-            self.misses += window;
-            return None;
-        }
-        self.misses = 0;
-        while self.records.get(&self.servers[self.cursor]).is_some_and(|r| r.free_gpus == 0) {
-            self.cursor = (self.cursor + 1) % n;
-            self.misses += 1;
-            if self.misses > n {
-                break;
-            }
-        }
-        self.next_proposal += 1;
-        Some(Proposal {
-            id: ProposalId(((self.id as u64 + 1) << 40) | self.next_proposal),
-            job: JobId(job),
-            members,
-            based_on: self.version,
-        })
-    }
-
-    fn debit(&mut self, members: &[MemberPlacement]) {
-        for m in members {
-            if let Some(r) = self.records.get_mut(&m.server) {
-                r.free_gpus &= !m.gpus;
-                r.free_cores = r.free_cores.without(m.cores);
-                r.free_memory_mib -= m.memory_mib;
-            }
-            self.used += m.gpus.count_ones() as u64;
-        }
-    }
-
-    fn credit(&mut self, members: &[MemberPlacement]) {
-        for m in members {
-            if let Some(r) = self.records.get_mut(&m.server) {
-                r.free_gpus |= m.gpus;
-                r.free_cores = r.free_cores.or(m.cores);
-                r.free_memory_mib += m.memory_mib;
-            }
-            self.used -= m.gpus.count_ones() as u64;
-        }
-    }
-
-    fn shape(&mut self) -> JobSpec {
-        let (m, g) = self.shapes[self.next_shape % self.shapes.len()];
-        self.next_shape += 1;
-        let mut s = JobSpec::simple("bench", m, g);
-        s.tolerate = LocalityLevel::Any;
-        s
-    }
-
-    async fn release_oldest(&mut self) -> Result<()> {
-        let Some((job, members)) = self.running.pop_front() else { return Ok(()) };
-        release(&mut self.c, job).await?;
-        self.released(job, &members);
-        Ok(())
-    }
-
-    /// Books a committed release: the slice gets the resources back, the job leaves the
-    /// acknowledged set.
-    fn released(&mut self, job: u64, members: &[MemberPlacement]) {
-        self.credit(members);
-        self.acks.remove(&job);
-        self.stats.released += 1;
-    }
-
-    /// Submits `n` jobs (256 per request) into the pending queue.
-    async fn submit(&mut self, n: usize) -> Result<()> {
-        let mut left = n;
-        while left > 0 {
-            let k = left.min(256);
-            left -= k;
-            let specs: Vec<JobSpec> = (0..k).map(|_| self.shape()).collect();
-            let wire: Vec<v1::JobSpec> = specs.iter().map(v1::JobSpec::from).collect();
-            let results = self.c.submit(wire).await.context("submitting jobs")?;
-            for (r, s) in results.into_iter().zip(specs) {
-                if r.error.is_empty() {
-                    self.pending.push_back((r.job, s));
-                    self.stats.submitted += 1;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn run(mut self, shared: Arc<Shared>, fill: f64, batch: usize) -> Result<Client> {
-        let start = Instant::now();
-        let mut sent: u64 = 0;
-        while !shared.stop.load(Ordering::Relaxed) {
-            if self.pending.len() < batch {
-                self.submit(256).await?;
-                continue;
-            }
-            // Release the oldest jobs while the slice is too full; the releases travel
-            // together with the next proposals (concurrent requests on one connection).
-            let mut releases: Vec<(u64, Vec<MemberPlacement>)> = Vec::new();
-            let mut freeing = 0u64;
-            while (self.used - freeing) as f64 > fill * self.capacity as f64 {
-                let Some(r) = self.running.pop_front() else { break };
-                freeing += r.1.iter().map(|m| m.gpus.count_ones() as u64).sum::<u64>();
-                releases.push(r);
-            }
-            let mut props: Vec<(Proposal, JobSpec)> = std::mem::take(&mut self.retry);
-            while props.len() < batch {
-                let Some((job, spec)) = self.pending.pop_front() else { break };
-                match self.plan(job, &spec) {
-                    Some(p) => {
-                        self.debit(&p.members);
-                        props.push((p, spec));
-                    }
-                    None => {
-                        self.pending.push_front((job, spec));
-                        if self.misses < self.servers.len() {
-                            // Not every server was probed since the last fit: look further.
-                            continue;
-                        }
-                        self.misses = 0;
-                        if releases.is_empty() && !self.running.is_empty() {
-                            self.release_oldest().await?;
-                            continue;
-                        }
-                        break;
-                    }
-                }
-            }
-            let release_all = {
-                let c = self.c.clone();
-                let jobs: Vec<u64> = releases.iter().map(|(j, _)| *j).collect();
-                async move {
-                    let mut set = tokio::task::JoinSet::new();
-                    for job in jobs {
-                        let mut c = c.clone();
-                        set.spawn(async move { release(&mut c, job).await.map(|()| job) });
-                    }
-                    let mut out = Vec::new();
-                    while let Some(r) = set.join_next().await {
-                        out.push(r.map_err(anyhow::Error::from).and_then(|r| r));
-                    }
-                    out
-                }
-            };
-            if props.is_empty() {
-                for r in release_all.await {
-                    r.context("releasing a job")?;
-                }
-                for (job, members) in releases {
-                    self.released(job, &members);
-                }
-                continue;
-            }
-            if shared.rate_per_client > 0.0 {
-                // Clients are spread over one request interval (not all at once).
-                let phase = self.id as f64 / shared.clients as f64 * batch as f64;
-                let due = start + Duration::from_secs_f64((sent as f64 + phase) / shared.rate_per_client);
-                tokio::time::sleep_until(due.into()).await;
-            }
-            sent += props.len() as u64;
-            let wire: Vec<v1::Proposal> = props.iter().map(|(p, _)| v1::Proposal::from(p)).collect();
-            let t0 = Instant::now();
-            let propose = async {
-                let r = self.c.propose(wire).await;
-                (r, Instant::now())
-            };
-            let ((results, done), released) = tokio::join!(propose, release_all);
-            let results = results.context("proposing")?;
-            for r in released {
-                r.context("releasing a job")?;
-            }
-            for (job, members) in releases {
-                self.released(job, &members);
-            }
-            self.stats.requests += 1;
-            self.stats.latencies_us.push(done.duration_since(t0).as_micros() as u64);
-            let mut committed_now = false;
-            for ((p, spec), r) in props.into_iter().zip(results) {
-                let decision = match r.decision.map(tessera_proto::RemoteDecision::try_from) {
-                    Some(Ok(d)) => d,
-                    Some(Err(e)) => bail!("undecodable decision: {e}"),
-                    None => {
-                        // Outcome unknown: retry the same id (idempotent).
-                        self.stats.unknown += 1;
-                        self.retry.push((p, spec));
-                        continue;
-                    }
-                };
-                self.version = decision.version();
-                match decision {
-                    tessera_view::Decision::Accepted { .. } | tessera_view::Decision::AlreadyApplied { .. } => {
-                        self.stats.committed += 1;
-                        committed_now = true;
-                        self.acks.insert(p.job.0, (p.id.0, p.members.clone()));
-                        self.running.push_back((p.job.0, p.members));
-                    }
-                    tessera_view::Decision::Rejected { reason, .. } => {
-                        self.credit(&p.members);
-                        if reason.conflict {
-                            self.stats.conflicts += 1;
-                        } else {
-                            self.stats.rejected += 1;
-                        }
-                        *self.stats.reasons.entry(reason.code.clone()).or_default() += 1;
-                        self.pending.push_back((p.job.0, spec));
-                    }
-                }
-            }
-            if committed_now && self.stats.first_after_kill.is_none() {
-                let k = shared.killed.lock().await.clone();
-                if let Some((at, addr)) = k
-                    && t0 >= at
-                    && self.c.current() != addr
-                {
-                    self.stats.first_after_kill = Some(done);
-                }
-            }
-        }
-        Ok(self)
-    }
-}
-
-/// Releases a job. A release retried after an unknown outcome (a leader change) finds the job
-/// already finished: that is the first attempt's success.
-async fn release(c: &mut ViewClient, job: u64) -> Result<()> {
-    match c.release(job, false).await {
-        Ok(_) => Ok(()),
-        Err(e)
-            if e.status().is_some_and(|s| {
-                s.code() == tonic::Code::FailedPrecondition && s.message().contains("is finished")
-            }) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(anyhow::Error::from(e).context(format!("releasing job {job}"))),
-    }
-}
-
-pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)] as f64 / 1000.0
 }
 
 pub fn run(a: CommitArgs) -> Result<ExitCode> {
@@ -499,178 +114,18 @@ pub fn run(a: CommitArgs) -> Result<ExitCode> {
 }
 
 async fn run_async(a: CommitArgs) -> Result<ExitCode> {
-    if a.clients == 0 || a.batch == 0 || a.batch > 1024 {
-        bail!("--clients must be at least 1 and --batch in 1..=1024");
-    }
-    if !(0.05..=1.0).contains(&a.fill) {
-        bail!("--fill must be in 0.05..=1");
-    }
     let mut local = match &a.view {
         Some(_) => None,
-        None => Some(LocalCluster::start(&a)?),
+        None => Some(a.start_cluster()?),
     };
     let addrs: Vec<String> = match (&a.view, &local) {
         (Some(v), _) => v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-        (None, Some(l)) => l.addrs.clone(),
-        (None, None) => bail!("no cluster"),
+        (None, Some(l)) => l.addrs(),
+        (None, None) => anyhow::bail!("no cluster"),
     };
-    let mut probe = ViewClient::new(addrs.clone())?.with_deadline(Duration::from_secs(30));
-    let leader = probe.wait_for_leader().await.context("waiting for a leader")?;
-    eprintln!("bench: leader is replica {} at {}", leader.leader, leader.leader_addr);
-    let snap = probe.snapshot_of(&leader.leader_addr, true).await?;
-    let view = ClusterView::from_snapshot(
-        ViewSnapshot::try_from(snap.snapshot.context("empty snapshot")?).context("decoding the view")?,
-    );
-    let servers = view.servers().len();
-    if servers < a.clients as usize {
-        bail!("{servers} servers for {} clients: each client needs at least one", a.clients);
-    }
-    let topo = view.topology_of(view.servers()[0].config_set).clone();
-    let shared = Arc::new(Shared {
-        stop: AtomicBool::new(false),
-        killed: Mutex::new(None),
-        rate_per_client: a.rate as f64 / a.clients as f64,
-        clients: a.clients,
-    });
-    let mut weighted = Vec::new();
-    for &(m, g, w) in SHAPES {
-        weighted.extend(std::iter::repeat_n((m, g), w as usize));
-    }
-    let mut tasks = Vec::new();
-    let mut clients_ready = Vec::new();
-    for id in 0..a.clients {
-        let mine: Vec<ServerId> = (0..servers as u32)
-            .filter(|s| s % a.clients == id)
-            .map(ServerId)
-            .filter(|s| view.topology_of(view.servers()[s.index()].config_set) == &topo)
-            .collect();
-        let records: HashMap<ServerId, ServerRecord> = mine.iter().map(|s| (*s, view.servers()[s.index()])).collect();
-        if records.values().any(|r| r.free_gpus != topo.all_devices() || r.free_cores != topo.all_cores()) {
-            bail!("the target cluster is not fresh (some servers are in use)");
-        }
-        let mut shapes = weighted.clone();
-        shapes.rotate_left((id as usize * 7) % weighted.len());
-        let client = Client {
-            c: ViewClient::new(addrs.clone())?.with_deadline(Duration::from_secs(15)),
-            id,
-            shapes,
-            next_shape: 0,
-            capacity: mine.len() as u64 * topo.devices as u64,
-            servers: mine,
-            records,
-            topo: topo.clone(),
-            used: 0,
-            pending: VecDeque::new(),
-            running: VecDeque::new(),
-            retry: Vec::new(),
-            next_proposal: 0,
-            cursor: 0,
-            misses: 0,
-            stats: ClientStats::default(),
-            acks: AckLog::new(),
-            version: view.version(),
-        };
-        clients_ready.push(client);
-    }
-    if a.preload > 0 {
-        eprintln!("bench: preloading {} jobs per client", a.preload);
-        let mut set = tokio::task::JoinSet::new();
-        for mut client in clients_ready.drain(..) {
-            let n = a.preload;
-            set.spawn(async move { client.submit(n).await.map(|()| client) });
-        }
-        while let Some(c) = set.join_next().await {
-            clients_ready.push(c??);
-        }
-        clients_ready.sort_by_key(|c| c.id);
-    }
-    let preloaded: u64 = clients_ready.iter().map(|c| c.stats.submitted).sum();
-    for mut client in clients_ready {
-        client.stats.submitted = 0;
-        let (shared, fill, batch) = (shared.clone(), a.fill, a.batch);
-        tasks.push(tokio::spawn(async move { client.run(shared, fill, batch).await }));
-    }
-    let start = Instant::now();
-    let mut killed_index = None;
-    if let Some(k) = a.kill_leader_after_s {
-        tokio::time::sleep(Duration::from_secs(k)).await;
-        let Some(l) = local.as_mut() else { bail!("--kill-leader-after-s needs a local cluster") };
-        let st = probe.wait_for_leader().await?;
-        let idx = l.addrs.iter().position(|x| *x == st.leader_addr).context("leader not in the local cluster")?;
-        *shared.killed.lock().await = Some((Instant::now(), st.leader_addr.clone()));
-        l.kill(idx);
-        eprintln!("bench: killed leader replica {} (kill -9) at {:.1} s", st.leader, start.elapsed().as_secs_f64());
-        killed_index = Some(idx);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let child = l.spawn(idx)?;
-        l.children[idx] = Some(child);
-        eprintln!("bench: restarted replica {}", idx + 1);
-    }
-    let left = Duration::from_secs(a.duration_s).saturating_sub(start.elapsed());
-    tokio::time::sleep(left).await;
-    shared.stop.store(true, Ordering::Relaxed);
-    let elapsed = start.elapsed().as_secs_f64();
-    let mut clients = Vec::new();
-    for t in tasks {
-        clients.push(t.await.context("client task")??);
-    }
-    let mut st = ClientStats::default();
-    let mut acks = AckLog::new();
-    let mut first_after_kill: Option<Instant> = None;
-    for c in clients {
-        st.committed += c.stats.committed;
-        st.conflicts += c.stats.conflicts;
-        st.rejected += c.stats.rejected;
-        st.unknown += c.stats.unknown;
-        st.submitted += c.stats.submitted;
-        st.released += c.stats.released;
-        st.requests += c.stats.requests;
-        st.latencies_us.extend(&c.stats.latencies_us);
-        for (k, v) in c.stats.reasons {
-            *st.reasons.entry(k).or_default() += v;
-        }
-        if let Some(f) = c.stats.first_after_kill {
-            first_after_kill = Some(first_after_kill.map_or(f, |x| x.min(f)));
-        }
-        acks.extend(c.acks);
-    }
-    st.latencies_us.sort_unstable();
-    let (check, converged_ms) = verify(&addrs, &acks).await?;
-    let failover_ms = match (&*shared.killed.lock().await, first_after_kill) {
-        (Some((at, _)), Some(f)) => Some(f.duration_since(*at).as_secs_f64() * 1000.0),
-        _ => None,
-    };
-    let out = json!({
-        "replicas": addrs.len(),
-        "clients": a.clients,
-        "batch": a.batch,
-        "servers": servers,
-        "duration_s": elapsed,
-        "fsync": !a.no_sync,
-        "committed": st.committed,
-        "committed_per_s": st.committed as f64 / elapsed,
-        "offered_rate": a.rate,
-        "requests": st.requests,
-        "p50_ms": percentile(&st.latencies_us, 0.50),
-        "p99_ms": percentile(&st.latencies_us, 0.99),
-        "max_ms": percentile(&st.latencies_us, 1.0),
-        "conflicts": st.conflicts,
-        "rejected": st.rejected,
-        "rejections_by_code": st.reasons,
-        "unknown_outcomes": st.unknown,
-        "jobs_preloaded": preloaded,
-        "jobs_submitted": st.submitted,
-        "jobs_released": st.released,
-        "acknowledged_live": acks.len(),
-        "lost_acknowledged": check.lost,
-        "double_allocations": check.double,
-        "invariant_violations": check.violations,
-        "state_hashes_equal": check.hashes_equal,
-        "replicas_checked": check.replicas,
-        "converged_ms": converged_ms,
-        "killed_replica": killed_index.map(|i| i + 1),
-        "failover_ms": failover_ms,
-    });
+    let report = commit_load::run(&addrs, local.as_mut(), &a.load()).await?;
+    let mut out = serde_json::to_value(&report)?;
+    out["fsync"] = serde_json::Value::Bool(!a.no_sync);
     if a.json {
         println!("{out}");
     } else {
@@ -679,77 +134,8 @@ async fn run_async(a: CommitArgs) -> Result<ExitCode> {
     if let Some(l) = &local
         && a.keep_dir.is_some()
     {
-        eprintln!("bench: cluster directory kept at {}", l.dir.display());
+        eprintln!("bench: cluster directory kept at {}", l.dir().display());
     }
     drop(local);
-    let ok = check.lost == 0 && check.double == 0 && check.violations == 0 && check.hashes_equal;
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-struct Check {
-    lost: u64,
-    double: u64,
-    violations: u64,
-    hashes_equal: bool,
-    replicas: usize,
-}
-
-/// Waits for every replica to reach the same applied index, then checks each one's view.
-async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64)> {
-    let mut c = ViewClient::new(addrs.to_vec())?.with_deadline(Duration::from_secs(5));
-    let t0 = Instant::now();
-    let mut applied: Vec<u64> = Vec::new();
-    // `converged_ms` is reported: polls stay at most 60 ms apart.
-    let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(50)).with_jitter(0.2);
-    let mut rng = seeded_rng(addrs.len() as u64);
-    while t0.elapsed() < Duration::from_secs(60) {
-        applied.clear();
-        for a in addrs {
-            applied.push(c.status_of(a).await.map(|s| s.applied_index).unwrap_or(0));
-        }
-        if applied.iter().all(|x| *x == applied[0] && *x > 0) {
-            break;
-        }
-        tokio::time::sleep(backoff.next_delay(&mut rng)).await;
-    }
-    let converged_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    if !applied.iter().all(|x| *x == applied[0]) {
-        bail!("replicas did not converge within 60 s: applied indexes {applied:?}");
-    }
-    // Independent check of the clients' own record: no device in two live acknowledged gangs.
-    let mut held: HashMap<ServerId, (u64, CoreMask)> = HashMap::new();
-    let mut double = 0u64;
-    for (_, members) in acks.values() {
-        for m in members {
-            let h = held.entry(m.server).or_insert((0, CoreMask::EMPTY));
-            double += (h.0 & m.gpus).count_ones() as u64 + h.1.and(m.cores).count() as u64;
-            h.0 |= m.gpus;
-            h.1 = h.1.or(m.cores);
-        }
-    }
-    let mut lost = 0u64;
-    let mut violations = 0u64;
-    let mut hashes = Vec::new();
-    for a in addrs {
-        let s = c.snapshot_of(a, false).await?;
-        let snap = ViewSnapshot::try_from(s.snapshot.context("empty snapshot")?)?;
-        let view = ClusterView::from_snapshot(snap);
-        hashes.push(view.state_hash());
-        let rep = invariants::check(&view);
-        double += rep.double_allocations();
-        violations += rep.violations.len() as u64;
-        for (job, (proposal, _)) in acks {
-            // Only its owner releases a job, and released jobs left the log: an acknowledged
-            // placement must still be held, under the acknowledged proposal.
-            let ok = view
-                .job(JobId(*job))
-                .and_then(|j| j.placement.as_ref())
-                .is_some_and(|p| p.proposal == ProposalId(*proposal));
-            if !ok {
-                lost += 1;
-            }
-        }
-    }
-    let hashes_equal = hashes.windows(2).all(|w| w[0] == w[1]);
-    Ok((Check { lost, double, violations, hashes_equal, replicas: addrs.len() }, converged_ms))
+    Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -17,11 +17,12 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
+use tessera_testkit::ProcessCluster;
 use tessera_view::{
     CoreMask, CpuDemand, Decision, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal, ProposalId,
     ServerId, ViewVersion,
 };
-use tessera_view_server::ViewClient;
+use tessera_view_server::{Tuning, ViewClient};
 
 mod common;
 use common::*;
@@ -30,19 +31,17 @@ use common::*;
 struct Setup {
     dir: tempfile::TempDir,
     addr: String,
-    view: Child,
+    view: Option<ProcessCluster>,
     agents: Vec<Option<Child>>,
 }
 
 impl Setup {
     fn start(lease_ms: u64) -> Setup {
         let dir = test_dir("tessera-agent-");
-        write_spec(dir.path(), 2);
-        let addr = format!("127.0.0.1:{}", free_port());
-        let cfg = config(1, "t", &addr, &[format!("1={addr}")], false) + &format!("server_lease_ms = {lease_ms}\n");
-        std::fs::write(dir.path().join("replica-1.toml"), cfg).expect("config");
-        let view = spawn(dir.path(), 1);
-        Setup { dir, addr, view, agents: Vec::new() }
+        let tuning = Tuning { server_lease_ms: lease_ms, ..tuning() };
+        let view = cluster(1, common::spec(2), tuning, false, Some(&dir.path().join("view")));
+        let addr = view.addrs()[0].clone();
+        Setup { dir, addr, view: Some(view), agents: Vec::new() }
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -88,8 +87,7 @@ impl Drop for Setup {
         for i in 0..self.agents.len() {
             self.kill_agent(i);
         }
-        let _ = self.view.kill();
-        let _ = self.view.wait();
+        drop(self.view.take());
         // Tasks outlive agents by design; the tests stop theirs, this catches a failed test's.
         // Only a group whose leader is still the recorded task (same start time): pids are
         // recycled quickly here, and a stale one could name anybody's group.

@@ -152,8 +152,10 @@ fn submit_names_file_line_and_field_of_a_bad_job_and_checks_every_example() {
 
 #[test]
 fn an_unreachable_view_is_one_line_naming_the_address() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-    let addr = format!("127.0.0.1:{port}");
+    // A port held by a bound socket that does not listen: connecting is refused, and no other
+    // process can take the port while the test runs.
+    let closed = closed_port();
+    let addr = closed.1.to_string();
     for args in [vec!["jobs"], vec!["cancel", "3"]] {
         let mut a = args.clone();
         a.extend(["--view", addr.as_str()]);
@@ -163,4 +165,65 @@ fn an_unreachable_view_is_one_line_naming_the_address() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(&addr), "{args:?}: {err}");
     }
+}
+
+/// A TCP socket bound to a loopback port without listening on it, and the address.
+fn closed_port() -> (std::os::fd::OwnedFd, std::net::SocketAddr) {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket};
+    use std::os::fd::AsRawFd;
+    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).expect("socket");
+    bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind");
+    let a: SockaddrIn = getsockname(fd.as_raw_fd()).expect("getsockname");
+    (fd, std::net::SocketAddr::from((a.ip(), a.port())))
+}
+
+/// `tessera view serve` started with sockets bound by its parent (systemd socket activation):
+/// sockets that contradict the configuration, or that cannot be told apart, are refused with
+/// the reason before anything is served.
+#[test]
+fn passed_sockets_must_match_the_config_and_be_named() {
+    use command_fds::{CommandFdExt, FdMapping};
+    use std::os::fd::OwnedFd;
+    use tessera_view_server::{ListenAddrs, Listeners, ServeConfig, ServeFile};
+    let dir = tempfile::tempdir().expect("tmp");
+    let spec =
+        tessera_view::ClusterSpec::uniform(tessera_view::Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
+    let spec_file = spec.write_files(dir.path()).expect("spec files");
+    let config = dir.path().join("replica-1.toml");
+    let listen = |raft: bool| Listeners::loopback(raft, false).expect("bind");
+    // The file names one client address; the sockets passed are others.
+    let written = listen(false);
+    let addrs: ListenAddrs = written.addrs().expect("addrs");
+    let cfg = ServeConfig::new(1, "t", spec, dir.path().join("data")).with_peers(&[addrs]);
+    ServeFile::new(&cfg, &addrs, spec_file).write(&config).expect("config");
+    let serve = |l: Listeners, names: Option<&str>| {
+        let mut fds: Vec<OwnedFd> = vec![l.client.into()];
+        fds.extend(l.raft.map(OwnedFd::from));
+        let n = fds.len();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+        cmd.args(["view", "serve", "--config"]).arg(&config).env("LISTEN_FDS", n.to_string()).env_remove("LISTEN_PID");
+        match names {
+            Some(v) => cmd.env("LISTEN_FDNAMES", v),
+            None => cmd.env_remove("LISTEN_FDNAMES"),
+        };
+        let maps = fds.into_iter().enumerate().map(|(i, parent_fd)| FdMapping { parent_fd, child_fd: 3 + i as i32 });
+        cmd.fd_mappings(maps.collect()).expect("fd mappings");
+        let o = cmd.output().expect("run tessera view serve");
+        assert!(!o.status.success(), "served on sockets it should refuse: {:?}", text(&o));
+        text(&o).1
+    };
+    let other = listen(false);
+    let other_addr = other.addrs().expect("addrs").client;
+    let err = serve(other, None);
+    assert!(
+        err.contains(&format!("`client` socket is {other_addr}")) && err.contains(&addrs.client.to_string()),
+        "{err}"
+    );
+    let err = serve(listen(true), None);
+    assert!(err.contains("2 sockets but no LISTEN_FDNAMES"), "{err}");
+    let err = serve(listen(true), Some("client:grpc"));
+    assert!(err.contains("unknown socket name `grpc`"), "{err}");
+    let err = serve(listen(true), Some("raft:raft"));
+    assert!(err.contains("passed twice"), "{err}");
+    drop(written);
 }

@@ -15,8 +15,8 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
-use tessera_view::{CpuDemand, JobId, JobSpec, JobState, LocalityLevel, ViewSnapshot};
-use tessera_view_server::ViewClient;
+use tessera_view::{ClusterSpec, CpuDemand, JobId, JobSpec, JobState, LocalityLevel, ViewSnapshot};
+use tessera_view_server::{Tuning, ViewClient};
 
 mod common;
 use common::*;
@@ -90,27 +90,17 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
     let dir = test_dir("tessera-e2e-");
     let d = dir.path();
     // 4 servers of 8 GPUs: two racks of two.
-    std::fs::write(
-        d.join("cluster.toml"),
+    let spec = ClusterSpec::from_toml(
+        "e2e",
         "name = \"e2e\"\n[[racks]]\nname = \"ra\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = 2\n\
          [[racks]]\nname = \"rb\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = 2\n",
+        None,
     )
     .expect("spec");
-    let addrs: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let raft: Vec<String> = (0..3).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-    let raft_peers: Vec<String> = raft.iter().enumerate().map(|(i, a)| format!("\"{}={a}\"", i + 1)).collect();
+    let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 2000, ..tuning() };
+    let mut replicas = cluster(3, spec, tuning, true, Some(&d.join("view")));
+    let addrs = replicas.addrs();
     let mut procs = Procs(Vec::new());
-    for i in 0..3 {
-        let cfg = config(i + 1, "e2e", &addrs[i], &peers, false)
-            + &format!(
-                "raft_listen = \"{}\"\nraft_peers = [{}]\nserver_lease_ms = 3000\nscheduler_lease_ms = 2000\n",
-                raft[i],
-                raft_peers.join(", ")
-            );
-        std::fs::write(d.join(format!("replica-{}.toml", i + 1)), cfg).expect("config");
-        procs.0.push((format!("replica-{}", i + 1), Some(spawn(d, i + 1))));
-    }
     let view = addrs.join(",");
     for s in ["ra-s00", "ra-s01", "rb-s00", "rb-s01"] {
         procs.0.push((s.to_string(), Some(agent(d, &view, s))));
@@ -126,7 +116,7 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
         c.wait_for_leader().await.expect("leader");
         let history = Arc::new(Mutex::new(History::default()));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let watcher = tokio::spawn(watch_history(c.clone(), history.clone(), stop_rx));
+        let watcher = tokio::spawn(follow(c.clone(), history.clone(), stop_rx));
 
         // The 16-GPU rack job through the CLI, from a file, like a user would.
         let file = d.join("big.toml");
@@ -207,7 +197,7 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
             assert!(Instant::now() < deadline, "only {done} of {} jobs finished in time", ids.len());
             if !killed_leader && done >= 8 {
                 let st = c.wait_for_leader().await.expect("leader");
-                procs.kill(&format!("replica-{}", st.leader));
+                replicas.kill(st.leader).expect("kill -9 the leader");
                 killed_leader = true;
             }
             let v = c.status().await.map(|s| s.version).unwrap_or(0);
@@ -228,7 +218,7 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
         let _ = stop_tx.send(true);
         let _ = watcher.await;
         let h = history.lock().expect("history");
-        assert!(h.violations.is_empty(), "double allocation in the history: {:?}", h.violations);
+        assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
         // Every job was seen placed, within its tolerance.
         for id in &ids {
             let seen = h.placements.get(id).unwrap_or_else(|| panic!("job {id} never seen placed"));

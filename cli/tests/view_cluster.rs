@@ -14,82 +14,27 @@
 //!   its topology; a server whose lease expires is marked down and its gang re-queued whole.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
+use tessera_testkit::ProcessCluster;
 use tessera_view::{
     Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Proposal, ProposalId, ServerId, ViewVersion, invariants,
 };
-use tessera_view_server::{LEADER_KEY, ViewClient};
+use tessera_view_server::{LEADER_KEY, ServeFile, Tuning, ViewClient};
 use tonic::Code;
 
 mod common;
 use common::*;
 
-struct Cluster {
-    dir: tempfile::TempDir,
-    addrs: Vec<String>,
-    children: Vec<Option<Child>>,
+/// Three (or `n`) replica processes over `servers` servers, the tests' tuning.
+fn start(n: usize, servers: u32, raft_ports: bool) -> ProcessCluster {
+    cluster(n, spec(servers), tuning(), raft_ports, None)
 }
 
-impl Cluster {
-    fn start(n: usize, servers: u32) -> Cluster {
-        Cluster::start_with(n, servers, false)
-    }
-
-    /// With `raft_port`, raft traffic gets its own port on every replica.
-    fn start_with(n: usize, servers: u32, raft_port: bool) -> Cluster {
-        let dir = tempfile::tempdir().expect("tmp");
-        write_spec(dir.path(), servers);
-        let addrs: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        let raft: Vec<String> = (0..n).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-        let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-        let raft_peers: Vec<String> = raft.iter().enumerate().map(|(i, a)| format!("\"{}={a}\"", i + 1)).collect();
-        let mut c = Cluster { dir, addrs, children: Vec::new() };
-        for (i, raft_addr) in raft.iter().enumerate() {
-            let mut cfg = config(i + 1, "t", &c.addrs[i], &peers, false);
-            if raft_port {
-                cfg += &format!("raft_listen = \"{raft_addr}\"\nraft_peers = [{}]\n", raft_peers.join(", "));
-            }
-            std::fs::write(c.dir.path().join(format!("replica-{}.toml", i + 1)), cfg).expect("config");
-            c.children.push(Some(spawn(c.dir.path(), i + 1)));
-        }
-        c
-    }
-
-    fn kill(&mut self, i: usize) {
-        if let Some(mut ch) = self.children[i].take() {
-            ch.kill().expect("kill -9");
-            ch.wait().expect("reap");
-        }
-    }
-
-    fn restart(&mut self, i: usize) {
-        self.children[i] = Some(spawn(self.dir.path(), i + 1));
-    }
-
-    fn logs(&self) -> String {
-        let mut out = String::new();
-        for i in 0..self.children.len() {
-            let p = self.dir.path().join(format!("replica-{}.log", i + 1));
-            let text = std::fs::read_to_string(&p).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(15).collect();
-            out.push_str(&format!(
-                "--- replica {} ---\n{}\n",
-                i + 1,
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            ));
-        }
-        out
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for i in 0..self.children.len() {
-            self.kill(i);
-        }
-    }
+/// Replica `addr`'s id in `c`.
+fn id_of(c: &ProcessCluster, addr: &str) -> u64 {
+    c.id_of(addr).unwrap_or_else(|| panic!("{addr} is not a replica of this cluster"))
 }
 
 /// Waits until every replica answers with the same, non-zero applied index; an error names
@@ -136,8 +81,8 @@ async fn submit(c: &mut ViewClient, n: usize) -> Vec<u64> {
 fn kill_leader_under_load() {
     const SERVERS: u32 = 16;
     // Raft on its own ports here (the other tests share the client port).
-    let mut cluster = Cluster::start_with(3, SERVERS, true);
-    let addrs = cluster.addrs.clone();
+    let mut cluster = start(3, SERVERS, true);
+    let addrs = cluster.addrs();
     let rt = rt();
     let result = rt.block_on(async {
         let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
@@ -156,7 +101,7 @@ fn kill_leader_under_load() {
         let mut pid = 1u64;
         let deadline = Instant::now() + Duration::from_secs(60);
         while next < jobs.len() {
-            assert!(Instant::now() < deadline, "load did not finish within 60 s\n{}", cluster.logs());
+            assert!(Instant::now() < deadline, "load did not finish within 60 s\n{}", cluster.logs(15));
             // A request of up to 8 proposals: job k on server k % 16, GPU (k / 16) % 8.
             let mut props = Vec::new();
             for (k, job) in jobs.iter().enumerate().skip(next).take(8) {
@@ -192,8 +137,7 @@ fn kill_leader_under_load() {
             pid += 1;
             if pid == 6 && killed.is_none() {
                 let s = c.wait_for_leader().await.expect("leader");
-                let idx = addrs.iter().position(|a| *a == s.leader_addr).expect("leader index");
-                cluster.kill(idx);
+                cluster.kill(id_of(&cluster, &s.leader_addr)).expect("kill -9 the leader");
                 killed = Some((Instant::now(), s.leader_addr.clone()));
             }
         }
@@ -204,10 +148,9 @@ fn kill_leader_under_load() {
         assert!(new.term > leader.term, "a new term after the failover");
         let failover = kill_at.elapsed();
         // Restart the killed replica: it recovers from RocksDB and catches up (by log or snapshot).
-        let idx = addrs.iter().position(|a| *a == old).expect("index");
-        cluster.restart(idx);
+        cluster.restart(id_of(&cluster, &old)).expect("restart");
         if let Err(e) = converge(&mut c, &addrs).await {
-            panic!("{e}\n{}", cluster.logs());
+            panic!("{e}\n{}", cluster.logs(15));
         }
         let mut hashes = Vec::new();
         for a in &addrs {
@@ -247,8 +190,8 @@ fn submission(k: usize, i: usize) -> v1::JobSpec {
 fn submissions_are_admitted_once_across_a_leader_kill() {
     const REQUESTS: usize = 24;
     const PER: usize = 3;
-    let mut cluster = Cluster::start(3, 4);
-    let addrs = cluster.addrs.clone();
+    let mut cluster = start(3, 4, false);
+    let addrs = cluster.addrs();
     let rt = rt();
     rt.block_on(async {
         let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
@@ -258,9 +201,9 @@ fn submissions_are_admitted_once_across_a_leader_kill() {
         for k in 0..REQUESTS {
             if k == REQUESTS / 3 {
                 let s = c.wait_for_leader().await.expect("leader");
-                let idx = addrs.iter().position(|a| *a == s.leader_addr).expect("leader index");
-                cluster.kill(idx);
-                killed = Some(idx);
+                let id = id_of(&cluster, &s.leader_addr);
+                cluster.kill(id).expect("kill -9 the leader");
+                killed = Some(id);
             }
             let specs = (0..PER).map(|i| submission(k, i)).collect();
             let r = c.submit_as(&format!("sub-{k}"), specs).await.unwrap_or_else(|e| panic!("request {k}: {e}"));
@@ -282,9 +225,9 @@ fn submissions_are_admitted_once_across_a_leader_kill() {
         let e = c.submit_as("has space", vec![submission(98, 0)]).await.expect_err("bad id");
         assert_eq!(e.status().map(|s| s.code()), Some(Code::InvalidArgument), "{e}");
         // The killed replica comes back and catches up; every replica holds each job once.
-        cluster.restart(killed);
+        cluster.restart(killed).expect("restart");
         if let Err(e) = converge(&mut c, &addrs).await {
-            panic!("{e}\n{}", cluster.logs());
+            panic!("{e}\n{}", cluster.logs(15));
         }
         for a in &addrs {
             let v = view_of(&mut c, a).await;
@@ -303,8 +246,8 @@ fn submissions_are_admitted_once_across_a_leader_kill() {
 
 #[test]
 fn api_contract() {
-    let cluster = Cluster::start(3, 8);
-    let addrs = cluster.addrs.clone();
+    let cluster = start(3, 8, false);
+    let addrs = cluster.addrs();
     rt().block_on(async {
         let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
         let leader = c.wait_for_leader().await.expect("leader");
@@ -434,30 +377,28 @@ fn api_contract() {
         assert_eq!(s.code(), Code::InvalidArgument);
         c.status_of(&leader.leader_addr).await.expect("still serving after garbage");
     });
-    drop(cluster);
+    cluster.stop(Duration::from_secs(10)).expect("a clean stop on SIGTERM");
 }
 
 #[test]
 fn membership_and_foreign_data_dir() {
-    let mut cluster = Cluster::start(3, 4);
-    let addrs = cluster.addrs.clone();
-    let dir = cluster.dir.path().to_path_buf();
+    let mut cluster = start(3, 4, false);
+    let addrs = cluster.addrs();
     rt().block_on(async {
         let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
         c.wait_for_leader().await.expect("leader");
         // A young cluster (its log still whole): the new replica must still catch up through a
         // snapshot, which carries the membership, and end with the same voters as the others.
         submit(&mut c, 5).await;
-        let new_addr = format!("127.0.0.1:{}", free_port());
-        let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect();
-        std::fs::write(dir.join("replica-4.toml"), config(4, "t", &new_addr, &peers, true)).expect("config");
-        cluster.children.push(Some(spawn(&dir, 4)));
+        let (id, new) = cluster.start_joining().expect("start replica 4");
+        assert_eq!(id, 4);
+        let new_addr = new.client.to_string();
         let voters = c.add_replica(4, &new_addr, "").await.expect("add replica 4");
         assert_eq!(voters, vec![1, 2, 3, 4]);
         let mut all = addrs.clone();
         all.push(new_addr.clone());
         if let Err(e) = converge(&mut c, &all).await {
-            panic!("new replica did not catch up: {e}\n{}", cluster.logs());
+            panic!("new replica did not catch up: {e}\n{}", cluster.logs(15));
         }
         let h: Vec<u64> = {
             let mut h = Vec::new();
@@ -471,7 +412,7 @@ fn membership_and_foreign_data_dir() {
             let st = c.status_of(a).await.expect("status");
             assert_eq!(st.voters, vec![1, 2, 3, 4], "{a} (replica {}) voters", st.replica);
         }
-        let log4 = std::fs::read_to_string(dir.join("replica-4.log")).expect("replica 4 log");
+        let log4 = std::fs::read_to_string(cluster.log_path(4).expect("replica 4")).expect("replica 4 log");
         assert!(log4.contains("installed snapshot"), "replica 4 caught up without a snapshot:\n{log4}");
         let voters = c.remove_replica(4).await.expect("remove replica 4");
         assert_eq!(voters, vec![1, 2, 3]);
@@ -479,12 +420,15 @@ fn membership_and_foreign_data_dir() {
         assert_eq!(s.status().map(|s| s.code()), Some(Code::InvalidArgument));
     });
     // Replica 1's directory, opened as a replica of another cluster: refused with a clear error.
-    cluster.kill(0);
-    std::fs::write(dir.join("replica-1.toml"), config(1, "other", &addrs[0], &[format!("1={}", addrs[0])], false))
-        .expect("config");
+    cluster.kill(1).expect("kill replica 1");
+    let mut file = ServeFile::from_file(cluster.config_path(1).expect("replica 1")).expect("replica 1's config");
+    file.cluster = "other".into();
+    file.peers = vec![format!("1={}", addrs[0])];
+    let foreign = cluster.dir().join("replica-1-other.toml");
+    file.write(&foreign).expect("config");
     let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
         .args(["view", "serve", "--config"])
-        .arg(dir.join("replica-1.toml"))
+        .arg(&foreign)
         .output()
         .expect("run");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -494,12 +438,8 @@ fn membership_and_foreign_data_dir() {
 
 #[test]
 fn registration_heartbeat_and_lease_expiry() {
-    let dir = tempfile::tempdir().expect("tmp");
-    write_spec(dir.path(), 4);
-    let addr = format!("127.0.0.1:{}", free_port());
-    let cfg = config(1, "t", &addr, &[format!("1={addr}")], false) + "server_lease_ms = 600\n";
-    std::fs::write(dir.path().join("replica-1.toml"), cfg).expect("config");
-    let mut child = spawn(dir.path(), 1);
+    let cluster = cluster(1, spec(4), Tuning { server_lease_ms: 600, ..tuning() }, false, None);
+    let addr = cluster.addrs()[0].clone();
     let outcome = rt().block_on(async {
         let mut c = ViewClient::new(vec![addr.clone()]).expect("client").with_deadline(Duration::from_secs(20));
         c.wait_for_leader().await.expect("leader");
@@ -588,7 +528,6 @@ fn registration_heartbeat_and_lease_expiry() {
         .expect("re-register");
         expired_after
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    cluster.stop(Duration::from_secs(10)).expect("a clean stop on SIGTERM");
     assert!(outcome >= Duration::from_millis(300), "expired too early: {outcome:?}");
 }

@@ -5,6 +5,10 @@
 //! `tessera dev` does), each replica built from a [`ServeConfig`] value — no configuration file
 //! is written. The same replicas a deployment runs: raft-rs on RocksDB, gRPC, the HTTP API.
 //!
+//! [`ProcessCluster`] runs them as `tessera view serve` processes instead (to kill one with
+//! `SIGKILL` and restart it), the sockets still bound by the kit and passed to each process.
+//! [`history`] follows a cluster's change stream and checks every step of it.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), tessera_testkit::KitError> {
 //! use tessera_view::{ClusterSpec, Topology};
@@ -24,6 +28,12 @@ use tessera_view_server::{ClientError, ListenAddrs, Listeners, ServeConfig, Serv
 use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+pub mod commit_load;
+pub mod history;
+mod process;
+
+pub use process::ProcessCluster;
 
 /// Why a local cluster could not start or stopped badly.
 #[derive(Debug, Error)]
@@ -52,6 +62,17 @@ pub enum KitError {
         /// The panic.
         why: String,
     },
+    /// A replica process could not be started, stopped or signalled.
+    #[error("replica {replica} process: {why}")]
+    Process {
+        /// Its id.
+        replica: u64,
+        /// What failed.
+        why: String,
+    },
+    /// No replica has this id.
+    #[error("no replica {0} in this cluster")]
+    NoReplica(u64),
     /// The client could not be built.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -68,9 +89,17 @@ pub struct LocalClusterBuilder {
     tuning: Tuning,
     data_dir: Option<PathBuf>,
     listen: Option<Vec<ListenAddrs>>,
+    log_filter: String,
 }
 
 impl LocalClusterBuilder {
+    /// The `RUST_LOG` filter of replica processes (`info` by default; see
+    /// [`LocalClusterBuilder::start_processes`]).
+    pub fn log_filter(mut self, filter: &str) -> Self {
+        self.log_filter = filter.to_string();
+        self
+    }
+
     /// Number of replicas (1 by default).
     pub fn replicas(mut self, n: usize) -> Self {
         self.replicas = n.max(1);
@@ -119,25 +148,10 @@ impl LocalClusterBuilder {
     /// Binds every socket, then starts every replica on the current tokio runtime. Returns once
     /// they are serving (a leader may not be elected yet: see [`ViewClient::wait_for_leader`]).
     pub async fn start(self) -> Result<LocalCluster, KitError> {
-        let (tmp, dir) = match &self.data_dir {
-            Some(d) => (None, d.clone()),
-            None => {
-                let t = tempfile::Builder::new().prefix("tessera-local-").tempdir().map_err(|e| KitError::DataDir {
-                    dir: std::env::temp_dir().display().to_string(),
-                    why: e.to_string(),
-                })?;
-                let p = t.path().to_path_buf();
-                (Some(t), p)
-            }
-        };
+        let (tmp, dir) = self.directory()?;
         let mut listeners = Vec::with_capacity(self.replicas);
         for i in 0..self.replicas {
-            let replica = i as u64 + 1;
-            let bound = match &self.listen {
-                Some(addrs) => Listeners::bind(&addrs[i]),
-                None => Listeners::loopback(self.raft_ports, self.http && i == 0),
-            };
-            listeners.push(bound.map_err(|source| KitError::Replica { replica, source })?);
+            listeners.push(self.bind(i)?);
         }
         let mut addrs = Vec::with_capacity(listeners.len());
         for (i, l) in listeners.iter().enumerate() {
@@ -158,6 +172,36 @@ impl LocalClusterBuilder {
         }
         tracing::info!(replicas = addrs.len(), dir = %dir.display(), "local cluster started");
         Ok(LocalCluster { addrs, dir, stop: stop_tx, tasks, _tmp: tmp })
+    }
+}
+
+impl LocalClusterBuilder {
+    /// The data directory: the one given (made if missing), or a temporary one.
+    fn directory(&self) -> Result<(Option<tempfile::TempDir>, PathBuf), KitError> {
+        match &self.data_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)
+                    .map_err(|e| KitError::DataDir { dir: d.display().to_string(), why: e.to_string() })?;
+                Ok((None, d.clone()))
+            }
+            None => {
+                let t = tempfile::Builder::new().prefix("tessera-local-").tempdir().map_err(|e| KitError::DataDir {
+                    dir: std::env::temp_dir().display().to_string(),
+                    why: e.to_string(),
+                })?;
+                let p = t.path().to_path_buf();
+                Ok((Some(t), p))
+            }
+        }
+    }
+
+    /// Replica `i + 1`'s sockets: its fixed addresses, or fresh loopback ports.
+    fn bind(&self, i: usize) -> Result<Listeners, KitError> {
+        let bound = match &self.listen {
+            Some(addrs) => Listeners::bind(&addrs[i]),
+            None => Listeners::loopback(self.raft_ports, self.http && i == 0),
+        };
+        bound.map_err(|source| KitError::Replica { replica: i as u64 + 1, source })
     }
 }
 
@@ -184,6 +228,7 @@ impl LocalCluster {
             tuning: Tuning::default(),
             data_dir: None,
             listen: None,
+            log_filter: "info".to_string(),
         }
     }
 

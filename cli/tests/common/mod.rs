@@ -1,54 +1,37 @@
-//! Harness shared by the process tests: a cluster spec, replica configs, `tessera` processes
-//! on loopback, and small view helpers.
-#![allow(dead_code)]
+//! Harness shared by the process tests: replica processes (`tessera_testkit::ProcessCluster`),
+//! other `tessera` processes on loopback, the history checker, and small view helpers.
+#![allow(dead_code, unused_imports)]
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use tessera_proto::v1;
-use tessera_view::{
-    ClusterView, CoreMask, Decision, Job, JobId, LocalityLevel, MemberPlacement, ServerId, ViewDelta, ViewSnapshot,
-};
-use tessera_view_server::ViewClient;
+use tessera_testkit::{LocalCluster, ProcessCluster};
+use tessera_view::{ClusterSpec, ClusterView, CoreMask, Decision, MemberPlacement, ServerId, Topology, ViewSnapshot};
+use tessera_view_server::{Tuning, ViewClient};
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-pub fn write_spec(dir: &Path, servers: u32) {
-    let mut spec = String::from("name = \"t\"\n");
-    for r in 0..servers.div_ceil(4) {
-        spec.push_str(&format!(
-            "\n[[racks]]\nname = \"r{r}\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = {}\n",
-            (servers - r * 4).min(4)
-        ));
+/// `servers` seed-8gpu servers, 4 to a rack, racks named `rN` (so servers are `rN-sMM`).
+pub fn spec(servers: u32) -> ClusterSpec {
+    let mut s = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), servers, 4, 1);
+    for (i, g) in s.groups.iter_mut().enumerate() {
+        g.rack = format!("r{i}");
     }
-    std::fs::write(dir.join("cluster.toml"), spec).expect("spec");
+    s
 }
 
-pub fn config(id: usize, cluster: &str, listen: &str, peers: &[String], join: bool) -> String {
-    let peers: Vec<String> = peers.iter().map(|p| format!("\"{p}\"")).collect();
-    format!(
-        "id = {id}\ncluster = \"{cluster}\"\ncluster_spec = \"cluster.toml\"\nlisten = \"{listen}\"\n\
-         data_dir = \"data-{id}\"\npeers = [{}]\njoin = {join}\ntick_ms = 20\nelection_tick = 10\n\
-         snapshot_every = 200\nkeep_entries = 20\n",
-        peers.join(", ")
-    )
+/// The process tests' replica tuning: fast ticks, frequent snapshots with a short log behind
+/// them (so restarts and new replicas catch up through snapshots).
+pub fn tuning() -> Tuning {
+    Tuning { tick_ms: 20, election_tick: 10, snapshot_every: 200, keep_entries: 20, ..Tuning::default() }
 }
 
-pub fn spawn(dir: &Path, id: usize) -> Child {
-    let log =
-        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("replica-{id}.log"))).expect("log");
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["view", "serve", "--config"])
-        .arg(dir.join(format!("replica-{id}.toml")))
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn tessera view serve")
+/// `n` `tessera view serve` processes of cluster `t` over `spec`, in `dir` (a temporary one
+/// when `None`); raft on its own ports with `raft_ports`.
+pub fn cluster(n: usize, spec: ClusterSpec, tuning: Tuning, raft_ports: bool, dir: Option<&Path>) -> ProcessCluster {
+    let mut b = LocalCluster::builder(spec).name("t").replicas(n).raft_ports(raft_ports).tuning(tuning);
+    if let Some(d) = dir {
+        b = b.data_dir(d);
+    }
+    b.start_processes(Path::new(env!("CARGO_BIN_EXE_tessera"))).expect("start the replica processes")
 }
 
 /// SIGKILL to process group `pgid` (a task's; tasks lead their own group). Never a group id
@@ -136,76 +119,4 @@ pub fn decision(r: &v1::ProposeResult) -> Option<Decision<tessera_proto::RemoteR
     r.decision.clone().map(|d| tessera_proto::RemoteDecision::try_from(d).expect("decision"))
 }
 
-/// Holdings at every step of the view's history: (server, gpu) and (server, core) → job.
-#[derive(Default)]
-pub struct History {
-    pub held: HashMap<JobId, Vec<(u32, u64, [u64; 2])>>,
-    pub violations: Vec<String>,
-    /// Every placement each job was seen with: (first member's server, level).
-    pub placements: HashMap<JobId, Vec<(u32, LocalityLevel)>>,
-    pub version: u64,
-}
-
-impl History {
-    pub fn apply(&mut self, jobs: &[Job], version: u64) {
-        for j in jobs {
-            match &j.placement {
-                Some(p) if j.state.holds_resources() => {
-                    let members: Vec<(u32, u64, [u64; 2])> =
-                        p.members.iter().map(|m| (m.server.0, m.gpus, m.cores.0)).collect();
-                    if self.held.get(&j.id) != Some(&members) {
-                        self.placements.entry(j.id).or_default().push((p.members[0].server.0, p.level));
-                    }
-                    self.held.insert(j.id, members);
-                }
-                _ => {
-                    self.held.remove(&j.id);
-                }
-            }
-        }
-        // No device or core held twice.
-        let mut gpus: HashMap<u32, (u64, [u64; 2])> = HashMap::new();
-        for (job, members) in &self.held {
-            for (s, g, c) in members {
-                let e = gpus.entry(*s).or_insert((0, [0, 0]));
-                if e.0 & g != 0 || e.1[0] & c[0] != 0 || e.1[1] & c[1] != 0 {
-                    self.violations.push(format!("version {version}: job {job} overlaps on server {s}"));
-                }
-                e.0 |= g;
-                e.1[0] |= c[0];
-                e.1[1] |= c[1];
-            }
-        }
-        self.version = self.version.max(version);
-    }
-}
-
-/// Follows the view from version 0 to the end of the test, across leader changes.
-pub async fn watch_history(mut c: ViewClient, h: Arc<Mutex<History>>, stop: tokio::sync::watch::Receiver<bool>) {
-    while !*stop.borrow() {
-        let from = h.lock().expect("history").version;
-        let Ok(mut stream) = c.watch(from).await else { continue };
-        loop {
-            let mut stop = stop.clone();
-            let ev = tokio::select! {
-                ev = stream.message() => ev,
-                _ = stop.wait_for(|s| *s) => return,
-            };
-            let Ok(Some(ev)) = ev else { break };
-            let mut h = h.lock().expect("history");
-            match ev.event {
-                Some(v1::watch_event::Event::Delta(d)) => {
-                    let d = ViewDelta::try_from(d).expect("delta");
-                    assert!(d.from.0 <= h.version, "a gap in the history: {} after {}", d.from.0, h.version);
-                    h.apply(&d.jobs, d.to.0);
-                }
-                Some(v1::watch_event::Event::Snapshot(s)) => {
-                    let s = ViewSnapshot::try_from(s).expect("snapshot");
-                    let v = s.version.0;
-                    h.apply(&s.jobs, v);
-                }
-                None => {}
-            }
-        }
-    }
-}
+pub use tessera_testkit::history::{History, follow};
