@@ -183,6 +183,8 @@ pub fn refusal_code(r: v1::SubmitRefusal) -> &'static str {
         v1::SubmitRefusal::NeverFits => "never_fits",
         v1::SubmitRefusal::InvalidSpec => "invalid_spec",
         v1::SubmitRefusal::OutcomeUnknown => "outcome_unknown",
+        v1::SubmitRefusal::RequestReused => "request_reused",
+        v1::SubmitRefusal::BadRequestId => "bad_request_id",
         v1::SubmitRefusal::Unspecified => "refused",
     }
 }

@@ -523,6 +523,8 @@ impl From<&ViewError> for v1::SubmitRefusal {
         match e {
             ViewError::NeverFits(_) => v1::SubmitRefusal::NeverFits,
             ViewError::InvalidSpec(_) => v1::SubmitRefusal::InvalidSpec,
+            ViewError::RequestReused { .. } => v1::SubmitRefusal::RequestReused,
+            ViewError::BadRequestId(_) => v1::SubmitRefusal::BadRequestId,
             _ => v1::SubmitRefusal::Unspecified,
         }
     }

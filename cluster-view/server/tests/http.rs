@@ -116,14 +116,16 @@ impl Api {
     }
 
     async fn post(&self, content_type: &str, body: &str) -> (StatusCode, Value) {
-        let resp = self
-            .http
-            .post(self.url("/v1/jobs"))
-            .header("content-type", content_type)
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("POST /v1/jobs");
+        self.post_keyed(content_type, body, None).await
+    }
+
+    /// POST /v1/jobs, with an `Idempotency-Key` header when `key` is given.
+    async fn post_keyed(&self, content_type: &str, body: &str, key: Option<&str>) -> (StatusCode, Value) {
+        let mut req = self.http.post(self.url("/v1/jobs")).header("content-type", content_type);
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        let resp = req.body(body.to_string()).send().await.expect("POST /v1/jobs");
         self.checked("post", "/v1/jobs", resp).await
     }
 
@@ -449,6 +451,22 @@ async fn endpoints_answer_as_documented_and_refuse_bad_input() {
         assert!(samples.get(series).is_some_and(|v| *v >= 1.0), "{series} in:\n{text}");
     }
     promtool_check(&text);
+
+    // An Idempotency-Key makes a retried POST answer the first job; the key with another body
+    // is a conflict, a malformed key a bad request, and neither admits anything.
+    let body = json!({ "name": "keyed", "gpus": 1 }).to_string();
+    let first = api.post_keyed("application/json", &body, Some("retry-me-1")).await;
+    assert_eq!(first.0, StatusCode::CREATED, "{}", first.1);
+    let again = api.post_keyed("application/json", &body, Some("retry-me-1")).await;
+    assert_eq!((again.0, &again.1["job"]), (StatusCode::CREATED, &first.1["job"]), "{}", again.1);
+    let other = json!({ "name": "keyed", "gpus": 2 }).to_string();
+    let reused = api.post_keyed("application/json", &other, Some("retry-me-1")).await;
+    assert_error(&reused, StatusCode::CONFLICT, "request_reused");
+    let bad_key = api.post_keyed("application/json", &body, Some("two words")).await;
+    assert_error(&bad_key, StatusCode::BAD_REQUEST, "bad_request_id");
+    let (_, list) = api.get("/v1/jobs", "/v1/jobs").await;
+    let keyed = list["jobs"].as_array().expect("jobs").iter().filter(|j| j["name"] == "keyed").count();
+    assert_eq!(keyed, 1, "one job admitted under the key: {list}");
 }
 
 /// `promtool check metrics` on the text too, where promtool is installed (Debian's

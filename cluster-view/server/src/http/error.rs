@@ -73,6 +73,9 @@ pub enum ApiError {
     /// A write's outcome is unknown (e.g. the leader changed while it was in flight).
     #[error("{0}")]
     OutcomeUnknown(String),
+    /// The submission's request id (Idempotency-Key) was used before with another spec.
+    #[error("{0}")]
+    RequestReused(String),
     /// The request took longer than the per-request timeout.
     #[error("no answer within {0} ms")]
     Timeout(u64),
@@ -124,6 +127,7 @@ impl ApiError {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
             ApiError::OutcomeUnknown(_) => (StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown"),
+            ApiError::RequestReused(_) => (StatusCode::CONFLICT, "request_reused"),
             ApiError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }

@@ -79,7 +79,9 @@ fn body_format(req: &HttpRequest) -> Result<BodyFormat, ApiError> {
 }
 
 /// Submit a job: a job file as TOML (`Content-Type: application/toml`) or the same fields as
-/// JSON. Errors name the field, and the line and column in the body.
+/// JSON. Errors name the field, and the line and column in the body. With an
+/// `Idempotency-Key` header the key is the submission's request id: the same key and body
+/// sent again answer the job admitted the first time, never a second job.
 #[utoipa::path(
     post,
     path = "/v1/jobs",
@@ -88,9 +90,13 @@ fn body_format(req: &HttpRequest) -> Result<BodyFormat, ApiError> {
         description = "a job file: JSON, or TOML with Content-Type application/toml",
         content((JobFileBody = "application/json"), (String = "application/toml")),
     ),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "the submission's request id (1-96 printable ASCII characters, no spaces): a retry with the same key and body admits nothing new"),
+    ),
     responses(
         (status = 201, description = "admitted", body = Submitted),
-        (status = 400, description = "the body is not a valid job spec (codes `malformed_json`, `malformed_toml`, `invalid_spec`, `bad_body`)", body = ErrorBody),
+        (status = 400, description = "the body is not a valid job spec, or the Idempotency-Key is malformed (codes `malformed_json`, `malformed_toml`, `invalid_spec`, `bad_body`, `bad_request_id`)", body = ErrorBody),
+        (status = 409, description = "the Idempotency-Key was used before with another body (code `request_reused`)", body = ErrorBody),
         (status = 413, description = "the body is too large (code `too_large`)", body = ErrorBody),
         (status = 415, description = "neither JSON nor TOML (code `unsupported_media_type`)", body = ErrorBody),
         (status = 422, description = "the job can never fit this cluster (code `never_fits`)", body = ErrorBody),
@@ -104,13 +110,17 @@ pub(super) async fn submit(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let format = body_format(&req)?;
+    let key = idempotency_key(&req)?;
     let body = read_body(&api, &req, payload).await?;
     let spec = parse_spec(&body, format)?;
     let wire = v1::JobSpec::from(&spec);
     let results = api
         .call(|mut c| async move {
-            let r = c.submit(vec![wire]).await.map_err(ApiError::from);
-            (c, r)
+            let r = match &key {
+                Some(k) => c.submit_as(k.as_str(), vec![wire]).await,
+                None => c.submit(vec![wire]).await,
+            };
+            (c, r.map_err(ApiError::from))
         })
         .await?;
     let r = results.into_iter().next().ok_or_else(|| ApiError::Internal("the view answered no result".into()))?;
@@ -124,12 +134,28 @@ pub(super) async fn submit(
         .json(Submitted { job: r.job, name: spec.name }))
 }
 
+/// The `Idempotency-Key` header as a request id, when given.
+fn idempotency_key(req: &HttpRequest) -> Result<Option<tessera_view::RequestId>, ApiError> {
+    let Some(v) = req.headers().get("idempotency-key") else { return Ok(None) };
+    let bad = |m: String| ApiError::BadInput {
+        code: "bad_request_id",
+        message: format!("Idempotency-Key: {m}"),
+        at: Place { field: Some("Idempotency-Key".into()), ..Place::default() },
+    };
+    let text = v.to_str().map_err(|_| bad("not printable ASCII".into()))?;
+    tessera_view::RequestId::new(text).map(Some).map_err(|e| bad(e.to_string()))
+}
+
 /// A refused submission as an error, by the view's structured reason (never its words).
 fn refused(r: v1::SubmitResult) -> ApiError {
     match r.refusal() {
         v1::SubmitRefusal::NeverFits => ApiError::NeverFits(r.error),
         v1::SubmitRefusal::InvalidSpec => {
             ApiError::BadInput { code: "invalid_spec", message: r.error, at: Place::default() }
+        }
+        v1::SubmitRefusal::RequestReused => ApiError::RequestReused(r.error),
+        v1::SubmitRefusal::BadRequestId => {
+            ApiError::BadInput { code: "bad_request_id", message: r.error, at: Place::default() }
         }
         v1::SubmitRefusal::OutcomeUnknown | v1::SubmitRefusal::Unspecified => ApiError::OutcomeUnknown(r.error),
     }
@@ -188,6 +214,8 @@ mod tests {
             (v1::SubmitRefusal::NeverFits, 422),
             (v1::SubmitRefusal::InvalidSpec, 400),
             (v1::SubmitRefusal::OutcomeUnknown, 503),
+            (v1::SubmitRefusal::RequestReused, 409),
+            (v1::SubmitRefusal::BadRequestId, 400),
         ] {
             let r = v1::SubmitResult { job: 0, error: "words that say nothing".into(), refusal: refusal.into() };
             let e = refused(r);
