@@ -82,7 +82,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 policy: a.policy,
                 seed: a.seed,
             };
-            let r = run_placement(&cfg, &sampler).map_err(anyhow::Error::msg).context("placement benchmark")?;
+            let r = run_placement(&cfg, &sampler).context("placement benchmark")?;
             if a.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {

@@ -27,6 +27,7 @@
 
 pub mod bench;
 pub mod cache;
+pub mod error;
 pub mod host;
 pub mod local_view;
 pub mod migrate;
@@ -38,6 +39,7 @@ pub mod sim;
 pub mod trace;
 
 pub use cache::ViewCache;
+pub use error::SchedulerError;
 pub use host::{HostConfig, Registry, run_host};
 pub use local_view::{LocalView, Overlay};
 pub use migrate::MigrationConfig;
