@@ -275,7 +275,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 spec.tolerate,
                 spec.relax_after_s.map(|r| format!(" (relax every {r} s)")).unwrap_or_default()
             );
-            println!("  scheduler {}", spec.scheduler.as_deref().unwrap_or("default"));
+            println!("  scheduler {}", spec.scheduler.as_deref().unwrap_or("(the host's default)"));
             if let Some(p) = &j.placement {
                 println!("  placed   at {} (proposal {:x})", p.level, p.proposal.0);
                 for (rank, m) in p.members.iter().enumerate() {

@@ -22,8 +22,9 @@ pub struct RunArgs {
     /// Most jobs scheduled at once.
     #[arg(long, default_value_t = 256)]
     max_jobs: usize,
-    /// The scheduler for jobs that name none: default, cpu-aware or optimus.
-    #[arg(long, default_value = "default")]
+    /// The scheduler for jobs that name none: locality-tolerant, cpu-aware or optimus
+    /// (`default`, the old name of locality-tolerant, is still accepted).
+    #[arg(long, default_value = "locality-tolerant")]
     default_scheduler: String,
     /// How often the host looks for held jobs that fragmentation blocks and moves small
     /// running jobs out of their way (live migration); 0 turns it off.

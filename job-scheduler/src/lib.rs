@@ -7,7 +7,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`scheduler`] | the [`Scheduler`] trait, [`Verdict`], and the built-in schedulers (`default`, `cpu-aware`, `optimus`) |
+//! | [`scheduler`] | the [`Scheduler`] trait, [`Verdict`], and the built-in schedulers (`locality-tolerant`, `cpu-aware`, `optimus`) |
 //! | [`runtime`] | [`PlaceMachine`]: propose, learn from rejections, retry with jittered backoff, relax locality, give up — a pure state machine over a clock; [`place_job`] is its async shell |
 //! | [`host`] | [`run_host`]: the scheduler host, one task per adopted job, jobs held under a lease |
 //! | [`migrate`] | [`MigrationConfig`]: the host's live migration task, moving small jobs out of the way of a blocked one |
