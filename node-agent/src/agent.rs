@@ -388,7 +388,7 @@ impl Agent {
         shutdown: impl Future<Output = ()>,
         mut beats: tokio::task::JoinHandle<AgentError>,
     ) -> Result<(), AgentError> {
-        enum Ev {
+        enum LoopEvent {
             Shutdown,
             Tick,
             Fatal(AgentError),
@@ -446,19 +446,19 @@ impl Agent {
             };
             let synced = self.synced;
             let ev = tokio::select! {
-                _ = &mut shutdown => Ev::Shutdown,
-                r = &mut beats => Ev::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}")))),
-                _ = tick.tick() => Ev::Tick,
-                ev = next => Ev::Watch(ev),
+                _ = &mut shutdown => LoopEvent::Shutdown,
+                r = &mut beats => LoopEvent::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}")))),
+                _ = tick.tick() => LoopEvent::Tick,
+                ev = next => LoopEvent::Watch(ev),
                 // Exits wait for the first sync: keeping or forgetting a task directory needs
                 // to know which placements live.
-                exit = runner.next_exit(), if synced => Ev::Exit(exit),
+                exit = runner.next_exit(), if synced => LoopEvent::Exit(exit),
             };
             match ev {
-                Ev::Shutdown => break Ok(()),
-                Ev::Fatal(e) => break Err(e),
-                Ev::Tick => self.reconcile().await,
-                Ev::Watch(Ok(Some(ev))) => {
+                LoopEvent::Shutdown => break Ok(()),
+                LoopEvent::Fatal(e) => break Err(e),
+                LoopEvent::Tick => self.reconcile().await,
+                LoopEvent::Watch(Ok(Some(ev))) => {
                     if let Err(e) = self.apply(ev) {
                         warn!(error = %e, version = self.version, "bad watch event, reading the view again");
                         stream = None;
@@ -466,12 +466,12 @@ impl Agent {
                     }
                     self.reconcile().await;
                 }
-                Ev::Watch(_) => {
+                LoopEvent::Watch(_) => {
                     if stream.take().is_some() {
                         info!(version = self.version, "watch ended; reconnecting");
                     }
                 }
-                Ev::Exit(exit) => {
+                LoopEvent::Exit(exit) => {
                     self.on_exit(exit);
                     self.reconcile().await;
                 }
@@ -499,7 +499,8 @@ impl Agent {
     fn apply(&mut self, ev: v1::WatchEvent) -> Result<(), AgentError> {
         match ev.event {
             Some(v1::watch_event::Event::Snapshot(s)) => {
-                let snap = ViewSnapshot::try_from(s).map_err(|source| AgentError::Malformed { what: "snapshot", source })?;
+                let snap =
+                    ViewSnapshot::try_from(s).map_err(|source| AgentError::Malformed { what: "snapshot", source })?;
                 if snap.version.0 < self.version {
                     return Err(AgentError::StaleSnapshot { version: snap.version.0, copy: self.version });
                 }

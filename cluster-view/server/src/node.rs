@@ -29,9 +29,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// A reply to a request: the answer, or why there is none.
 pub type Reply<T> = oneshot::Sender<Result<T, NodeError>>;
 
-/// What a read asks for.
+/// What a read is of: the whole view or one job.
 #[derive(Debug)]
-pub enum ReadWhat {
+pub enum ReadTarget {
     /// The whole view.
     Snapshot,
     /// One job.
@@ -81,9 +81,9 @@ pub struct NodeStatus {
     pub scheduler_hosts: Vec<(String, Vec<JobId>)>,
 }
 
-/// Requests to the driver.
+/// A request to the driver thread, answered on its own reply channel (raft traffic has none).
 #[derive(Debug)]
-pub enum Req {
+pub enum NodeRequest {
     /// Gang proposals, each answered on its own.
     Propose(Vec<(Proposal, Reply<(Answer, u64)>)>),
     /// Commands other than gang proposals, queued together (all or none reach the driver).
@@ -93,7 +93,7 @@ pub enum Req {
         /// Confirm with the leader first.
         linearizable: bool,
         /// What.
-        what: ReadWhat,
+        what: ReadTarget,
         /// Where the answer goes.
         reply: Reply<ReadOut>,
     },
@@ -128,10 +128,10 @@ const RAFT_QUEUE: usize = 16_384;
 /// A cheap, cloneable handle on the driver.
 #[derive(Clone, Debug)]
 pub struct NodeHandle {
-    tx: SyncSender<Req>,
+    tx: SyncSender<NodeRequest>,
     /// Raft messages and transport reports: a queue of their own, drained first by the driver,
     /// so client load cannot crowd them out, and reports are never dropped.
-    raft: Arc<std::sync::Mutex<std::collections::VecDeque<Req>>>,
+    raft: Arc<std::sync::Mutex<std::collections::VecDeque<NodeRequest>>>,
     /// The applied view version, for watchers.
     pub version: watch::Receiver<u64>,
     /// Replica id → address record, `client` or `client raft` (configured peers plus announced
@@ -143,20 +143,21 @@ pub struct NodeHandle {
 
 impl NodeHandle {
     /// Queues a request; a full queue answers `Busy` at once.
-    pub fn send(&self, req: Req) -> Result<(), NodeError> {
+    pub fn send(&self, req: NodeRequest) -> Result<(), NodeError> {
         self.tx.try_send(req).map_err(|e| match e {
             TrySendError::Full(_) => NodeError::Busy("request queue full".into()),
             TrySendError::Disconnected(_) => NodeError::Stopped("driver thread ended".into()),
         })
     }
 
-    /// Queues raft traffic (`Req::Raft`, `Req::Unreachable`, `Req::SnapshotSent`) on the raft
-    /// queue. Messages beyond its bound are dropped; snapshot reports never are.
-    pub fn send_raft(&self, req: Req) {
+    /// Queues raft traffic (`NodeRequest::Raft`, `NodeRequest::Unreachable`,
+    /// `NodeRequest::SnapshotSent`) on the raft queue. Messages beyond its bound are dropped;
+    /// snapshot reports never are.
+    pub fn send_raft(&self, req: NodeRequest) {
         if let Ok(mut q) = self.raft.lock() {
             let keep = match &req {
-                Req::SnapshotSent(..) => true,
-                Req::Unreachable(to) => !q.iter().any(|r| matches!(r, Req::Unreachable(t) if t == to)),
+                NodeRequest::SnapshotSent(..) => true,
+                NodeRequest::Unreachable(to) => !q.iter().any(|r| matches!(r, NodeRequest::Unreachable(t) if t == to)),
                 _ => q.len() < RAFT_QUEUE,
             };
             if keep {
@@ -164,12 +165,12 @@ impl NodeHandle {
             }
         }
         // A full request queue means the driver is busy and drains the raft queue soon anyway.
-        let _ = self.tx.try_send(Req::Wake);
+        let _ = self.tx.try_send(NodeRequest::Wake);
     }
 
     /// Sends a request built around a reply channel and waits for the answer (bounded by the
     /// request timeout).
-    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, NodeError> {
+    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> NodeRequest) -> Result<T, NodeError> {
         let (tx, rx) = oneshot::channel();
         self.send(make(tx))?;
         self.wait(rx).await
@@ -214,7 +215,7 @@ pub struct DriverConfig {
 
 enum Pending {
     Answer(Reply<(Answer, u64)>),
-    Read(ReadWhat, Reply<ReadOut>),
+    Read(ReadTarget, Reply<ReadOut>),
     Register(ServerId, Reply<(ServerId, u64)>),
     Membership(Reply<Vec<u64>>),
     /// The driver's own command (lease expiry): nobody waits.
@@ -228,8 +229,8 @@ pub type PeerSenders = Arc<RwLock<HashMap<u64, mpsc::Sender<Message>>>>;
 pub struct Driver {
     replica: Replica,
     cfg: DriverConfig,
-    rx: Receiver<Req>,
-    raft: Arc<std::sync::Mutex<std::collections::VecDeque<Req>>>,
+    rx: Receiver<NodeRequest>,
+    raft: Arc<std::sync::Mutex<std::collections::VecDeque<NodeRequest>>>,
     version_tx: watch::Sender<u64>,
     addrs: Arc<RwLock<BTreeMap<u64, String>>>,
     peers: PeerSenders,
@@ -398,12 +399,7 @@ impl Driver {
         }
     }
 
-    fn track(
-        &mut self,
-        r: Result<Ticket, ReplicaError>,
-        p: Pending,
-        now: Instant,
-    ) -> Result<(), (NodeError, Pending)> {
+    fn track(&mut self, r: Result<Ticket, ReplicaError>, p: Pending, now: Instant) -> Result<(), (NodeError, Pending)> {
         match r {
             Ok(t) => {
                 self.pending.insert(t, (now, p));
@@ -414,9 +410,9 @@ impl Driver {
     }
 
     /// Handles one request; `now` is the clock read for it.
-    fn handle(&mut self, req: Req, now: Instant) {
+    fn handle(&mut self, req: NodeRequest, now: Instant) {
         match req {
-            Req::Propose(items) => {
+            NodeRequest::Propose(items) => {
                 for (p, reply) in items {
                     let r = self.replica.propose_gang(p);
                     if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply), now) {
@@ -424,7 +420,7 @@ impl Driver {
                     }
                 }
             }
-            Req::Commands(items) => {
+            NodeRequest::Commands(items) => {
                 for (cmd, reply) in items {
                     let r = self.replica.propose(cmd);
                     if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply), now) {
@@ -432,7 +428,7 @@ impl Driver {
                     }
                 }
             }
-            Req::Read { linearizable, what, reply } => {
+            NodeRequest::Read { linearizable, what, reply } => {
                 if linearizable {
                     let t = self.replica.read_index();
                     self.pending.insert(t, (now, Pending::Read(what, reply)));
@@ -440,7 +436,7 @@ impl Driver {
                     let _ = reply.send(Ok(self.read(&what)));
                 }
             }
-            Req::Delta(from, reply) => {
+            NodeRequest::Delta(from, reply) => {
                 let view = self.replica.view();
                 let step = match view.delta_since(ViewVersion(from)) {
                     Some(d) => WatchStep::Delta(v1::ViewDelta::from(&d)),
@@ -448,18 +444,18 @@ impl Driver {
                 };
                 let _ = reply.send(Ok(step));
             }
-            Req::Status(reply) => {
+            NodeRequest::Status(reply) => {
                 let _ = reply.send(Ok(self.status(now)));
             }
-            Req::Register(name, topo, agent, reply) => self.register(&name, &topo, agent, reply, now),
-            Req::Heartbeat(server, unhealthy, agent, reply) => {
+            NodeRequest::Register(name, topo, agent, reply) => self.register(&name, &topo, agent, reply, now),
+            NodeRequest::Heartbeat(server, unhealthy, agent, reply) => {
                 let r = self.heartbeat(server, unhealthy, now);
                 if r.is_ok() || matches!(r, Err(NodeError::Invalid(_))) {
                     self.note_agent(server, agent);
                 }
                 let _ = reply.send(r);
             }
-            Req::AdoptJobs(host, held, want, reply) => {
+            NodeRequest::AdoptJobs(host, held, want, reply) => {
                 if !self.replica.is_leader() {
                     let _ = reply.send(Err(self.not_leader()));
                     return;
@@ -472,7 +468,7 @@ impl Driver {
                 let lease_ms = self.adoptions.lease().as_millis() as u64;
                 let _ = reply.send(Ok((got, lease_ms, view.version().0)));
             }
-            Req::Agents(reply) => {
+            NodeRequest::Agents(reply) => {
                 if !self.replica.is_leader() {
                     let _ = reply.send(Err(self.not_leader()));
                     return;
@@ -486,30 +482,30 @@ impl Driver {
                 out.sort();
                 let _ = reply.send(Ok(out));
             }
-            Req::Membership(add, id, addr, reply) => {
+            NodeRequest::Membership(add, id, addr, reply) => {
                 let r = self.replica.propose_membership(add, id, &addr);
                 if let Err((e, Pending::Membership(reply))) = self.track(r, Pending::Membership(reply), now) {
                     let _ = reply.send(Err(e));
                 }
             }
-            Req::Raft(msgs) => {
+            NodeRequest::Raft(msgs) => {
                 for m in msgs {
                     self.replica.step(m);
                 }
             }
-            Req::Unreachable(id) => self.replica.report_unreachable(id),
-            Req::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
-            Req::Wake => {}
+            NodeRequest::Unreachable(id) => self.replica.report_unreachable(id),
+            NodeRequest::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
+            NodeRequest::Wake => {}
         }
     }
 
-    fn read(&self, what: &ReadWhat) -> ReadOut {
+    fn read(&self, what: &ReadTarget) -> ReadOut {
         let view = self.replica.view();
         match what {
-            ReadWhat::Snapshot => {
+            ReadTarget::Snapshot => {
                 ReadOut::Snapshot(Box::new(v1::ViewSnapshot::from(&view.snapshot())), self.replica.applied_index())
             }
-            ReadWhat::Job(id) => ReadOut::Job(view.job(*id).map(|j| Box::new(v1::Job::from(j))), view.version().0),
+            ReadTarget::Job(id) => ReadOut::Job(view.job(*id).map(|j| Box::new(v1::Job::from(j))), view.version().0),
         }
     }
 
