@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_scheduler::Policy;
 use tessera_scheduler::bench::{PlacementBench, run as run_placement};
-use tessera_scheduler::trace::PhillySampler;
+use tessera_scheduler::philly_sampler::PhillySampler;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {

@@ -22,9 +22,9 @@
 
 use crate::error::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
-use crate::policy::Policy;
+use crate::philly_sampler::PhillySampler;
+use crate::placement_policy::Policy;
 use crate::search::find_placement;
-use crate::trace::PhillySampler;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

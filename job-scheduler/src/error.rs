@@ -1,9 +1,10 @@
 //! [`SchedulerError`]: what goes wrong in this crate outside the live loops and the trace files:
-//! a name or setting given on the command line, a step of the placement benchmark, the local
-//! view's index self-check. The live loops' errors ([`crate::runtime::RuntimeError`],
-//! [`crate::host::HostError`], [`crate::cache::CacheError`]), the search's
-//! ([`crate::SearchError`]) and the simulator's (trace files, experiments) sit beside their
-//! modules.
+//! a name or setting given on the command line, a step of the placement benchmark or of the
+//! hosts' migration task, the local view's index self-check. [`TraceError`]: a trace, node list or model file that cannot be
+//! read (the Philly sampler's and the simulator's loaders). The live loops' errors
+//! ([`crate::runtime::RuntimeError`], [`crate::host::HostError`], [`crate::cache::CacheError`]),
+//! the search's ([`crate::SearchError`]) and the simulator's runs ([`crate::sim::engine::SimError`],
+//! [`crate::sim::experiment::ExperimentError`]) sit beside their modules.
 
 use tessera_view::{ConfigSetId, Health, JobId, ServerId, SpecError, ViewError};
 use thiserror::Error;
@@ -70,4 +71,51 @@ pub enum SchedulerError {
     /// Index self-check: a configuration set's free-GPU histogram disagrees with its records.
     #[error("histogram of {0} is off")]
     HistogramOff(ConfigSetId),
+}
+
+/// A malformed trace file.
+#[derive(Debug, Error)]
+pub enum TraceError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Io {
+        /// The file.
+        file: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A required column is missing from the header.
+    #[error("{file}: missing column `{column}` in the header")]
+    MissingColumn {
+        /// The file.
+        file: String,
+        /// The column.
+        column: &'static str,
+    },
+    /// A value could not be used.
+    #[error("{file}: row {row}, column `{column}`: {message}")]
+    BadValue {
+        /// The file.
+        file: String,
+        /// 1-based data row number (the header is row 0).
+        row: u64,
+        /// The column.
+        column: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file is wrong as a whole (a model or cluster file, a trace that yields nothing).
+    #[error("{file}: {message}")]
+    Invalid {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The file has no rows.
+    #[error("{file}: no data rows")]
+    Empty {
+        /// The file.
+        file: String,
+    },
 }

@@ -7,7 +7,7 @@
 //! the leader says is no longer this host's (it was placed, cancelled, or another host took it
 //! after this one missed its lease) has its task stopped.
 //!
-//! A migration task ([`crate::migrate`]) moves small running jobs out of the way of held jobs
+//! A migration task ([`crate::migration_task`]) moves small running jobs out of the way of held jobs
 //! that fragmentation blocks.
 //!
 //! Several hosts may run at once: each job has one host at a time, and when two hosts' jobs
@@ -15,7 +15,7 @@
 //! others one lease later.
 
 use crate::cache::ViewCache;
-use crate::migrate::MigrationConfig;
+use crate::migration_task::MigrationConfig;
 use crate::runtime::{Placed, RuntimeOptions, place_job};
 use crate::scheduler::{BUILTIN, Scheduler, builtin, canonical_name};
 use std::collections::{BTreeMap, HashMap};
@@ -157,7 +157,7 @@ pub async fn run_host(
     // sender is dropped, when this function returns).
     let mut adopted_at: HashMap<JobId, Instant> = HashMap::new();
     let (held_tx, held_rx) = tokio::sync::watch::channel(Vec::new());
-    let migration = tokio::spawn(crate::migrate::run(
+    let migration = tokio::spawn(crate::migration_task::run(
         cfg.migration.clone(),
         cfg.name.clone(),
         client.clone(),

@@ -18,7 +18,7 @@
 //! is named (job files, `--default-scheduler`): see [`ALIASES`].
 
 use crate::local_view::{LocalView, Overlay};
-use crate::policy::Policy;
+use crate::placement_policy::Policy;
 use crate::search::{find_placement, plan_on_server};
 use std::collections::HashMap;
 use tessera_view::fit::{FitMode, member_request};

@@ -7,7 +7,7 @@
 //! [`MigrationConfig::min_utilization`]: under light load a free group turns up by itself) and
 //! enough of them are free in total. For the first candidates it reads a linearizable
 //! snapshot, rebuilds the [`ClusterView`] from it and asks the pure planner
-//! ([`tessera_view::migration::plan`]) for the fewest moves that free a group at the job's
+//! ([`tessera_view::migration_planner::plan`]) for the fewest moves that free a group at the job's
 //! allowed level. A plan with no moves means the job is not blocked (its scheduler task will
 //! place it); otherwise the moves go to the leader in one `Migrate` call, each decided
 //! atomically on its own by the approver (release old + take new). The blocked job itself is
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::backoff::seeded_rng;
 use tessera_proto::client::ViewClient;
 use tessera_proto::{RemoteDecision, v1};
-use tessera_view::migration::{self, MigrationParams, MigrationPlan};
+use tessera_view::migration_planner::{self, MigrationParams, MigrationPlan};
 use tessera_view::{ClusterView, Health, JobId, JobState, Proposal, ProposalId, ViewSnapshot};
 use tokio::sync::watch;
 
@@ -165,7 +165,7 @@ async fn step(
         else {
             continue;
         };
-        let Some(plan) = migration::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
+        let Some(plan) = migration_planner::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
         if plan.moves.is_empty() || plan.moves.len() > cfg.params.max_moves {
             // Not blocked: a group is free and its scheduler will take it.
             continue;

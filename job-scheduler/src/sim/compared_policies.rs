@@ -14,10 +14,10 @@
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | | share per GPU | yes |
 
 use super::model::SpeedModel;
-use super::trace::SimJob;
+use super::trace_loader::SimJob;
 use crate::error::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
-use crate::policy::Policy;
+use crate::placement_policy::Policy;
 use crate::search::{find_placement, plan_on_server};
 use std::fmt;
 use tessera_view::fit::{self, FitMode};
