@@ -48,6 +48,20 @@ pub enum SchedulerError {
         /// The refusal.
         source: ViewError,
     },
+    /// A call to the view failed (the migration task's `Snapshot` or `Migrate`).
+    #[error("{call}: {source}")]
+    Call {
+        /// The call.
+        call: &'static str,
+        /// Why.
+        source: tessera_proto::client::ClientError,
+    },
+    /// The view answered a snapshot request with no snapshot.
+    #[error("no snapshot in the answer")]
+    NoSnapshot,
+    /// The view answered with a snapshot that does not decode.
+    #[error("malformed snapshot: {0}")]
+    MalformedSnapshot(#[source] tessera_proto::WireError),
     /// A job the view just admitted is not in it.
     #[error("submitted job {0} vanished")]
     JobVanished(JobId),
