@@ -69,9 +69,9 @@ pub struct RunArgs {
 
 pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
     match cmd {
-        AgentCommand::Discover(a) => {
-            let d = discover(&DiscoverOptions { topology: a.topology }).context("discovery failed")?;
-            if a.preset {
+        AgentCommand::Discover(args) => {
+            let d = discover(&DiscoverOptions { topology: args.topology }).context("discovery failed")?;
+            if args.preset {
                 let Some(t) = &d.topology else {
                     bail!(
                         "no server model to write: {}",
@@ -79,29 +79,29 @@ pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
                     );
                 };
                 print!("{}", tessera_agent::discover::preset_toml(t));
-            } else if a.json {
+            } else if args.json {
                 println!("{}", serde_json::to_string_pretty(&d)?);
             } else {
                 print!("{}", d.render());
             }
             Ok(ExitCode::SUCCESS)
         }
-        AgentCommand::Run(a) => {
-            let name = match a.name {
+        AgentCommand::Run(args) => {
+            let name = match args.name {
                 Some(n) => n,
                 None => hostname()?,
             };
             let exe = std::env::current_exe().context("cannot find this program's path for the task shim")?;
             let cfg = AgentConfig {
-                view: a.view,
+                view: args.view,
                 name,
-                data_dir: a.data_dir,
-                topology: a.topology,
+                data_dir: args.data_dir,
+                topology: args.topology,
                 shim: vec![exe.display().to_string(), "agent".into(), "shim".into()],
-                stop_grace: Duration::from_millis(a.stop_grace_ms),
-                peers_on_loopback: a.peers_on_loopback,
-                fake_health_file: a.fake_health_file,
-                listen: Some(a.listen),
+                stop_grace: Duration::from_millis(args.stop_grace_ms),
+                peers_on_loopback: args.peers_on_loopback,
+                fake_health_file: args.fake_health_file,
+                listen: Some(args.listen),
             };
             let rt = crate::view::runtime()?;
             rt.block_on(run_agent(cfg, crate::view::terminated()))?;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_scheduler::Policy;
 use tessera_scheduler::bench::{PlacementBench, run as run_placement};
-use tessera_scheduler::trace::PhillySampler;
+use tessera_scheduler::philly_sampler::PhillySampler;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -64,26 +64,26 @@ fn default_trace() -> Option<PathBuf> {
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
-        BenchCommand::Commit(a) => crate::bench_commit::run(a),
-        BenchCommand::Agent(a) => crate::bench_agent::run(a),
-        BenchCommand::Placement(a) => {
-            let sampler = match a.trace.or_else(default_trace) {
+        BenchCommand::Commit(args) => crate::bench_commit::run(args),
+        BenchCommand::Agent(args) => crate::bench_agent::run(args),
+        BenchCommand::Placement(args) => {
+            let sampler = match args.trace.or_else(default_trace) {
                 Some(p) => PhillySampler::from_csv(&p)?,
                 None => PhillySampler::builtin(),
             };
             let cfg = PlacementBench {
-                servers: a.servers,
-                gpus_per_server: a.gpus_per_server,
-                jobs: a.jobs,
-                schedulers: a.schedulers,
-                lag: a.lag.unwrap_or(a.schedulers as u64),
-                load: a.load,
+                servers: args.servers,
+                gpus_per_server: args.gpus_per_server,
+                jobs: args.jobs,
+                schedulers: args.schedulers,
+                lag: args.lag.unwrap_or(args.schedulers as u64),
+                load: args.load,
                 max_retries: 8,
-                policy: a.policy,
-                seed: a.seed,
+                policy: args.policy,
+                seed: args.seed,
             };
-            let r = run_placement(&cfg, &sampler).map_err(anyhow::Error::msg).context("placement benchmark")?;
-            if a.json {
+            let r = run_placement(&cfg, &sampler).context("placement benchmark")?;
+            if args.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(

@@ -35,8 +35,8 @@ pub struct AgentArgs {
     json: bool,
 }
 
-pub fn run(a: AgentArgs) -> Result<ExitCode> {
-    crate::view::runtime()?.block_on(run_async(a))
+pub fn run(args: AgentArgs) -> Result<ExitCode> {
+    crate::view::runtime()?.block_on(run_async(args))
 }
 
 /// What the watcher saw of each job: when it was first seen running, and how it ended.
@@ -46,13 +46,14 @@ struct Seen {
     ended: Option<(Instant, JobState, Option<String>)>,
 }
 
-async fn run_async(a: AgentArgs) -> Result<ExitCode> {
-    if a.servers == 0 || a.servers > 64 {
+async fn run_async(args: AgentArgs) -> Result<ExitCode> {
+    if args.servers == 0 || args.servers > 64 {
         bail!("--servers must be 1..=64");
     }
     let tmp = tempfile::Builder::new().prefix("tessera-bench-agent-").tempdir()?;
     let dir = tmp.path();
-    let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").context("the seed-8gpu preset")?, a.servers, 64, 1);
+    let spec =
+        ClusterSpec::uniform(Topology::preset("seed-8gpu").context("the seed-8gpu preset")?, args.servers, 64, 1);
     let tuning = Tuning { tick_ms: 20, server_lease_ms: 5000, ..Tuning::default() };
     let cluster = LocalCluster::builder(spec).name("bench-agent").tuning(tuning).data_dir(dir).start().await?;
     let addr = cluster.addrs()[0].clone();
@@ -64,7 +65,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
     c.wait_for_leader().await.context("the bench replica elected no leader")?;
     let exe = std::env::current_exe()?.display().to_string();
     let mut agents = Vec::new();
-    for s in 0..a.servers {
+    for s in 0..args.servers {
         let cfg = AgentConfig {
             view: vec![addr.clone()],
             name: format!("rack-0-s{s:02}"),
@@ -100,19 +101,19 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
         }
     });
 
-    let shell = vec!["sh".to_string(), "-c".to_string(), a.command.clone()];
+    let shell = vec!["sh".to_string(), "-c".to_string(), args.command.clone()];
     // Popped from the back: device 0 of every server first, so the warm-up covers each agent.
-    let mut free: Vec<(u32, u32)> = (0..8).flat_map(|g| (0..a.servers).map(move |s| (s, g))).rev().collect();
+    let mut free: Vec<(u32, u32)> = (0..8).flat_map(|g| (0..args.servers).map(move |s| (s, g))).rev().collect();
     let mut slot_of: HashMap<JobId, (u32, u32)> = HashMap::new();
     let mut accepted: HashMap<JobId, Instant> = HashMap::new();
     let mut seen: HashMap<JobId, Seen> = HashMap::new();
-    let total = a.jobs + a.servers;
+    let total = args.jobs + args.servers;
     let (mut placed, mut ended, mut next_id) = (0u32, 0u32, 1u64);
     let mut measured_from = None;
     let t_end = Instant::now() + Duration::from_secs(600);
     while ended < total {
         // Warm-up: one job per server first, alone, so agent start-up is not measured.
-        let limit = if ended < a.servers { a.servers } else { total };
+        let limit = if ended < args.servers { args.servers } else { total };
         while placed < limit && !free.is_empty() {
             let (s, g) = free.pop().context("free slot")?;
             let mut spec = JobSpec::simple(&format!("bench-{placed}"), 1, 1);
@@ -161,7 +162,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
             if let Some(slot) = slot_of.remove(&job) {
                 free.push(slot);
             }
-            if ended == a.servers {
+            if ended == args.servers {
                 measured_from = Some(Instant::now());
             }
         }
@@ -174,7 +175,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
     let mut failed = Vec::new();
     let mut ids: Vec<&JobId> = accepted.keys().collect();
     ids.sort();
-    for id in ids.into_iter().skip(a.servers as usize) {
+    for id in ids.into_iter().skip(args.servers as usize) {
         let (t0, s) = (accepted[id], &seen[id]);
         if let Some(r) = s.running {
             start_us.push(r.saturating_duration_since(t0).as_micros() as u64);
@@ -198,10 +199,10 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
     cluster.stop().await.context("the bench replica failed")?;
     let pct = tessera_testkit::commit_load::percentile;
     let out = serde_json::json!({
-        "servers": a.servers,
-        "jobs": a.jobs,
-        "command": a.command,
-        "completed_per_s": a.jobs as f64 / wall.max(1e-9),
+        "servers": args.servers,
+        "jobs": args.jobs,
+        "command": args.command,
+        "completed_per_s": args.jobs as f64 / wall.max(1e-9),
         "wall_s": wall,
         "seen_running": start_us.len(),
         "start_p50_ms": pct(&start_us, 0.5),
@@ -211,7 +212,7 @@ async fn run_async(a: AgentArgs) -> Result<ExitCode> {
         "failed": failed.len(),
         "invariant_violations": report.violations.len(),
     });
-    if a.json {
+    if args.json {
         println!("{out}");
     } else {
         println!("{}", serde_json::to_string_pretty(&out)?);

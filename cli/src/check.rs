@@ -29,14 +29,14 @@ pub struct CheckArgs {
     cluster: Option<PathBuf>,
 }
 
-pub fn run(a: CheckArgs) -> Result<ExitCode> {
-    let view = match &a.cluster {
+pub fn run(args: CheckArgs) -> Result<ExitCode> {
+    let view = match &args.cluster {
         Some(p) => Some(ClusterView::from_spec(&ClusterSpec::from_file(p)?)),
         None => None,
     };
     let mut failed = 0;
-    for f in &a.files {
-        let r: Result<String, String> = match a.kind {
+    for f in &args.files {
+        let r: Result<String, String> = match args.kind {
             Kind::Topology => Topology::from_file(f).map(|t| describe_topology(&t)).map_err(|e| e.to_string()),
             Kind::Cluster => ClusterSpec::from_file(f)
                 .map(|s| {

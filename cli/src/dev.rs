@@ -55,58 +55,60 @@ pub struct DevArgs {
 }
 
 /// Where replica `i` listens: fixed ports from the flags, or fresh ones (port 0).
-fn listen_addrs(a: &DevArgs, i: u16) -> ListenAddrs {
+fn listen_addrs(args: &DevArgs, i: u16) -> ListenAddrs {
     let at = |base: u16, offset: u16| {
         let port = if base == 0 { 0 } else { base.saturating_add(offset) };
         SocketAddr::from(([127, 0, 0, 1], port))
     };
     ListenAddrs {
-        client: at(a.view_port, i),
-        raft: Some(at(a.view_port, 100 + i)),
-        http: (i == 0).then(|| at(a.http_port, 0)),
+        client: at(args.view_port, i),
+        raft: Some(at(args.view_port, 100 + i)),
+        http: (i == 0).then(|| at(args.http_port, 0)),
     }
 }
 
 /// The dev cluster spec: `servers` of `topology` spread over `racks` racks, one InfiniBand
 /// domain.
-fn dev_spec(a: &DevArgs) -> Result<ClusterSpec> {
-    let topology = match Topology::preset(&a.topology) {
+fn dev_spec(args: &DevArgs) -> Result<ClusterSpec> {
+    let topology = match Topology::preset(&args.topology) {
         Some(t) => t,
-        None => Topology::from_file(Path::new(&a.topology)).with_context(|| format!("--topology {}", a.topology))?,
+        None => {
+            Topology::from_file(Path::new(&args.topology)).with_context(|| format!("--topology {}", args.topology))?
+        }
     };
-    if a.servers == 0 || a.racks == 0 || a.racks > a.servers {
+    if args.servers == 0 || args.racks == 0 || args.racks > args.servers {
         bail!("need 1 <= --racks <= --servers");
     }
-    let groups = (0..a.racks)
+    let groups = (0..args.racks)
         .map(|r| RackGroup {
             rack: format!("rack-{}", (b'a' + (r % 26) as u8) as char),
             ib_domain: "ib-0".to_string(),
             topology: 0,
-            servers: a.servers / a.racks + u32::from(r < a.servers % a.racks),
+            servers: args.servers / args.racks + u32::from(r < args.servers % args.racks),
         })
         .collect();
     Ok(ClusterSpec { name: "dev".to_string(), topologies: vec![topology], groups, quotas: Default::default() })
 }
 
-pub fn run(a: DevArgs) -> Result<ExitCode> {
-    crate::view::runtime()?.block_on(run_async(a))
+pub fn run(args: DevArgs) -> Result<ExitCode> {
+    crate::view::runtime()?.block_on(run_async(args))
 }
 
-async fn run_async(a: DevArgs) -> Result<ExitCode> {
+async fn run_async(args: DevArgs) -> Result<ExitCode> {
     // Job files are checked before anything starts: a typo costs no cluster start-up.
     let mut specs = Vec::new();
-    for f in &a.submit {
+    for f in &args.submit {
         specs.push(JobSpec::from_file(f)?);
     }
     let tmp = tempfile::Builder::new().prefix("tessera-dev-").tempdir()?;
-    let dir = a.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let dir = args.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("{}", dir.display()))?;
-    let spec = dev_spec(&a)?;
+    let spec = dev_spec(&args)?;
     let names = ClusterView::from_spec(&spec).snapshot().server_names;
     let tuning = Tuning { tick_ms: 20, server_lease_ms: 3000, scheduler_lease_ms: 2000, ..Tuning::default() };
     let cluster = LocalCluster::builder(spec.clone())
         .name("dev")
-        .listen((0..3).map(|i| listen_addrs(&a, i)).collect())
+        .listen((0..3).map(|i| listen_addrs(&args, i)).collect())
         .tuning(tuning)
         .data_dir(&dir)
         .start()
@@ -128,7 +130,7 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
             view: addrs.clone(),
             name: name.clone(),
             data_dir: dir.join("agents").join(name),
-            topology: Some(a.topology.clone()),
+            topology: Some(args.topology.clone()),
             shim: vec![exe.clone(), "agent".into(), "shim".into()],
             stop_grace: Duration::from_secs(3),
             peers_on_loopback: true,
@@ -138,7 +140,7 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
         agents.push(tokio::spawn(run_agent(cfg, stopped(stop_rx.clone()))));
     }
     let mut hosts = Vec::new();
-    for h in 0..a.scheduler_hosts.max(1) {
+    for h in 0..args.scheduler_hosts.max(1) {
         let cfg = HostConfig {
             view: addrs.clone(),
             name: format!("dev-host-{h}"),
@@ -150,7 +152,7 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
     }
 
     let gpus: u64 = spec.groups.iter().map(|g| g.servers as u64 * spec.topologies[g.topology].devices as u64).sum();
-    println!("tessera dev: {} servers of {} in {} racks ({gpus} GPUs)", names.len(), a.topology, a.racks);
+    println!("tessera dev: {} servers of {} in {} racks ({gpus} GPUs)", names.len(), args.topology, args.racks);
     println!("  view (gRPC)  {}   leader: replica {}", addrs.join(","), leader.leader);
     println!("  HTTP API     http://127.0.0.1:{http_port}/v1/jobs   (OpenAPI: /v1/openapi.json, metrics: /metrics)");
     println!("  data         {}", dir.display());
@@ -162,12 +164,12 @@ async fn run_async(a: DevArgs) -> Result<ExitCode> {
         crate::view::terminated().await;
         ExitCode::SUCCESS
     } else {
-        let ids = crate::jobs::submit_files(&mut c, &specs, &a.submit).await?;
+        let ids = crate::jobs::submit_files(&mut c, &specs, &args.submit).await?;
         let failed = tokio::select! {
             r = crate::jobs::wait_for(&c, &ids, Duration::from_secs(3600)) => Some(r?),
             _ = crate::view::terminated() => None,
         };
-        if failed.is_some() && !a.exit_when_done {
+        if failed.is_some() && !args.exit_when_done {
             println!("All submitted jobs ended. Each job's output: tessera logs JOB [--member N].");
             println!("Ctrl-C stops the cluster.");
             crate::view::terminated().await;

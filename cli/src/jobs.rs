@@ -120,8 +120,8 @@ fn read_specs(files: &[PathBuf]) -> Result<Vec<JobSpec>, String> {
     if errors.is_empty() { Ok(specs) } else { Err(errors.join("\n")) }
 }
 
-pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
-    let specs = match read_specs(&a.files) {
+pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
+    let specs = match read_specs(&args.files) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
@@ -129,13 +129,13 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         }
     };
     rt()?.block_on(async move {
-        let mut c = a.view.client()?;
-        let ids = submit_files(&mut c, &specs, &a.files).await?;
+        let mut c = args.view.client()?;
+        let ids = submit_files(&mut c, &specs, &args.files).await?;
         let refused = specs.len() - ids.len();
-        if !a.wait || ids.is_empty() {
+        if !args.wait || ids.is_empty() {
             return Ok(if refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS });
         }
-        let failed = wait_for(&c, &ids, Duration::from_secs(a.timeout_s)).await?;
+        let failed = wait_for(&c, &ids, Duration::from_secs(args.timeout_s)).await?;
         Ok(if failed > 0 || refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
     })
 }
@@ -252,15 +252,15 @@ fn placement_text(j: &Job, s: &ViewSnapshot) -> String {
     }
 }
 
-pub fn status(a: StatusArgs) -> Result<ExitCode> {
+pub fn status(args: StatusArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
-        let mut c = a.view.client()?;
+        let mut c = args.view.client()?;
         let (s, _) = snapshot(&mut c).await?;
-        if let Some(id) = a.job {
+        if let Some(id) = args.job {
             let Some(j) = s.jobs.iter().find(|j| j.id.0 == id) else {
                 bail!("no job {id} in the view (never submitted, or ended long ago)");
             };
-            if a.json {
+            if args.json {
                 println!("{}", serde_json::to_string_pretty(&JobDetail::of(j, &s.server_names))?);
                 return Ok(ExitCode::SUCCESS);
             }
@@ -275,7 +275,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 spec.tolerate,
                 spec.relax_after_s.map(|r| format!(" (relax every {r} s)")).unwrap_or_default()
             );
-            println!("  scheduler {}", spec.scheduler.as_deref().unwrap_or("default"));
+            println!("  scheduler {}", spec.scheduler.as_deref().unwrap_or("(the host's default)"));
             if let Some(p) = &j.placement {
                 println!("  placed   at {} (proposal {:x})", p.level, p.proposal.0);
                 for (rank, m) in p.members.iter().enumerate() {
@@ -306,7 +306,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
         }
         let hosts: Vec<String> =
             st.scheduler_hosts.iter().map(|h| format!("{} ({} pending jobs)", h.host, h.jobs.len())).collect();
-        if a.json {
+        if args.json {
             println!("{}", serde_json::to_string(&api::Status::of(&st, &s))?);
         } else {
             println!("cluster {} — leader replica {} at {} (term {})", st.cluster, st.leader, st.leader_addr, st.term);
@@ -323,11 +323,11 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     })
 }
 
-pub fn jobs(a: ListArgs) -> Result<ExitCode> {
+pub fn jobs(args: ListArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
-        let mut c = a.view.client()?;
+        let mut c = args.view.client()?;
         let (s, applied) = snapshot(&mut c).await?;
-        if a.json {
+        if args.json {
             println!("{}", serde_json::to_string(&JobList::of(&s, applied))?);
             return Ok(ExitCode::SUCCESS);
         }
@@ -348,12 +348,12 @@ pub fn jobs(a: ListArgs) -> Result<ExitCode> {
     })
 }
 
-pub fn servers(a: ListArgs) -> Result<ExitCode> {
+pub fn servers(args: ListArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
-        let mut c = a.view.client()?;
+        let mut c = args.view.client()?;
         let (s, _) = snapshot(&mut c).await?;
         let list = ServerList::of(&s);
-        if a.json {
+        if args.json {
             println!("{}", serde_json::to_string(&list)?);
             return Ok(ExitCode::SUCCESS);
         }
@@ -377,11 +377,11 @@ pub fn servers(a: ListArgs) -> Result<ExitCode> {
     })
 }
 
-pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
+pub fn cancel(args: CancelArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
-        let mut c = a.view.client()?;
-        c.cancel_because(a.job, &a.reason).await?;
-        println!("cancelled job {}", a.job);
+        let mut c = args.view.client()?;
+        c.cancel_because(args.job, &args.reason).await?;
+        println!("cancelled job {}", args.job);
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -418,10 +418,10 @@ pub async fn fetch_logs(
     }
 }
 
-pub fn logs(a: LogsArgs) -> Result<ExitCode> {
+pub fn logs(args: LogsArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
-        let mut c = a.view.client()?;
-        let r = fetch_logs(&mut c, a.job, a.member, a.stderr, a.tail_bytes).await?;
+        let mut c = args.view.client()?;
+        let r = fetch_logs(&mut c, args.job, args.member, args.stderr, args.tail_bytes).await?;
         if r.truncated {
             eprintln!(
                 "... ({} bytes before the last {} left out; --tail-bytes for more)",

@@ -24,12 +24,12 @@ pub struct PlaceArgs {
     json: bool,
 }
 
-pub fn run(a: PlaceArgs) -> Result<ExitCode> {
-    let spec = ClusterSpec::from_file(&a.cluster)?;
+pub fn run(args: PlaceArgs) -> Result<ExitCode> {
+    let spec = ClusterSpec::from_file(&args.cluster)?;
     let mut view = ClusterView::from_spec(&spec);
     let mut unplaced = 0;
     let mut lines = Vec::new();
-    for (i, f) in a.jobs.iter().enumerate() {
+    for (i, f) in args.jobs.iter().enumerate() {
         let job_spec = JobSpec::from_file(f)?;
         let name = job_spec.name.clone();
         let job = match view.submit(job_spec) {
@@ -42,7 +42,7 @@ pub fn run(a: PlaceArgs) -> Result<ExitCode> {
         };
         let local = LocalView::of_view(&view);
         let js = &view.job(job).context("job vanished")?.spec;
-        let mode = a.policy.mode(&local, js);
+        let mode = args.policy.mode(&local, js);
         match find_placement(&local, &Overlay::default(), js, js.allowed_level(0), mode, i as u64) {
             Ok(found) => {
                 let p =
@@ -76,7 +76,7 @@ pub fn run(a: PlaceArgs) -> Result<ExitCode> {
         }
     }
     let check = tessera_view::invariants::check(&view);
-    if a.json {
+    if args.json {
         let servers: Vec<serde_json::Value> = view
             .servers()
             .iter()

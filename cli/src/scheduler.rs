@@ -22,8 +22,9 @@ pub struct RunArgs {
     /// Most jobs scheduled at once.
     #[arg(long, default_value_t = 256)]
     max_jobs: usize,
-    /// The scheduler for jobs that name none: default, cpu-aware or optimus.
-    #[arg(long, default_value = "default")]
+    /// The scheduler for jobs that name none: locality-tolerant, cpu-aware or optimus
+    /// (`default`, the old name of locality-tolerant, is still accepted).
+    #[arg(long, default_value = "locality-tolerant")]
     default_scheduler: String,
     /// How often the host looks for held jobs that fragmentation blocks and moves small
     /// running jobs out of their way (live migration); 0 turns it off.
@@ -32,21 +33,21 @@ pub struct RunArgs {
 }
 
 pub fn run(cmd: SchedulerCommand) -> Result<ExitCode> {
-    let SchedulerCommand::Run(a) = cmd;
-    let name = match a.name {
+    let SchedulerCommand::Run(args) = cmd;
+    let name = match args.name {
         Some(n) => n,
         None => format!("{}-{}", crate::agent::hostname()?, std::process::id()),
     };
-    let registry = Registry::default().with_default(&a.default_scheduler)?;
+    let registry = Registry::default().with_default(&args.default_scheduler)?;
     let cfg = HostConfig {
-        view: a.view.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        view: args.view.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
         name,
-        max_jobs: a.max_jobs.max(1),
+        max_jobs: args.max_jobs.max(1),
         runtime: RuntimeOptions { salt: u64::from(std::process::id()), ..RuntimeOptions::default() },
         // A job waits one interval before moves are planned for it: its scheduler goes first.
         migration: MigrationConfig {
-            interval: (a.migrate_every_ms > 0).then(|| Duration::from_millis(a.migrate_every_ms)),
-            min_wait: Duration::from_millis(a.migrate_every_ms),
+            interval: (args.migrate_every_ms > 0).then(|| Duration::from_millis(args.migrate_every_ms)),
+            min_wait: Duration::from_millis(args.migrate_every_ms),
             ..MigrationConfig::default()
         },
     };

@@ -65,16 +65,16 @@ pub struct SimArgs {
     out: Option<PathBuf>,
 }
 
-pub fn run(a: SimArgs) -> Result<ExitCode> {
-    let policies = if a.policies.is_empty() { SimPolicy::ALL.to_vec() } else { dedup(&a.policies) };
-    let inputs = experiment(&a).load()?;
+pub fn run(args: SimArgs) -> Result<ExitCode> {
+    let policies = if args.policies.is_empty() { SimPolicy::ALL.to_vec() } else { dedup(&args.policies) };
+    let inputs = experiment(&args).load()?;
     let gpus: u64 = inputs.cluster_gpus();
     let mut summary = vec![
         format!(
             "trace: {} — {} jobs{}",
             inputs.trace.name,
             inputs.trace.jobs.len(),
-            a.max_jobs.map(|n| format!(" (--max-jobs {n})")).unwrap_or_default()
+            args.max_jobs.map(|n| format!(" (--max-jobs {n})")).unwrap_or_default()
         ),
         format!("cluster: {} ({} servers, {gpus} GPUs)", inputs.cluster_note, inputs.cluster.server_count()),
         format!("speed model: {}; load scale {}; seed {}", inputs.model.name, inputs.load_scale, inputs.seed),
@@ -87,24 +87,24 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         summary.push(format!("approximated rows: {n} — {what}"));
     }
     for line in &summary {
-        if a.json {
+        if args.json {
             eprintln!("{line}");
         } else {
             println!("{line}");
         }
     }
 
-    let reports = run_policies(&a, &inputs, &policies)?;
+    let reports = run_policies(&args, &inputs, &policies)?;
 
-    if a.json {
+    if args.json {
         println!("{}", serde_json::to_string_pretty(&json_object(&reports))?);
     } else {
         print_table(&reports);
     }
-    if let Some(dir) = &a.out {
+    if let Some(dir) = &args.out {
         write_outputs(dir, &reports)?;
         let msg = format!("wrote CSVs, summary.json and SVG plots to {}", dir.display());
-        if a.json {
+        if args.json {
             eprintln!("{msg}");
         } else {
             println!("{msg}");
@@ -135,8 +135,8 @@ fn dedup(p: &[SimPolicy]) -> Vec<SimPolicy> {
 
 /// The traces folder: the flag or `$TESSERA_TRACES`, else `../shared/traces` from the working
 /// directory (the repository root), else beside the repository this binary was built from.
-fn traces_dir(a: &SimArgs) -> PathBuf {
-    if let Some(d) = &a.traces_dir {
+fn traces_dir(args: &SimArgs) -> PathBuf {
+    if let Some(d) = &args.traces_dir {
         return d.clone();
     }
     let cwd = PathBuf::from("../shared/traces");
@@ -148,30 +148,30 @@ fn traces_dir(a: &SimArgs) -> PathBuf {
 }
 
 /// The experiment the flags describe.
-fn experiment(a: &SimArgs) -> ExperimentSpec {
-    let trace = match a.trace.as_str() {
+fn experiment(args: &SimArgs) -> ExperimentSpec {
+    let trace = match args.trace.as_str() {
         "philly" => TraceSource::Philly,
         "alibaba" => TraceSource::Alibaba,
         p => TraceSource::File(PathBuf::from(p)),
     };
-    let mut e = ExperimentSpec::new(&traces_dir(a), trace);
-    e.vc = (a.vc != "all").then(|| a.vc.clone());
-    e.cluster = a.cluster.clone();
-    e.offered_load = a.offered_load;
-    e.load_scale = a.load_scale;
-    e.seed = a.seed;
-    e.model = match a.model.as_deref() {
+    let mut e = ExperimentSpec::new(&traces_dir(args), trace);
+    e.vc = (args.vc != "all").then(|| args.vc.clone());
+    e.cluster = args.cluster.clone();
+    e.offered_load = args.offered_load;
+    e.load_scale = args.load_scale;
+    e.seed = args.seed;
+    e.model = match args.model.as_deref() {
         None => ModelChoice::Builtin,
         Some("ideal") => ModelChoice::Ideal,
         Some(f) => ModelChoice::File(PathBuf::from(f)),
     };
-    e.max_jobs = a.max_jobs;
+    e.max_jobs = args.max_jobs;
     e
 }
 
 /// Runs every policy, up to `--threads` at once, with one progress bar each (drawn only when
 /// stderr is a terminal). Results come back in `policies` order.
-fn run_policies(a: &SimArgs, inputs: &Experiment, policies: &[SimPolicy]) -> Result<Vec<(SimPolicy, PolicyReport)>> {
+fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[SimPolicy]) -> Result<Vec<(SimPolicy, PolicyReport)>> {
     let target =
         if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
     let multi = MultiProgress::with_draw_target(target);
@@ -188,7 +188,7 @@ fn run_policies(a: &SimArgs, inputs: &Experiment, policies: &[SimPolicy]) -> Res
         })
         .collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let runs = inputs.run(policies, a.threads.unwrap_or(cores), &|k, done, total| {
+    let runs = inputs.run(policies, args.threads.unwrap_or(cores), &|k, done, total| {
         bars[k].set_length(total.max(1));
         bars[k].set_position(done);
     })?;

@@ -20,10 +20,11 @@
 //! The wall time covers submission, search, approval, releases and view catch-up; building the
 //! cluster and loading the trace are excluded.
 
+use crate::error::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
-use crate::policy::Policy;
+use crate::philly_sampler::PhillySampler;
+use crate::placement_policy::Policy;
 use crate::search::find_placement;
-use crate::trace::PhillySampler;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -135,12 +136,16 @@ pub struct PlacementReport {
 
 /// A server model with `gpus` devices: 2 sockets (1 if `gpus` is 2 or less), PCIe switches of
 /// two GPUs, 16 cores per socket, 384 GiB of memory.
-pub fn bench_topology(gpus: u32) -> Result<Topology, String> {
+pub fn bench_topology(gpus: u32) -> Result<Topology, SchedulerError> {
     if !(2..=64).contains(&gpus) || !gpus.is_multiple_of(2) {
-        return Err(format!("--gpus-per-server must be even and in 2..=64, got {gpus}"));
+        return Err(SchedulerError::BadSetting {
+            setting: "--gpus-per-server",
+            expected: "even and in 2..=64".into(),
+            got: gpus.to_string(),
+        });
     }
     if gpus == 8 {
-        return Topology::preset("seed-8gpu").ok_or_else(|| "seed-8gpu preset missing".to_string());
+        return Topology::preset("seed-8gpu").ok_or(SchedulerError::MissingPreset("seed-8gpu"));
     }
     let sockets = if gpus <= 2 { 1 } else { 2 };
     let per_socket = gpus / sockets;
@@ -156,7 +161,7 @@ pub fn bench_topology(gpus: u32) -> Result<Topology, String> {
             .collect();
         text.push_str(&format!("[[sockets]]\npcie_switches = [{}]\n", switches.join(", ")));
     }
-    Topology::from_toml("<bench topology>", &text).map_err(|e| e.to_string())
+    Ok(Topology::from_toml("<bench topology>", &text)?)
 }
 
 /// The job spec the benchmark submits for a job of `gpus` GPUs.
@@ -182,22 +187,26 @@ fn percentile_us(sorted_ns: &[u32], p: f64) -> f64 {
 }
 
 /// Runs the benchmark.
-pub fn run(cfg: &PlacementBench, sampler: &PhillySampler) -> Result<PlacementReport, String> {
-    if cfg.servers == 0 || cfg.jobs == 0 || cfg.schedulers == 0 {
-        return Err("--servers, --jobs and --schedulers must be at least 1".into());
-    }
-    if cfg.servers as u64 > tessera_view::cluster_spec::MAX_SERVERS
-        || cfg.jobs > 10_000_000
-        || cfg.schedulers > 1_000_000
-        || cfg.lag > 1 << 32
-    {
-        return Err(format!(
-            "out of range: --servers <= {}, --jobs <= 10000000, --schedulers <= 1000000, --lag <= 2^32",
-            tessera_view::cluster_spec::MAX_SERVERS
-        ));
+pub fn run(cfg: &PlacementBench, sampler: &PhillySampler) -> Result<PlacementReport, SchedulerError> {
+    // (setting, value, least, most)
+    let limits: [(&'static str, u64, u64, u64); 4] = [
+        ("--servers", u64::from(cfg.servers), 1, tessera_view::cluster_spec::MAX_SERVERS),
+        ("--jobs", cfg.jobs, 1, 10_000_000),
+        ("--schedulers", u64::from(cfg.schedulers), 1, 1_000_000),
+        ("--lag", cfg.lag, 0, 1 << 32),
+    ];
+    for (setting, value, least, most) in limits {
+        if !(least..=most).contains(&value) {
+            let expected = format!("in {least}..={most}");
+            return Err(SchedulerError::BadSetting { setting, expected, got: value.to_string() });
+        }
     }
     if !(cfg.load > 0.0 && cfg.load.is_finite()) {
-        return Err(format!("--load must be a positive number, got {}", cfg.load));
+        return Err(SchedulerError::BadSetting {
+            setting: "--load",
+            expected: "a positive number".into(),
+            got: cfg.load.to_string(),
+        });
     }
     let topo = bench_topology(cfg.gpus_per_server)?;
     let spec = ClusterSpec::uniform(topo.clone(), cfg.servers, 16, 16);
@@ -273,7 +282,11 @@ pub fn run(cfg: &PlacementBench, sampler: &PhillySampler) -> Result<PlacementRep
                 break;
             }
             running.pop();
-            view.release(job, false).map_err(|e| format!("release {job}: {e}"))?;
+            view.release(job, false).map_err(|source| SchedulerError::View {
+                action: "release",
+                job: Some(job),
+                source,
+            })?;
             r.released += 1;
         }
         if view.version().0 >= shared.version().0 + cfg.lag {
@@ -282,10 +295,10 @@ pub fn run(cfg: &PlacementBench, sampler: &PhillySampler) -> Result<PlacementRep
         }
         let spec = spec_for(g);
         let prefer = spec.prefer;
-        let job = view.submit(spec).map_err(|e| format!("submit: {e}"))?;
+        let job = view.submit(spec).map_err(|source| SchedulerError::View { action: "submit", job: None, source })?;
         let sched = n % cfg.schedulers as usize;
         let salt = (sched as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n as u64;
-        let spec = &view.job(job).ok_or("submitted job vanished")?.spec;
+        let spec = &view.job(job).ok_or(SchedulerError::JobVanished(job))?.spec;
         let mode = cfg.policy.mode(&shared, spec);
         let spec = spec.clone();
         let mut attempts = 0;
@@ -296,7 +309,7 @@ pub fn run(cfg: &PlacementBench, sampler: &PhillySampler) -> Result<PlacementRep
             r.searches += 1;
             let Ok(found) = found else {
                 r.no_fit += 1;
-                view.cancel(job).map_err(|e| format!("cancel {job}: {e}"))?;
+                view.cancel(job).map_err(|source| SchedulerError::View { action: "cancel", job: Some(job), source })?;
                 break;
             };
             let p = Proposal { id: ProposalId(next_proposal), job, members: found.members, based_on: shared.version() };
@@ -318,13 +331,21 @@ pub fn run(cfg: &PlacementBench, sampler: &PhillySampler) -> Result<PlacementRep
                     attempts += 1;
                     if attempts > cfg.max_retries {
                         r.retries_exhausted += 1;
-                        view.cancel(job).map_err(|e| format!("cancel {job}: {e}"))?;
+                        view.cancel(job).map_err(|source| SchedulerError::View {
+                            action: "cancel",
+                            job: Some(job),
+                            source,
+                        })?;
                         break;
                     }
                 }
                 other => {
                     r.invalid_proposals += 1;
-                    view.cancel(job).map_err(|e| format!("cancel {job}: {e}"))?;
+                    view.cancel(job).map_err(|source| SchedulerError::View {
+                        action: "cancel",
+                        job: Some(job),
+                        source,
+                    })?;
                     if r.invalid_proposals == 1 {
                         eprintln!("warning: proposal refused for a non-conflict reason: {other:?}");
                     }

@@ -7,7 +7,7 @@
 //! the leader says is no longer this host's (it was placed, cancelled, or another host took it
 //! after this one missed its lease) has its task stopped.
 //!
-//! A migration task ([`crate::migrate`]) moves small running jobs out of the way of held jobs
+//! A migration task ([`crate::migration_task`]) moves small running jobs out of the way of held jobs
 //! that fragmentation blocks.
 //!
 //! Several hosts may run at once: each job has one host at a time, and when two hosts' jobs
@@ -15,9 +15,9 @@
 //! others one lease later.
 
 use crate::cache::ViewCache;
-use crate::migrate::MigrationConfig;
+use crate::migration_task::MigrationConfig;
 use crate::runtime::{Placed, RuntimeOptions, place_job};
-use crate::scheduler::{BUILTIN, Scheduler, builtin};
+use crate::scheduler::{BUILTIN, Scheduler, builtin, canonical_name};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -35,9 +35,9 @@ pub struct Registry {
 }
 
 impl Default for Registry {
-    /// The built-in schedulers, `default` by default.
+    /// The built-in schedulers, `locality-tolerant` for jobs that name none.
     fn default() -> Self {
-        let mut r = Registry { schedulers: BTreeMap::new(), default: "default".into() };
+        let mut r = Registry { schedulers: BTreeMap::new(), default: "locality-tolerant".into() };
         for name in BUILTIN {
             if let Some(s) = builtin(name) {
                 r.schedulers.insert(name.to_string(), Arc::from(s));
@@ -54,13 +54,20 @@ impl Registry {
         self
     }
 
-    /// Uses `name` for jobs that name no scheduler; an error if it is not registered.
+    /// Uses `name` (or what an old alias now names) for jobs that name no scheduler; an error
+    /// if it is not registered.
     pub fn with_default(mut self, name: &str) -> Result<Registry, HostError> {
-        if !self.schedulers.contains_key(name) {
+        let Some(found) = self.resolve(name) else {
             return Err(HostError::UnknownScheduler { name: name.to_string(), known: self.names() });
-        }
-        self.default = name.to_string();
+        };
+        self.default = found.to_string();
         Ok(self)
+    }
+
+    /// The registered name `name` stands for: itself when registered, else the scheduler an
+    /// old alias ([`crate::scheduler::ALIASES`]) now names, when that one is registered.
+    fn resolve<'a>(&self, name: &'a str) -> Option<&'a str> {
+        [name, canonical_name(name)].into_iter().find(|n| self.schedulers.contains_key(*n))
     }
 
     /// Registered names, comma-separated.
@@ -68,9 +75,11 @@ impl Registry {
         self.schedulers.keys().cloned().collect::<Vec<_>>().join(", ")
     }
 
-    /// The scheduler for a job that asks for `name` (none: the default).
+    /// The scheduler for a job that asks for `name` (none: the default; an old alias: the
+    /// scheduler it now names, unless one is registered under the old name itself).
     pub fn get(&self, name: Option<&str>) -> Option<Arc<dyn Scheduler>> {
-        self.schedulers.get(name.unwrap_or(&self.default)).cloned()
+        let name = self.resolve(name.unwrap_or(&self.default))?;
+        self.schedulers.get(name).cloned()
     }
 }
 
@@ -148,7 +157,7 @@ pub async fn run_host(
     // sender is dropped, when this function returns).
     let mut adopted_at: HashMap<JobId, Instant> = HashMap::new();
     let (held_tx, held_rx) = tokio::sync::watch::channel(Vec::new());
-    let migration = tokio::spawn(crate::migrate::run(
+    let migration = tokio::spawn(crate::migration_task::run(
         cfg.migration.clone(),
         cfg.name.clone(),
         client.clone(),
@@ -255,4 +264,62 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// FNV-1a of a name: a salt that tells hosts (and their rngs) apart.
 pub(crate) fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::{Attempt, CpuAware, Verdict};
+
+    /// A scheduler of one's own registered under the old alias's name.
+    #[derive(Debug)]
+    struct Custom;
+
+    impl Scheduler for Custom {
+        fn name(&self) -> &str {
+            "default"
+        }
+
+        fn schedule(&self, _: &Attempt<'_>) -> Verdict {
+            Verdict::Wait("custom".into())
+        }
+    }
+
+    fn name_of(r: &Registry, asked: Option<&str>) -> Option<String> {
+        r.get(asked).map(|s| s.name().to_string())
+    }
+
+    #[test]
+    fn the_default_registry_holds_the_builtins_and_places_unnamed_jobs_locality_tolerant() {
+        let r = Registry::default();
+        assert_eq!(r.names(), "cpu-aware, locality-tolerant, optimus");
+        for name in BUILTIN {
+            assert_eq!(name_of(&r, Some(name)).as_deref(), Some(name));
+        }
+        assert_eq!(name_of(&r, None).as_deref(), Some("locality-tolerant"));
+        assert_eq!(name_of(&r, Some("no-such")), None);
+    }
+
+    #[test]
+    fn the_old_name_default_still_names_locality_tolerant() {
+        let r = Registry::default().with_default("cpu-aware").expect("registered");
+        assert_eq!(name_of(&r, None).as_deref(), Some(CpuAware::default().name()));
+        // A job file naming `default` gets the scheduler that name always meant, not the
+        // host's default.
+        assert_eq!(name_of(&r, Some("default")).as_deref(), Some("locality-tolerant"));
+        // And `--default-scheduler default` keeps working.
+        let r = r.with_default("default").expect("alias accepted");
+        assert_eq!(name_of(&r, None).as_deref(), Some("locality-tolerant"));
+        let e = Registry::default().with_default("no-such").expect_err("unknown");
+        assert_eq!(e.to_string(), "no scheduler `no-such` (known: cpu-aware, locality-tolerant, optimus)");
+    }
+
+    #[test]
+    fn a_scheduler_registered_under_an_alias_wins_over_the_alias() {
+        let r = Registry::default().register(Custom);
+        assert_eq!(name_of(&r, Some("default")).as_deref(), Some("default"));
+        assert_eq!(name_of(&r, Some("locality-tolerant")).as_deref(), Some("locality-tolerant"));
+        let r = r.with_default("default").expect("registered");
+        assert_eq!(name_of(&r, None).as_deref(), Some("default"));
+    }
 }

@@ -7,15 +7,16 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`scheduler`] | the [`Scheduler`] trait, [`Verdict`], and the built-in schedulers (`default`, `cpu-aware`, `optimus`) |
+//! | [`scheduler`] | the [`Scheduler`] trait, [`Verdict`], and the built-in schedulers (`locality-tolerant`, `cpu-aware`, `optimus`) |
 //! | [`runtime`] | [`PlaceMachine`]: propose, learn from rejections, retry with jittered backoff, relax locality, give up — a pure state machine over a clock; [`place_job`] is its async shell |
 //! | [`host`] | [`run_host`]: the scheduler host, one task per adopted job, jobs held under a lease |
-//! | [`migrate`] | [`MigrationConfig`]: the host's live migration task, moving small jobs out of the way of a blocked one |
+//! | [`migration_task`] | [`MigrationConfig`]: the host's live migration task, executing the planner's moves for a blocked job |
 //! | [`cache`] | [`ViewCache`]: a live copy of the view from a snapshot plus the `Watch` stream, following leader changes |
 //! | [`local_view`] | [`LocalView`]: a scheduler's copy of the view, kept current from deltas, with a free-capacity index over servers |
 //! | [`search`] | [`search::find_placement`]: topology-aware gang placement at the tightest feasible level within tolerance, via bit operations |
-//! | [`policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
-//! | [`trace`] | job-size and duration samplers from the Philly trace (file or built-in histogram) |
+//! | [`placement_policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
+//! | [`philly_sampler`] | [`PhillySampler`](philly_sampler::PhillySampler): job sizes and durations drawn from the Philly trace (file or built-in histogram) |
+//! | [`error`] | [`SchedulerError`] (parsers, benchmark, self-checks) and [`TraceError`] (trace files) |
 //! | [`bench`] | the placement benchmark behind `tessera bench placement` |
 //! | [`sim`] | the trace-driven simulator behind `tessera sim`: trace loaders, speed model, policies, event loop |
 //!
@@ -27,21 +28,23 @@
 
 pub mod bench;
 pub mod cache;
+pub mod error;
 pub mod host;
 pub mod local_view;
-pub mod migrate;
-pub mod policy;
+pub mod migration_task;
+pub mod philly_sampler;
+pub mod placement_policy;
 pub mod runtime;
 pub mod scheduler;
 pub mod search;
 pub mod sim;
-pub mod trace;
 
 pub use cache::ViewCache;
+pub use error::{SchedulerError, TraceError};
 pub use host::{HostConfig, Registry, run_host};
 pub use local_view::{LocalView, Overlay};
-pub use migrate::MigrationConfig;
-pub use policy::Policy;
+pub use migration_task::MigrationConfig;
+pub use placement_policy::Policy;
 pub use runtime::{PlaceMachine, Placed, RuntimeOptions, place_job};
 pub use scheduler::{Attempt, CpuAware, LocalityTolerant, Optimus, Scheduler, Verdict};
 pub use search::{SearchError, find_placement};

@@ -10,6 +10,7 @@
 //! Per configuration set a histogram counts up servers by free-device count, so a search for a
 //! multi-server gang can count member slots per rack without visiting servers.
 
+use crate::error::SchedulerError;
 use std::collections::HashMap;
 use tessera_view::{
     ClusterView, ConfigSet, ConfigSetId, Health, LocalityLevel, ServerId, ServerRecord, Topology, ViewDelta,
@@ -362,26 +363,26 @@ impl LocalView {
 
     /// Checks the index against the records (for tests): every up server is in exactly the
     /// bucket its record implies, histograms and load match.
-    pub fn check_index(&self) -> Result<(), String> {
+    pub fn check_index(&self) -> Result<(), SchedulerError> {
         let mut seen = vec![false; self.servers.len()];
         for b in &self.buckets {
             for (i, s) in b.servers.iter().enumerate() {
                 let rec = &self.servers[s.index()];
                 let topo = self.topology_of(rec.config_set);
                 if rec.health != Health::Up {
-                    return Err(format!("{s} is {} but indexed", rec.health));
+                    return Err(SchedulerError::IndexedNotUp { server: *s, health: rec.health });
                 }
                 if capacity_key(topo, rec.free_gpus) != b.key || self.pos[s.index()] as usize != i {
-                    return Err(format!("{s} is in the wrong bucket or position"));
+                    return Err(SchedulerError::MisIndexed(*s));
                 }
                 if std::mem::replace(&mut seen[s.index()], true) {
-                    return Err(format!("{s} is indexed twice"));
+                    return Err(SchedulerError::IndexedTwice(*s));
                 }
             }
         }
         for (i, rec) in self.servers.iter().enumerate() {
             if rec.health == Health::Up && !seen[i] {
-                return Err(format!("server#{i} is up but not indexed"));
+                return Err(SchedulerError::NotIndexed(ServerId(i as u32)));
             }
         }
         for (cs, hist) in self.cs_hist.iter().enumerate() {
@@ -393,7 +394,7 @@ impl LocalView {
                 }
             }
             if *hist != want {
-                return Err(format!("histogram of config-set#{cs} is off"));
+                return Err(SchedulerError::HistogramOff(ConfigSetId(cs as u16)));
             }
         }
         Ok(())

@@ -10,12 +10,15 @@
 //!
 //! | name | [`Scheduler`] | what it does |
 //! |---|---|---|
-//! | `default` | [`LocalityTolerant`] | tightest locality within the job's current tolerance; spreads small jobs under light load, packs otherwise ([`Policy`]); grants a fixed share of cores per GPU |
-//! | `cpu-aware` | [`CpuAware`] | as `default`, but sizes cores per GPU from the job's predictor: the sweet point θ where a server has it, fewer (down to the job's minimum) only where none has |
+//! | `locality-tolerant` | [`LocalityTolerant`] | tightest locality within the job's current tolerance; spreads small jobs under light load, packs otherwise ([`Policy`]); grants a fixed share of cores per GPU |
+//! | `cpu-aware` | [`CpuAware`] | as `locality-tolerant`, but sizes cores per GPU from the job's predictor: the sweet point θ where a server has it, fewer (down to the job's minimum) only where none has |
 //! | `optimus` | [`Optimus`] | parameter-server/worker jobs: the fewest servers, the same number of members on each |
+//!
+//! `default`, the name `locality-tolerant` had before, is still accepted wherever a scheduler
+//! is named (job files, `--default-scheduler`): see [`ALIASES`].
 
 use crate::local_view::{LocalView, Overlay};
-use crate::policy::Policy;
+use crate::placement_policy::Policy;
 use crate::search::{find_placement, plan_on_server};
 use std::collections::HashMap;
 use tessera_view::fit::{FitMode, member_request};
@@ -94,7 +97,8 @@ fn with_cores(spec: &JobSpec, cores_per_gpu: u32) -> JobSpec {
     JobSpec { cpu: CpuDemand::Fixed { cores_per_gpu }, ..spec.clone() }
 }
 
-/// The default scheduler: the tightest locality the job accepts now, spread or pack by load.
+/// The host's default scheduler (`locality-tolerant`): the tightest locality the job accepts
+/// now, spread or pack by load.
 #[derive(Clone, Debug, Default)]
 pub struct LocalityTolerant {
     /// Spread or pack.
@@ -103,7 +107,7 @@ pub struct LocalityTolerant {
 
 impl Scheduler for LocalityTolerant {
     fn name(&self) -> &str {
-        "default"
+        "locality-tolerant"
     }
 
     fn schedule(&self, a: &Attempt<'_>) -> Verdict {
@@ -269,10 +273,10 @@ impl Optimus {
     }
 }
 
-/// The built-in schedulers by name.
+/// The built-in schedulers by name (an alias in [`ALIASES`] included).
 pub fn builtin(name: &str) -> Option<Box<dyn Scheduler>> {
-    match name {
-        "default" => Some(Box::new(LocalityTolerant::default())),
+    match canonical_name(name) {
+        "locality-tolerant" => Some(Box::new(LocalityTolerant::default())),
         "cpu-aware" => Some(Box::new(CpuAware::default())),
         "optimus" => Some(Box::new(Optimus)),
         _ => None,
@@ -280,4 +284,34 @@ pub fn builtin(name: &str) -> Option<Box<dyn Scheduler>> {
 }
 
 /// Names of the built-in schedulers.
-pub const BUILTIN: [&str; 3] = ["default", "cpu-aware", "optimus"];
+pub const BUILTIN: [&str; 3] = ["locality-tolerant", "cpu-aware", "optimus"];
+
+/// Old names of built-in schedulers, still accepted so that job files and scripts written
+/// before a rename keep working: (old, current). `default` was [`LocalityTolerant`]'s name; it
+/// names that scheduler, not whichever one a host uses for jobs that name none.
+pub const ALIASES: [(&str, &str); 1] = [("default", "locality-tolerant")];
+
+/// The current name for `name`: itself, or what an old name in [`ALIASES`] is called now.
+pub fn canonical_name(name: &str) -> &str {
+    ALIASES.iter().find(|(old, _)| *old == name).map_or(name, |(_, new)| new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_is_found_by_its_own_name_and_every_alias_by_its_old_one() {
+        for name in BUILTIN {
+            assert_eq!(builtin(name).map(|s| s.name().to_string()).as_deref(), Some(name));
+            assert_eq!(canonical_name(name), name);
+        }
+        for (old, new) in ALIASES {
+            assert!(BUILTIN.contains(&new), "{old} → {new}");
+            assert!(!BUILTIN.contains(&old), "an alias is no current name: {old}");
+            assert_eq!(builtin(old).map(|s| s.name().to_string()).as_deref(), Some(new));
+        }
+        assert_eq!(LocalityTolerant::default().name(), "locality-tolerant");
+        assert!(builtin("no-such").is_none());
+    }
+}

@@ -70,7 +70,7 @@ proptest! {
         spec.prefer = LocalityLevel::PcieSwitch;
         let Ok(job) = view.submit(spec.clone()) else { return Ok(()) };
         let local = LocalView::of_view(&view);
-        local.check_index().map_err(TestCaseError::fail)?;
+        local.check_index().map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mode = if spread { FitMode::Spread } else { FitMode::Pack };
         let found = find_placement(&local, &Overlay::default(), &spec, spec.tolerate, mode, salt);
         // Brute force: the tightest intra-server level any server offers for the whole gang.
@@ -122,7 +122,7 @@ proptest! {
             rec.free_gpus = free & topo.all_devices();
             rec.health = [Health::Up, Health::Draining, Health::Down][h as usize];
             local.apply_server(ServerId(s), rec);
-            local.check_index().map_err(TestCaseError::fail)?;
+            local.check_index().map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
     }
 }

@@ -93,7 +93,7 @@ fn bad_trace_rows_are_reported_with_row_and_column() {
         "job_id,vc,submit_time_s,num_gpus,duration_s_v100,job_type,total_steps\n0,a,0,1,10,LM,1\n1,a,5,-2,10,LM,1\n",
     )
     .expect("write");
-    let e = sim::trace::load_philly(&p, None).expect_err("malformed").to_string();
+    let e = sim::trace_loader::load_philly(&p, None).expect_err("malformed").to_string();
     assert!(e.contains("row 2") && e.contains("`num_gpus`"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::v1;
-use tessera_view::{Job, JobState, ServerId, Topology, ViewDelta, ViewSnapshot};
+use tessera_view::{Job, JobId, JobState, ServerId, Topology, ViewDelta, ViewSnapshot};
 use thiserror::Error;
 use tonic::Code;
 use tracing::{Instrument, error, info, instrument, warn};
@@ -74,7 +74,9 @@ pub struct AgentConfig {
     pub listen: Option<String>,
 }
 
-/// Why the agent stopped.
+/// What went wrong in the agent: why it stopped ([`run`]'s error), why it read the view again
+/// (a watch event it could not apply), or why it refused a member (reported to the view as the
+/// member's exit message).
 #[derive(Debug, Error)]
 pub enum AgentError {
     /// Discovery failed or found nothing to offer.
@@ -91,6 +93,83 @@ pub enum AgentError {
     /// The task runner's state directory is unusable.
     #[error("task runner: {0}")]
     Runner(String),
+    /// A call to the view failed while (re)loading the local copy.
+    #[error(transparent)]
+    View(#[from] ClientError),
+    /// The view answered a snapshot request with no snapshot.
+    #[error("the view answered no snapshot")]
+    NoSnapshot,
+    /// A watch event that does not decode.
+    #[error("malformed {what} from the view: {source}")]
+    Malformed {
+        /// `snapshot` or `delta`.
+        what: &'static str,
+        /// Why it does not decode.
+        source: tessera_proto::WireError,
+    },
+    /// A watch snapshot older than the local copy.
+    #[error("snapshot at version {version} but the copy is at {copy}")]
+    StaleSnapshot {
+        /// The snapshot's version.
+        version: u64,
+        /// The local copy's version.
+        copy: u64,
+    },
+    /// A watch delta that does not start where the local copy is.
+    #[error("delta from version {from} but the copy is at {copy}")]
+    DeltaGap {
+        /// Where the delta starts.
+        from: u64,
+        /// The local copy's version.
+        copy: u64,
+    },
+    /// A watch event with nothing in it.
+    #[error("empty watch event")]
+    EmptyWatchEvent,
+    /// A member to start whose job is not in the local copy.
+    #[error("{job} is not in the agent's copy of the view")]
+    JobNotInCopy {
+        /// The job.
+        job: JobId,
+    },
+    /// A member to start whose job has no placement.
+    #[error("{job} has no placement")]
+    NoPlacement {
+        /// The job.
+        job: JobId,
+    },
+    /// A member to start that its job's placement does not have.
+    #[error("the placement of {job} has no member {member}")]
+    NoMember {
+        /// The job.
+        job: JobId,
+        /// The member's rank.
+        member: usize,
+    },
+    /// A grant naming devices this server's model lacks.
+    #[error(
+        "placement names devices {} but server {server} has devices {}",
+        tessera_view::mask::format_indices(*missing),
+        tessera_view::mask::format_indices(*has)
+    )]
+    MissingDevices {
+        /// This server.
+        server: String,
+        /// The devices it lacks.
+        missing: u64,
+        /// The devices it has.
+        has: u64,
+    },
+    /// A grant naming cores this server's model lacks.
+    #[error("placement names cores {} but server {server} has {has} cores", missing.format())]
+    MissingCores {
+        /// This server.
+        server: String,
+        /// The cores it lacks.
+        missing: tessera_view::CoreMask,
+        /// How many cores it has.
+        has: u32,
+    },
 }
 
 /// Discovers the server, registers it, and serves its placements until `shutdown` resolves.
@@ -309,7 +388,7 @@ impl Agent {
         shutdown: impl Future<Output = ()>,
         mut beats: tokio::task::JoinHandle<AgentError>,
     ) -> Result<(), AgentError> {
-        enum Ev {
+        enum LoopEvent {
             Shutdown,
             Tick,
             Fatal(AgentError),
@@ -367,19 +446,19 @@ impl Agent {
             };
             let synced = self.synced;
             let ev = tokio::select! {
-                _ = &mut shutdown => Ev::Shutdown,
-                r = &mut beats => Ev::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}")))),
-                _ = tick.tick() => Ev::Tick,
-                ev = next => Ev::Watch(ev),
+                _ = &mut shutdown => LoopEvent::Shutdown,
+                r = &mut beats => LoopEvent::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}")))),
+                _ = tick.tick() => LoopEvent::Tick,
+                ev = next => LoopEvent::Watch(ev),
                 // Exits wait for the first sync: keeping or forgetting a task directory needs
                 // to know which placements live.
-                exit = runner.next_exit(), if synced => Ev::Exit(exit),
+                exit = runner.next_exit(), if synced => LoopEvent::Exit(exit),
             };
             match ev {
-                Ev::Shutdown => break Ok(()),
-                Ev::Fatal(e) => break Err(e),
-                Ev::Tick => self.reconcile().await,
-                Ev::Watch(Ok(Some(ev))) => {
+                LoopEvent::Shutdown => break Ok(()),
+                LoopEvent::Fatal(e) => break Err(e),
+                LoopEvent::Tick => self.reconcile().await,
+                LoopEvent::Watch(Ok(Some(ev))) => {
                     if let Err(e) = self.apply(ev) {
                         warn!(error = %e, version = self.version, "bad watch event, reading the view again");
                         stream = None;
@@ -387,12 +466,12 @@ impl Agent {
                     }
                     self.reconcile().await;
                 }
-                Ev::Watch(_) => {
+                LoopEvent::Watch(_) => {
                     if stream.take().is_some() {
                         info!(version = self.version, "watch ended; reconnecting");
                     }
                 }
-                Ev::Exit(exit) => {
+                LoopEvent::Exit(exit) => {
                     self.on_exit(exit);
                     self.reconcile().await;
                 }
@@ -407,22 +486,23 @@ impl Agent {
     /// Follows the view from the local copy's version. The first time, the copy is loaded from
     /// a linearizable snapshot (server names, the jobs placed here), so a replica that lags
     /// cannot hand the agent an older view than the one its placements were made on.
-    async fn open_watch(&mut self) -> Result<tonic::Streaming<v1::WatchEvent>, String> {
+    async fn open_watch(&mut self) -> Result<tonic::Streaming<v1::WatchEvent>, AgentError> {
         if !self.synced {
-            let snap = self.client.snapshot(true).await.map_err(|e| e.to_string())?;
-            let snap = snap.snapshot.ok_or("the view answered no snapshot")?;
+            let snap = self.client.snapshot(true).await?;
+            let snap = snap.snapshot.ok_or(AgentError::NoSnapshot)?;
             self.apply(v1::WatchEvent { event: Some(v1::watch_event::Event::Snapshot(snap)) })?;
         }
-        self.client.watch(self.version).await.map_err(|e| e.to_string())
+        Ok(self.client.watch(self.version).await?)
     }
 
     /// Applies one watch event to the local copy.
-    fn apply(&mut self, ev: v1::WatchEvent) -> Result<(), String> {
+    fn apply(&mut self, ev: v1::WatchEvent) -> Result<(), AgentError> {
         match ev.event {
             Some(v1::watch_event::Event::Snapshot(s)) => {
-                let snap = ViewSnapshot::try_from(s).map_err(|e| e.to_string())?;
+                let snap =
+                    ViewSnapshot::try_from(s).map_err(|source| AgentError::Malformed { what: "snapshot", source })?;
                 if snap.version.0 < self.version {
-                    return Err(format!("snapshot at version {} but the copy is at {}", snap.version.0, self.version));
+                    return Err(AgentError::StaleSnapshot { version: snap.version.0, copy: self.version });
                 }
                 self.version = snap.version.0;
                 self.names = snap.server_names;
@@ -433,16 +513,16 @@ impl Agent {
                 }
             }
             Some(v1::watch_event::Event::Delta(d)) => {
-                let d = ViewDelta::try_from(d).map_err(|e| e.to_string())?;
+                let d = ViewDelta::try_from(d).map_err(|source| AgentError::Malformed { what: "delta", source })?;
                 if d.from.0 != self.version {
-                    return Err(format!("delta from version {} but the copy is at {}", d.from.0, self.version));
+                    return Err(AgentError::DeltaGap { from: d.from.0, copy: self.version });
                 }
                 self.version = d.to.0;
                 for j in d.jobs {
                     self.keep(j);
                 }
             }
-            None => return Err("empty watch event".into()),
+            None => return Err(AgentError::EmptyWatchEvent),
         }
         self.synced = true;
         Ok(())
@@ -525,7 +605,7 @@ impl Agent {
                         info!(job_id = id.job, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
                         launch.push(spec);
                     }
-                    Err(why) => self.refuse(id, why),
+                    Err(why) => self.refuse(id, why.to_string()),
                 },
             }
         }
@@ -574,11 +654,12 @@ impl Agent {
 
     /// What to run for member `id` of a job in the local copy (the plan checked its grant
     /// against the model, and that the job has a command).
-    fn task_spec(&self, id: TaskId) -> Result<TaskSpec, String> {
-        let job = self.jobs.get(&id.job).ok_or("the job is not in the agent's copy of the view")?;
-        let p = job.placement.as_ref().ok_or("the job has no placement")?;
+    fn task_spec(&self, id: TaskId) -> Result<TaskSpec, AgentError> {
+        let job_id = JobId(id.job);
+        let job = self.jobs.get(&id.job).ok_or(AgentError::JobNotInCopy { job: job_id })?;
+        let p = job.placement.as_ref().ok_or(AgentError::NoPlacement { job: job_id })?;
         let k = id.member as usize;
-        let m = p.members.get(k).ok_or_else(|| format!("the placement has no member {k}"))?;
+        let m = p.members.get(k).ok_or(AgentError::NoMember { job: job_id, member: k })?;
         let mut cpus: Vec<u32> = m
             .cores
             .indices()

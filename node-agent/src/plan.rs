@@ -27,6 +27,7 @@
 //! or as having failed to start. A task directory is kept until the member's placement is gone,
 //! so a member that ran (and ended) is never started twice.
 
+use crate::agent::AgentError;
 use crate::task::{TaskExit, TaskId};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tessera_view::{CoreMask, Job, JobState, MemberPlacement, ServerId, TaskState, Topology};
@@ -225,7 +226,7 @@ pub fn plan(r: &Round<'_>) -> Vec<Action> {
         if let Some(behind) = behind {
             actions.push(Action::Wait { id: *id, behind: *behind });
         } else if let Err(why) = check_member(r.model, r.server, &w.member) {
-            actions.push(Action::Refuse { id: *id, why });
+            actions.push(Action::Refuse { id: *id, why: why.to_string() });
         } else if !w.has_command {
             actions.push(Action::NoProcess(*id));
         } else {
@@ -236,21 +237,14 @@ pub fn plan(r: &Round<'_>) -> Vec<Action> {
 }
 
 /// Whether a member's grant exists on this server's model; the reason when it does not.
-pub fn check_member(t: &Topology, server: &str, m: &MemberPlacement) -> Result<(), String> {
+pub fn check_member(t: &Topology, server: &str, m: &MemberPlacement) -> Result<(), AgentError> {
     let missing = m.gpus & !t.all_devices();
     if missing != 0 {
-        return Err(format!(
-            "placement names devices {} but server {server} has devices {}",
-            tessera_view::mask::format_indices(missing),
-            tessera_view::mask::format_indices(t.all_devices())
-        ));
+        return Err(AgentError::MissingDevices { server: server.to_string(), missing, has: t.all_devices() });
     }
     if !m.cores.is_subset_of(t.all_cores()) {
-        return Err(format!(
-            "placement names cores {} but server {server} has {} cores",
-            m.cores.without(t.all_cores()).format(),
-            t.cores()
-        ));
+        let missing = m.cores.without(t.all_cores());
+        return Err(AgentError::MissingCores { server: server.to_string(), missing, has: t.cores() });
     }
     Ok(())
 }

@@ -2153,13 +2153,13 @@ fn never_fits_counts_every_members_cores_and_memory() {
 // Migration: atomic moves through the approver
 // ---------------------------------------------------------------------------------------------
 
-/// Random fragmentation, then plans from `migration::plan` applied as `Command::Migrate`, mixed
+/// Random fragmentation, then plans from `migration_planner::plan` applied as `Command::Migrate`, mixed
 /// with corrupted moves (onto busy devices, of pending jobs) and retries. After every command
 /// the invariant checker is clean and a refused move changes nothing; at the end, replaying the
 /// log gives the same state hash, and so does a snapshot.
 mod migration_moves {
     use super::*;
-    use tessera_view::migration::{self, MigrationParams};
+    use tessera_view::migration_planner::{self, MigrationParams};
 
     fn apply_checked(view: &mut ClusterView, log: &mut Vec<Command>, cmd: Command) -> Outcome {
         let before = view.state_hash();
@@ -2223,7 +2223,7 @@ mod migration_moves {
         let remaining: BTreeMap<JobId, f64> =
             placed.iter().map(|&j| (j, if rng.random_bool(0.2) { 1.0 } else { 1e9 })).collect();
         let params = MigrationParams { max_moves: rng.random_range(0..6), ..MigrationParams::default() };
-        let plan = migration::plan(&view, big, LocalityLevel::Server, &remaining, &params);
+        let plan = migration_planner::plan(&view, big, LocalityLevel::Server, &remaining, &params);
         if let Some(plan) = plan {
             assert!(plan.moves.len() <= params.max_moves);
             for m in &plan.moves {

@@ -7,7 +7,7 @@
 //! decision carries the fresh state of every stale server at once. Apply takes every member or
 //! none: nothing is written until every member has passed.
 //!
-//! A *move* ([`ClusterView::migrate`], the migration module's transaction) goes through the same
+//! A *move* ([`ClusterView::migrate`], the migration planner's transaction) goes through the same
 //! checks for a job that already holds a placement: its new members are validated against the
 //! records net of its own current placement, and apply releases the old placement and takes the
 //! new one in one step, idempotent on the move's proposal id like any proposal.

@@ -150,7 +150,7 @@ impl ClusterSpec {
                 ));
             }
             ib_of_rack.insert(r.name.clone(), r.ib_domain.clone());
-            let t = spec.add_topology(topo).map_err(|m| SpecError::invalid(file, f("topology"), m))?;
+            let t = spec.add_topology(topo, file, || f("topology"))?;
             if !seen_groups.insert((r.name.clone(), t)) {
                 return Err(SpecError::invalid(
                     file,
@@ -257,15 +257,18 @@ impl ClusterSpec {
         self.groups.iter().map(|g| g.servers as u64).sum()
     }
 
-    fn add_topology(&mut self, t: Topology) -> Result<usize, String> {
+    /// The index of topology `t`, added unless an equal one is there. An error names the
+    /// `field` of `file` that names `t`.
+    fn add_topology(&mut self, t: Topology, file: &str, field: impl FnOnce() -> String) -> Result<usize, SpecError> {
         if let Some(i) = self.topologies.iter().position(|x| x.name == t.name) {
             if self.topologies[i] != t {
-                return Err(format!("two different topologies are both named `{}`", t.name));
+                let message = format!("two different topologies are both named `{}`", t.name);
+                return Err(SpecError::invalid(file, field(), message));
             }
             return Ok(i);
         }
         if self.topologies.len() >= u16::MAX as usize {
-            return Err("too many distinct topologies".into());
+            return Err(SpecError::invalid(file, field(), "too many distinct topologies"));
         }
         self.topologies.push(t);
         Ok(self.topologies.len() - 1)

@@ -155,7 +155,8 @@ pub struct JobSpec {
     /// The command each member runs (empty for simulated jobs).
     pub command: Vec<String>,
     /// The scheduler that places the job, by the name a scheduler host knows it by
-    /// (`default`, `cpu-aware`, `optimus`, or one of your own); the host's default when `None`.
+    /// (`locality-tolerant`, `cpu-aware`, `optimus`, or one of your own; `default` is the old
+    /// name of `locality-tolerant`); the host's default when `None`.
     #[serde(default)]
     pub scheduler: Option<String>,
 }

@@ -19,7 +19,7 @@
 //! | [`fit`] | the one fit function shared by the approver and every scheduler's search |
 //! | [`view`] | [`ClusterView`]: the state machine (commands, versions, deltas, snapshots, hash) |
 //! | [`approver`] | atomic gang validation and apply, idempotent on the proposal id |
-//! | [`migration`] | the migration planner: fewest moves of small jobs that free a group |
+//! | [`migration_planner`] | the migration planner: fewest moves of small jobs that free a group (the scheduler hosts' migration task and the simulator execute its plans) |
 //! | [`invariants`] | an independent checker of the view's invariants |
 //!
 //! Invariants, asserted in code and checked by `tests/`: a device or core is never allocated to
@@ -37,7 +37,7 @@ pub mod invariants;
 pub mod job;
 pub mod locality;
 pub mod mask;
-pub mod migration;
+pub mod migration_planner;
 pub mod placement;
 pub mod server;
 pub mod topology;

@@ -249,13 +249,13 @@ impl Topology {
         // their unions, so a bad device is reported where the file lists it.
         let mut seen = 0u64;
         for (i, &sw) in self.pcie_switches.iter().enumerate() {
-            self.check_group(sw, seen, Group::PcieSwitch).map_err(|m| FieldError::new(switch_field(i), m))?;
+            self.check_group(sw, seen, Group::PcieSwitch, || switch_field(i))?;
             seen |= sw;
         }
         self.check_cover(seen, Group::PcieSwitch)?;
         seen = 0;
         for (s, &sock) in self.sockets.iter().enumerate() {
-            self.check_group(sock, seen, Group::Socket).map_err(|m| FieldError::new(format!("sockets[{s}]"), m))?;
+            self.check_group(sock, seen, Group::Socket, || format!("sockets[{s}]"))?;
             seen |= sock;
         }
         self.check_cover(seen, Group::Socket)?;
@@ -273,7 +273,7 @@ impl Topology {
         seen = 0;
         for (g, &group) in self.nvlink_groups.iter().enumerate() {
             let field = || format!("nvlink_groups[{g}]");
-            self.check_group(group, seen, Group::NvLink).map_err(|m| FieldError::new(field(), m))?;
+            self.check_group(group, seen, Group::NvLink, field)?;
             if group.count_ones() < 2 {
                 return Err(FieldError::new(
                     field(),
@@ -286,13 +286,22 @@ impl Topology {
     }
 
     /// One group of a partition (or of the disjoint NVLink groups): not empty, within range and
-    /// disjoint from the groups before it (`seen`).
-    fn check_group(&self, group: u64, seen: u64, kind: Group) -> Result<(), String> {
+    /// disjoint from the groups before it (`seen`). An error names the group's `field`.
+    fn check_group(
+        &self,
+        group: u64,
+        seen: u64,
+        kind: Group,
+        field: impl FnOnce() -> String,
+    ) -> Result<(), FieldError> {
         if group == 0 {
-            return Err(match kind {
-                Group::Socket => "an empty socket; a socket needs at least one PCIe switch".into(),
-                _ => "an empty device group".into(),
-            });
+            return Err(FieldError::new(
+                field(),
+                match kind {
+                    Group::Socket => "an empty socket; a socket needs at least one PCIe switch",
+                    _ => "an empty device group",
+                },
+            ));
         }
         let n = self.devices;
         let beyond = group & !self.all_devices();
@@ -303,11 +312,17 @@ impl Topology {
             } else {
                 String::new()
             };
-            return Err(format!("device {d} is out of range (devices = {n}, indices 0..{n}){also}"));
+            return Err(FieldError::new(
+                field(),
+                format!("device {d} is out of range (devices = {n}, indices 0..{n}){also}"),
+            ));
         }
         if group & seen != 0 {
             let d = (group & seen).trailing_zeros();
-            return Err(format!("device {d} is in two groups: it already belongs to another {}", kind.name()));
+            return Err(FieldError::new(
+                field(),
+                format!("device {d} is in two groups: it already belongs to another {}", kind.name()),
+            ));
         }
         Ok(())
     }

@@ -32,6 +32,12 @@ pub enum NodeError {
     /// The request does not apply to the current state.
     #[error("{0}")]
     Precondition(String),
+    /// A heartbeat from a server the view has marked down: it must register again.
+    #[error("server {server} is down (its lease expired); register again")]
+    ServerDown {
+        /// The server.
+        server: tessera_view::ServerId,
+    },
     /// The replica is shutting down or failed.
     #[error("replica stopped: {0}")]
     Stopped(String),
@@ -62,7 +68,7 @@ impl From<NodeError> for Status {
             NodeError::Timeout(_) => Status::new(Code::DeadlineExceeded, msg),
             NodeError::NotFound(_) => Status::new(Code::NotFound, msg),
             NodeError::Invalid(_) => Status::new(Code::InvalidArgument, msg),
-            NodeError::Precondition(_) => Status::new(Code::FailedPrecondition, msg),
+            NodeError::Precondition(_) | NodeError::ServerDown { .. } => Status::new(Code::FailedPrecondition, msg),
             NodeError::Stopped(_) => Status::new(Code::Unavailable, msg),
         }
     }

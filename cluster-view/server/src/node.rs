@@ -5,9 +5,17 @@
 //! replies. The RocksDB writes block this thread only, never the async runtime. Requests
 //! drained together share one ready round, so many concurrent proposals share one fsync and one
 //! raft entry (group commit).
+//!
+//! Decisions take the time as an argument: the loop reads the clock once per event (a request,
+//! a tick, the end of a round) and passes that reading down, so the lease tables
+//! ([`leases::ServerLeases`], [`crate::adoption::Adoptions`]) are pure and unit-tested over
+//! explicit instants.
+
+pub mod leases;
 
 use crate::adoption::{Adopted, Adoptions};
 use crate::error::NodeError;
+use leases::ServerLeases;
 use raft::eraftpb::{Message, MessageType};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -21,9 +29,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// A reply to a request: the answer, or why there is none.
 pub type Reply<T> = oneshot::Sender<Result<T, NodeError>>;
 
-/// What a read asks for.
+/// What a read is of: the whole view or one job.
 #[derive(Debug)]
-pub enum ReadWhat {
+pub enum ReadTarget {
     /// The whole view.
     Snapshot,
     /// One job.
@@ -73,9 +81,9 @@ pub struct NodeStatus {
     pub scheduler_hosts: Vec<(String, Vec<JobId>)>,
 }
 
-/// Requests to the driver.
+/// A request to the driver thread, answered on its own reply channel (raft traffic has none).
 #[derive(Debug)]
-pub enum Req {
+pub enum NodeRequest {
     /// Gang proposals, each answered on its own.
     Propose(Vec<(Proposal, Reply<(Answer, u64)>)>),
     /// Commands other than gang proposals, queued together (all or none reach the driver).
@@ -85,7 +93,7 @@ pub enum Req {
         /// Confirm with the leader first.
         linearizable: bool,
         /// What.
-        what: ReadWhat,
+        what: ReadTarget,
         /// Where the answer goes.
         reply: Reply<ReadOut>,
     },
@@ -120,10 +128,10 @@ const RAFT_QUEUE: usize = 16_384;
 /// A cheap, cloneable handle on the driver.
 #[derive(Clone, Debug)]
 pub struct NodeHandle {
-    tx: SyncSender<Req>,
+    tx: SyncSender<NodeRequest>,
     /// Raft messages and transport reports: a queue of their own, drained first by the driver,
     /// so client load cannot crowd them out, and reports are never dropped.
-    raft: Arc<std::sync::Mutex<std::collections::VecDeque<Req>>>,
+    raft: Arc<std::sync::Mutex<std::collections::VecDeque<NodeRequest>>>,
     /// The applied view version, for watchers.
     pub version: watch::Receiver<u64>,
     /// Replica id → address record, `client` or `client raft` (configured peers plus announced
@@ -135,20 +143,21 @@ pub struct NodeHandle {
 
 impl NodeHandle {
     /// Queues a request; a full queue answers `Busy` at once.
-    pub fn send(&self, req: Req) -> Result<(), NodeError> {
+    pub fn send(&self, req: NodeRequest) -> Result<(), NodeError> {
         self.tx.try_send(req).map_err(|e| match e {
             TrySendError::Full(_) => NodeError::Busy("request queue full".into()),
             TrySendError::Disconnected(_) => NodeError::Stopped("driver thread ended".into()),
         })
     }
 
-    /// Queues raft traffic (`Req::Raft`, `Req::Unreachable`, `Req::SnapshotSent`) on the raft
-    /// queue. Messages beyond its bound are dropped; snapshot reports never are.
-    pub fn send_raft(&self, req: Req) {
+    /// Queues raft traffic (`NodeRequest::Raft`, `NodeRequest::Unreachable`,
+    /// `NodeRequest::SnapshotSent`) on the raft queue. Messages beyond its bound are dropped;
+    /// snapshot reports never are.
+    pub fn send_raft(&self, req: NodeRequest) {
         if let Ok(mut q) = self.raft.lock() {
             let keep = match &req {
-                Req::SnapshotSent(..) => true,
-                Req::Unreachable(to) => !q.iter().any(|r| matches!(r, Req::Unreachable(t) if t == to)),
+                NodeRequest::SnapshotSent(..) => true,
+                NodeRequest::Unreachable(to) => !q.iter().any(|r| matches!(r, NodeRequest::Unreachable(t) if t == to)),
                 _ => q.len() < RAFT_QUEUE,
             };
             if keep {
@@ -156,12 +165,12 @@ impl NodeHandle {
             }
         }
         // A full request queue means the driver is busy and drains the raft queue soon anyway.
-        let _ = self.tx.try_send(Req::Wake);
+        let _ = self.tx.try_send(NodeRequest::Wake);
     }
 
     /// Sends a request built around a reply channel and waits for the answer (bounded by the
     /// request timeout).
-    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Req) -> Result<T, NodeError> {
+    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> NodeRequest) -> Result<T, NodeError> {
         let (tx, rx) = oneshot::channel();
         self.send(make(tx))?;
         self.wait(rx).await
@@ -206,7 +215,7 @@ pub struct DriverConfig {
 
 enum Pending {
     Answer(Reply<(Answer, u64)>),
-    Read(ReadWhat, Reply<ReadOut>),
+    Read(ReadTarget, Reply<ReadOut>),
     Register(ServerId, Reply<(ServerId, u64)>),
     Membership(Reply<Vec<u64>>),
     /// The driver's own command (lease expiry): nobody waits.
@@ -220,15 +229,16 @@ pub type PeerSenders = Arc<RwLock<HashMap<u64, mpsc::Sender<Message>>>>;
 pub struct Driver {
     replica: Replica,
     cfg: DriverConfig,
-    rx: Receiver<Req>,
-    raft: Arc<std::sync::Mutex<std::collections::VecDeque<Req>>>,
+    rx: Receiver<NodeRequest>,
+    raft: Arc<std::sync::Mutex<std::collections::VecDeque<NodeRequest>>>,
     version_tx: watch::Sender<u64>,
     addrs: Arc<RwLock<BTreeMap<u64, String>>>,
     peers: PeerSenders,
     /// Called with (id, address) for each replica whose address becomes known.
     on_new_peer: Box<dyn FnMut(u64, String) + Send>,
     pending: HashMap<Ticket, (Instant, Pending)>,
-    leases: HashMap<ServerId, Instant>,
+    /// Servers' leases (leader only).
+    leases: ServerLeases,
     /// Scheduler hosts' holds on pending jobs (leader only).
     adoptions: Adoptions,
     /// Node agents' service addresses, from registrations and heartbeats (leader only).
@@ -266,6 +276,7 @@ impl Driver {
         let raft = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
         let handle = NodeHandle { tx, raft: raft.clone(), version, addrs: addrs.clone(), timeout: cfg.timeout };
         let adoptions = Adoptions::new(cfg.scheduler_lease, Instant::now());
+        let leases = ServerLeases::new(cfg.lease);
         let d = Driver {
             replica,
             adoptions,
@@ -277,7 +288,7 @@ impl Driver {
             peers,
             on_new_peer,
             pending: HashMap::new(),
-            leases: HashMap::new(),
+            leases,
             agents: HashMap::new(),
             was_leader: false,
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
@@ -308,10 +319,10 @@ impl Driver {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(wait) {
                 Ok(req) => {
-                    self.handle(req);
+                    self.handle(req, Instant::now());
                     let mut n = 0;
                     while let Ok(req) = self.rx.try_recv() {
-                        self.handle(req);
+                        self.handle(req, Instant::now());
                         n += 1;
                         if n >= 16_384 {
                             break;
@@ -323,7 +334,7 @@ impl Driver {
             }
             let queued = self.raft.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
             for req in queued {
-                self.handle(req);
+                self.handle(req, Instant::now());
             }
             let now = Instant::now();
             if now >= next_tick {
@@ -343,11 +354,11 @@ impl Driver {
                 self.replica.report_snapshot(to, false);
             }
             self.answer();
-            self.after_round();
+            self.after_round(Instant::now());
         }
     }
 
-    fn status(&mut self) -> NodeStatus {
+    fn status(&mut self, now: Instant) -> NodeStatus {
         // The hash walks the whole view: compute it once per applied index, not per poll.
         let applied = self.replica.applied_index();
         let state_hash = match self.hash_at {
@@ -370,7 +381,7 @@ impl Driver {
             voters: r.voters(),
             log_entries: r.log_len() as u64,
             state_hash,
-            scheduler_hosts: if r.is_leader() { self.adoptions.hosts(Instant::now()) } else { Vec::new() },
+            scheduler_hosts: if r.is_leader() { self.adoptions.hosts(now) } else { Vec::new() },
         }
     }
 
@@ -388,43 +399,44 @@ impl Driver {
         }
     }
 
-    fn track(&mut self, r: Result<Ticket, ReplicaError>, p: Pending) -> Result<(), (NodeError, Pending)> {
+    fn track(&mut self, r: Result<Ticket, ReplicaError>, p: Pending, now: Instant) -> Result<(), (NodeError, Pending)> {
         match r {
             Ok(t) => {
-                self.pending.insert(t, (Instant::now(), p));
+                self.pending.insert(t, (now, p));
                 Ok(())
             }
             Err(e) => Err((self.map_err(e), p)),
         }
     }
 
-    fn handle(&mut self, req: Req) {
+    /// Handles one request; `now` is the clock read for it.
+    fn handle(&mut self, req: NodeRequest, now: Instant) {
         match req {
-            Req::Propose(items) => {
+            NodeRequest::Propose(items) => {
                 for (p, reply) in items {
                     let r = self.replica.propose_gang(p);
-                    if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
+                    if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply), now) {
                         let _ = reply.send(Err(e));
                     }
                 }
             }
-            Req::Commands(items) => {
+            NodeRequest::Commands(items) => {
                 for (cmd, reply) in items {
                     let r = self.replica.propose(cmd);
-                    if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply)) {
+                    if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply), now) {
                         let _ = reply.send(Err(e));
                     }
                 }
             }
-            Req::Read { linearizable, what, reply } => {
+            NodeRequest::Read { linearizable, what, reply } => {
                 if linearizable {
                     let t = self.replica.read_index();
-                    self.pending.insert(t, (Instant::now(), Pending::Read(what, reply)));
+                    self.pending.insert(t, (now, Pending::Read(what, reply)));
                 } else {
                     let _ = reply.send(Ok(self.read(&what)));
                 }
             }
-            Req::Delta(from, reply) => {
+            NodeRequest::Delta(from, reply) => {
                 let view = self.replica.view();
                 let step = match view.delta_since(ViewVersion(from)) {
                     Some(d) => WatchStep::Delta(v1::ViewDelta::from(&d)),
@@ -432,31 +444,31 @@ impl Driver {
                 };
                 let _ = reply.send(Ok(step));
             }
-            Req::Status(reply) => {
-                let _ = reply.send(Ok(self.status()));
+            NodeRequest::Status(reply) => {
+                let _ = reply.send(Ok(self.status(now)));
             }
-            Req::Register(name, topo, agent, reply) => self.register(&name, &topo, agent, reply),
-            Req::Heartbeat(server, unhealthy, agent, reply) => {
-                let r = self.heartbeat(server, unhealthy);
+            NodeRequest::Register(name, topo, agent, reply) => self.register(&name, &topo, agent, reply, now),
+            NodeRequest::Heartbeat(server, unhealthy, agent, reply) => {
+                let r = self.heartbeat(server, unhealthy, now);
                 if r.is_ok() || matches!(r, Err(NodeError::Invalid(_))) {
                     self.note_agent(server, agent);
                 }
                 let _ = reply.send(r);
             }
-            Req::AdoptJobs(host, held, want, reply) => {
+            NodeRequest::AdoptJobs(host, held, want, reply) => {
                 if !self.replica.is_leader() {
                     let _ = reply.send(Err(self.not_leader()));
                     return;
                 }
                 let view = self.replica.view();
-                let got = self.adoptions.adopt(view, &host, &held, want, Instant::now());
+                let got = self.adoptions.adopt(view, &host, &held, want, now);
                 if !got.adopted.is_empty() || !got.dropped.is_empty() {
                     tracing::debug!(host, adopted = ?got.adopted, dropped = ?got.dropped, "scheduler host jobs");
                 }
                 let lease_ms = self.adoptions.lease().as_millis() as u64;
                 let _ = reply.send(Ok((got, lease_ms, view.version().0)));
             }
-            Req::Agents(reply) => {
+            NodeRequest::Agents(reply) => {
                 if !self.replica.is_leader() {
                     let _ = reply.send(Err(self.not_leader()));
                     return;
@@ -470,35 +482,35 @@ impl Driver {
                 out.sort();
                 let _ = reply.send(Ok(out));
             }
-            Req::Membership(add, id, addr, reply) => {
+            NodeRequest::Membership(add, id, addr, reply) => {
                 let r = self.replica.propose_membership(add, id, &addr);
-                if let Err((e, Pending::Membership(reply))) = self.track(r, Pending::Membership(reply)) {
+                if let Err((e, Pending::Membership(reply))) = self.track(r, Pending::Membership(reply), now) {
                     let _ = reply.send(Err(e));
                 }
             }
-            Req::Raft(msgs) => {
+            NodeRequest::Raft(msgs) => {
                 for m in msgs {
                     self.replica.step(m);
                 }
             }
-            Req::Unreachable(id) => self.replica.report_unreachable(id),
-            Req::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
-            Req::Wake => {}
+            NodeRequest::Unreachable(id) => self.replica.report_unreachable(id),
+            NodeRequest::SnapshotSent(id, ok) => self.replica.report_snapshot(id, ok),
+            NodeRequest::Wake => {}
         }
     }
 
-    fn read(&self, what: &ReadWhat) -> ReadOut {
+    fn read(&self, what: &ReadTarget) -> ReadOut {
         let view = self.replica.view();
         match what {
-            ReadWhat::Snapshot => {
+            ReadTarget::Snapshot => {
                 ReadOut::Snapshot(Box::new(v1::ViewSnapshot::from(&view.snapshot())), self.replica.applied_index())
             }
-            ReadWhat::Job(id) => ReadOut::Job(view.job(*id).map(|j| Box::new(v1::Job::from(j))), view.version().0),
+            ReadTarget::Job(id) => ReadOut::Job(view.job(*id).map(|j| Box::new(v1::Job::from(j))), view.version().0),
         }
     }
 
     fn lease_ms(&self) -> u64 {
-        self.cfg.lease.as_millis() as u64
+        self.leases.lease_ms()
     }
 
     /// Remembers where a server's agent serves (an empty address changes nothing).
@@ -508,7 +520,7 @@ impl Driver {
         }
     }
 
-    fn register(&mut self, name: &str, topo: &Topology, agent: String, reply: Reply<(ServerId, u64)>) {
+    fn register(&mut self, name: &str, topo: &Topology, agent: String, reply: Reply<(ServerId, u64)>, now: Instant) {
         if !self.replica.is_leader() {
             let _ = reply.send(Err(self.not_leader()));
             return;
@@ -530,21 +542,19 @@ impl Driver {
             ))));
             return;
         }
-        if !self.cfg.lease.is_zero() {
-            self.leases.insert(id, Instant::now() + self.cfg.lease);
-        }
+        self.leases.register(id, now);
         self.note_agent(id, agent);
         if rec.health == Health::Up {
             let _ = reply.send(Ok((id, self.lease_ms())));
             return;
         }
         let r = self.replica.propose(Command::SetHealth { server: id, health: Health::Up });
-        if let Err((e, Pending::Register(_, reply))) = self.track(r, Pending::Register(id, reply)) {
+        if let Err((e, Pending::Register(_, reply))) = self.track(r, Pending::Register(id, reply), now) {
             let _ = reply.send(Err(e));
         }
     }
 
-    fn heartbeat(&mut self, server: ServerId, unhealthy: Option<u64>) -> Result<u64, NodeError> {
+    fn heartbeat(&mut self, server: ServerId, unhealthy: Option<u64>, now: Instant) -> Result<u64, NodeError> {
         if !self.replica.is_leader() {
             return Err(self.not_leader());
         }
@@ -554,14 +564,7 @@ impl Driver {
         };
         let all = view.topology_of(rec.config_set).all_devices();
         let known = view.unhealthy_devices(server);
-        if rec.health == Health::Down {
-            return Err(NodeError::Precondition(format!(
-                "server {server} is down (its lease expired); register again"
-            )));
-        }
-        if !self.cfg.lease.is_zero() {
-            self.leases.insert(server, Instant::now() + self.cfg.lease);
-        }
+        self.leases.renew(server, rec.health, now)?;
         // The lease is renewed even when the health report is bad: a malformed mask must not
         // take the server down.
         if let Some(u) = unhealthy
@@ -581,7 +584,7 @@ impl Driver {
             );
             // Fire and forget: the next heartbeat repeats the report if this one is lost.
             let r = self.replica.propose(Command::SetUnhealthyDevices { server, devices: u });
-            let _ = self.track(r, Pending::Internal);
+            let _ = self.track(r, Pending::Internal, now);
         }
         Ok(self.lease_ms())
     }
@@ -596,18 +599,17 @@ impl Driver {
                 fail(p, NodeError::Timeout(limit.as_millis() as u64));
             }
         }
-        if self.cfg.lease.is_zero() || !self.replica.is_leader() {
+        if !self.replica.is_leader() {
             return;
         }
-        let gone: Vec<ServerId> = self.leases.iter().filter(|(_, d)| **d <= now).map(|(s, _)| *s).collect();
-        for s in gone {
+        for s in self.leases.expired(now) {
             let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down });
             if r.is_ok() {
                 // Only once the change is queued; otherwise the next tick tries again.
-                self.leases.remove(&s);
+                self.leases.marked_down(s);
                 tracing::warn!(server = s.0, "lease expired: marking the server down, its gangs go back to pending");
             }
-            let _ = self.track(r, Pending::Internal);
+            let _ = self.track(r, Pending::Internal, now);
         }
     }
 
@@ -643,7 +645,9 @@ impl Driver {
         }
     }
 
-    fn after_round(&mut self) {
+    /// Publishes the round's version and follows leadership changes; `now` is the clock read at
+    /// the end of the round.
+    fn after_round(&mut self, now: Instant) {
         let v = self.replica.view().version().0;
         if *self.version_tx.borrow() != v {
             let _ = self.version_tx.send(v);
@@ -651,21 +655,14 @@ impl Driver {
         let leader = self.replica.is_leader();
         if leader && !self.was_leader {
             tracing::info!(replica = self.replica.id(), term = self.replica.term(), "became leader");
-            self.leases.clear();
-            self.adoptions.took_office(Instant::now());
-            if !self.cfg.lease.is_zero() {
-                // Every server that is up gets a full lease from the new leader.
-                let deadline = Instant::now() + self.cfg.lease;
-                for (i, s) in self.replica.view().servers().iter().enumerate() {
-                    if s.health != Health::Down {
-                        self.leases.insert(ServerId(i as u32), deadline);
-                    }
-                }
-            }
+            self.adoptions.took_office(now);
+            // Every server that is not down gets a full lease from the new leader.
+            let not_down = self.replica.view().servers().iter().enumerate().filter(|(_, s)| s.health != Health::Down);
+            self.leases.took_office(now, not_down.map(|(i, _)| ServerId(i as u32)));
         }
         if !leader && self.was_leader {
             tracing::info!(replica = self.replica.id(), "lost leadership");
-            self.leases.clear();
+            self.leases.left_office();
         }
         self.was_leader = leader;
         // Every round, but a write lock only when a membership change announced something new.

@@ -6,7 +6,7 @@
 //! proposal) come back as decisions with a reason, from the approver itself.
 
 use crate::error::NodeError;
-use crate::node::{NodeHandle, ReadOut, ReadWhat, Req, WatchStep};
+use crate::node::{NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,7 +77,7 @@ type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + S
 
 impl ViewService {
     async fn command(&self, cmd: Command) -> Result<(Outcome, u64), Status> {
-        let (a, version) = self.node.ask(|r| Req::Commands(vec![(cmd, r)])).await?;
+        let (a, version) = self.node.ask(|r| NodeRequest::Commands(vec![(cmd, r)])).await?;
         match a {
             Answer::Applied(o) => Ok((o, version)),
             other => Err(Status::unavailable(format!("outcome unknown ({other:?}); check the job's state"))),
@@ -96,7 +96,7 @@ impl ViewService {
 #[tonic::async_trait]
 impl v1::view_server::View for ViewService {
     async fn status(&self, _req: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
-        let s = self.node.ask(Req::Status).await?;
+        let s = self.node.ask(NodeRequest::Status).await?;
         Ok(Response::new(v1::StatusResponse {
             replica: s.id,
             cluster: self.cluster.clone(),
@@ -119,7 +119,7 @@ impl v1::view_server::View for ViewService {
 
     async fn snapshot(&self, req: Request<v1::ReadRequest>) -> Result<Response<v1::SnapshotResponse>, Status> {
         let linearizable = req.into_inner().linearizable;
-        match self.node.ask(|reply| Req::Read { linearizable, what: ReadWhat::Snapshot, reply }).await? {
+        match self.node.ask(|reply| NodeRequest::Read { linearizable, what: ReadTarget::Snapshot, reply }).await? {
             ReadOut::Snapshot(s, applied) => {
                 Ok(Response::new(v1::SnapshotResponse { snapshot: Some(*s), applied_index: applied }))
             }
@@ -143,7 +143,7 @@ impl v1::view_server::View for ViewService {
             let mut version = node.version.clone();
             loop {
                 if *version.borrow_and_update() != from {
-                    let step = match node.ask(|r| Req::Delta(from, r)).await {
+                    let step = match node.ask(|r| NodeRequest::Delta(from, r)).await {
                         Ok(s) => s,
                         Err(e) => {
                             let _ = tx.send(Err(Status::from(e))).await;
@@ -187,7 +187,7 @@ impl v1::view_server::View for ViewService {
             items.push((p, tx));
             waits.push(rx);
         }
-        self.node.send(Req::Propose(items))?;
+        self.node.send(NodeRequest::Propose(items))?;
         let mut results = Vec::with_capacity(waits.len());
         for rx in waits {
             let r = match self.node.wait(rx).await {
@@ -221,7 +221,7 @@ impl v1::view_server::View for ViewService {
         // The moves travel as one command (one log entry) and are decided one by one when it
         // is applied; each is atomic on its own (see `ClusterView::migrate`).
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.node.send(Req::Commands(vec![(Command::Migrate(moves), tx)]))?;
+        self.node.send(NodeRequest::Commands(vec![(Command::Migrate(moves), tx)]))?;
         let unknown = |why: String| vec![v1::ProposeResult { decision: None, unknown: why }; n];
         let results = match self.node.wait(rx).await {
             Ok((Answer::Applied(Outcome::Decided(ds)), _)) if ds.len() == n => ds
@@ -263,7 +263,7 @@ impl v1::view_server::View for ViewService {
             waits.push(rx);
         }
         // One queue slot for all: either every spec reaches the driver or none does.
-        self.node.send(Req::Commands(items))?;
+        self.node.send(NodeRequest::Commands(items))?;
         let mut results = Vec::with_capacity(waits.len());
         let mut version = 0;
         for rx in waits {
@@ -308,8 +308,8 @@ impl v1::view_server::View for ViewService {
 
     async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::GetJobResponse>, Status> {
         let r = req.into_inner();
-        let what = ReadWhat::Job(JobId(r.job));
-        match self.node.ask(|reply| Req::Read { linearizable: r.linearizable, what, reply }).await? {
+        let what = ReadTarget::Job(JobId(r.job));
+        match self.node.ask(|reply| NodeRequest::Read { linearizable: r.linearizable, what, reply }).await? {
             ReadOut::Job(Some(job), version) => Ok(Response::new(v1::GetJobResponse { job: Some(*job), version })),
             ReadOut::Job(None, version) => Err(Status::not_found(format!(
                 "no job {} at version {version} (never submitted, or ended long ago)",
@@ -330,7 +330,8 @@ impl v1::view_server::View for ViewService {
         let wire = r.topology.ok_or_else(|| Status::invalid_argument("topology is missing"))?;
         let topo = Topology::try_from(wire).map_err(|e| Status::invalid_argument(e.to_string()))?;
         check_agent_addr(&r.agent_addr)?;
-        let (server, lease_ms) = self.node.ask(|reply| Req::Register(r.name, topo, r.agent_addr, reply)).await?;
+        let (server, lease_ms) =
+            self.node.ask(|reply| NodeRequest::Register(r.name, topo, r.agent_addr, reply)).await?;
         Ok(Response::new(v1::LeaseResponse { server: server.0, lease_ms }))
     }
 
@@ -342,7 +343,7 @@ impl v1::view_server::View for ViewService {
         }
         check_agent_addr(&r.agent_addr)?;
         let lease_ms =
-            self.node.ask(|reply| Req::Heartbeat(ServerId(server), r.unhealthy, r.agent_addr, reply)).await?;
+            self.node.ask(|reply| NodeRequest::Heartbeat(ServerId(server), r.unhealthy, r.agent_addr, reply)).await?;
         Ok(Response::new(v1::LeaseResponse { server, lease_ms }))
     }
 
@@ -393,7 +394,7 @@ impl v1::view_server::View for ViewService {
         }
         let held: Vec<JobId> = r.held.iter().map(|&j| JobId(j)).collect();
         let (got, lease_ms, version) =
-            self.node.ask(|reply| Req::AdoptJobs(r.host, held, r.want as usize, reply)).await?;
+            self.node.ask(|reply| NodeRequest::AdoptJobs(r.host, held, r.want as usize, reply)).await?;
         let ids = |v: Vec<JobId>| v.into_iter().map(|j| j.0).collect();
         Ok(Response::new(v1::AdoptJobsResponse {
             kept: ids(got.kept),
@@ -405,7 +406,7 @@ impl v1::view_server::View for ViewService {
     }
 
     async fn agents(&self, _req: Request<v1::AgentsRequest>) -> Result<Response<v1::AgentsResponse>, Status> {
-        let list = self.node.ask(Req::Agents).await?;
+        let list = self.node.ask(NodeRequest::Agents).await?;
         Ok(Response::new(v1::AgentsResponse {
             agents: list.into_iter().map(|(server, name, addr)| v1::AgentInfo { server, name, addr }).collect(),
         }))
@@ -425,7 +426,7 @@ impl v1::view_server::View for ViewService {
             }
         }
         let record = if r.raft_addr.is_empty() { r.addr } else { format!("{} {}", r.addr, r.raft_addr) };
-        let voters = self.node.ask(|reply| Req::Membership(true, r.id, record, reply)).await?;
+        let voters = self.node.ask(|reply| NodeRequest::Membership(true, r.id, record, reply)).await?;
         Ok(Response::new(v1::MembershipResponse { voters }))
     }
 
@@ -434,7 +435,7 @@ impl v1::view_server::View for ViewService {
         req: Request<v1::RemoveReplicaRequest>,
     ) -> Result<Response<v1::MembershipResponse>, Status> {
         let id = req.into_inner().id;
-        let voters = self.node.ask(|reply| Req::Membership(false, id, String::new(), reply)).await?;
+        let voters = self.node.ask(|reply| NodeRequest::Membership(false, id, String::new(), reply)).await?;
         Ok(Response::new(v1::MembershipResponse { voters }))
     }
 }

@@ -9,7 +9,7 @@
 //! rust-protobuf 2 (advisory RUSTSEC-2024-0437: hostile input can overflow the stack), so the
 //! raft port must be reachable by the replicas alone (a private network or mTLS in front).
 
-use crate::node::{NodeHandle, Req};
+use crate::node::{NodeHandle, NodeRequest};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use std::time::Duration;
@@ -109,7 +109,7 @@ pub async fn run_peer(
             }
             for m in &batch {
                 if m.get_msg_type() == MessageType::MsgSnapshot {
-                    node.send_raft(Req::SnapshotSent(to, true));
+                    node.send_raft(NodeRequest::SnapshotSent(to, true));
                 }
             }
         }
@@ -142,10 +142,10 @@ fn encode_batch(node: &NodeHandle, to: u64, batch: Vec<Message>) -> (Vec<Message
 }
 
 fn lost(node: &NodeHandle, to: u64, msgs: &[Message]) {
-    node.send_raft(Req::Unreachable(to));
+    node.send_raft(NodeRequest::Unreachable(to));
     for m in msgs {
         if m.get_msg_type() == MessageType::MsgSnapshot {
-            node.send_raft(Req::SnapshotSent(to, false));
+            node.send_raft(NodeRequest::SnapshotSent(to, false));
         }
     }
 }
@@ -194,7 +194,7 @@ impl v1::raft_server::Raft for RaftService {
                 msgs.push(m);
             }
             // Beyond the raft queue's bound the batch is dropped: raft resends.
-            self.node.send_raft(Req::Raft(msgs));
+            self.node.send_raft(NodeRequest::Raft(msgs));
         }
         Ok(Response::new(v1::RaftAck {}))
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tessera_replica::{Answer, Replica, ReplicaConfig};
 use tessera_view::{ClusterSpec, ClusterView, Command, JobSpec, Outcome, Topology};
-use tessera_view_server::node::{Driver, DriverConfig, NodeHandle, ReadOut, ReadWhat, Req, WatchStep};
+use tessera_view_server::node::{Driver, DriverConfig, NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 
 fn start(dir: &std::path::Path) -> NodeHandle {
     // A change log of 4 entries: a watcher further behind needs a snapshot.
@@ -40,33 +40,33 @@ fn watch_falls_back_to_snapshot_and_reads_wait_for_commit() {
         // Wait until the single replica has elected itself.
         let t0 = Instant::now();
         loop {
-            let s = node.ask(Req::Status).await.expect("status");
+            let s = node.ask(NodeRequest::Status).await.expect("status");
             if s.role == "leader" {
                 break;
             }
             assert!(t0.elapsed() < Duration::from_secs(10), "no leader");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let v0 = node.ask(Req::Status).await.expect("status").version;
+        let v0 = node.ask(NodeRequest::Status).await.expect("status").version;
         let mut last = 0;
         for i in 0..10 {
             let (a, v) = node
-                .ask(|r| Req::Commands(vec![(Command::submit(JobSpec::simple(&format!("j{i}"), 1, 1)), r)]))
+                .ask(|r| NodeRequest::Commands(vec![(Command::submit(JobSpec::simple(&format!("j{i}"), 1, 1)), r)]))
                 .await
                 .expect("submit");
             assert!(matches!(a, Answer::Applied(Outcome::Submitted(Ok(_)))), "{a:?}");
             last = v;
         }
-        match node.ask(|r| Req::Delta(v0, r)).await.expect("delta") {
+        match node.ask(|r| NodeRequest::Delta(v0, r)).await.expect("delta") {
             WatchStep::Snapshot(s) => assert_eq!(s.version, last, "the snapshot is current"),
             WatchStep::Delta(d) => panic!("10 changes behind with a 4-entry change log, got a delta {d:?}"),
         }
-        match node.ask(|r| Req::Delta(last - 1, r)).await.expect("delta") {
+        match node.ask(|r| NodeRequest::Delta(last - 1, r)).await.expect("delta") {
             WatchStep::Delta(d) => assert_eq!((d.from, d.to, d.jobs.len()), (last - 1, last, 1)),
             WatchStep::Snapshot(_) => panic!("one change behind must get a delta"),
         }
         let read = node
-            .ask(|reply| Req::Read { linearizable: true, what: ReadWhat::Snapshot, reply })
+            .ask(|reply| NodeRequest::Read { linearizable: true, what: ReadTarget::Snapshot, reply })
             .await
             .expect("linearizable read");
         match read {

@@ -9,14 +9,14 @@
 //! speed; speeds change when jobs start, end or move beside it (interference) and are
 //! recomputed for the jobs on the servers touched.
 
+use super::compared_policies::{self, Affinity, SimPolicy};
 use super::model::SpeedModel;
-use super::policy::{self, Affinity, SimPolicy};
 use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::local_view::LocalView;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
-use tessera_view::migration::{self, MigrationParams};
+use tessera_view::migration_planner::{self, MigrationParams};
 use tessera_view::view::DEFAULT_CHANGE_LOG;
 use tessera_view::{
     ClusterSpec, ClusterView, Command, CpuDemand, Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Outcome,
@@ -245,9 +245,9 @@ pub fn simulate(
     let scale = cfg.load_scale.max(1e-9);
     for (i, j) in trace.jobs.iter().enumerate() {
         let class = model.class_of(&j.job_type);
-        let theta = policy::theta_of(j, model, class);
+        let theta = compared_policies::theta_of(j, model, class);
         let spec = cfg.policy.spec(j, theta, sim.view.topologies());
-        let preferred = policy::preferred_level(j.gpus, sim.view.topologies());
+        let preferred = compared_policies::preferred_level(j.gpus, sim.view.topologies());
         sim.jobs.push(Rt {
             view_id: JobId(0),
             spec,
@@ -596,7 +596,9 @@ impl Sim<'_> {
             })
             .collect();
         let job = self.jobs[i].view_id;
-        let Some(plan) = migration::plan(&self.view, job, level, &remaining, &self.cfg.migration) else { return false };
+        let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
+            return false;
+        };
         let moves: Vec<Proposal> = plan
             .moves
             .iter()

@@ -4,9 +4,9 @@
 //! only parses flags into an [`ExperimentSpec`] and prints what comes back, so tests and other
 //! tools run the same experiments.
 
-use crate::sim::trace::{load_alibaba_nodes, load_alibaba_pods, load_philly};
+use crate::error::TraceError;
+use crate::sim::trace_loader::{load_alibaba_nodes, load_alibaba_pods, load_philly};
 use crate::sim::{PolicyReport, SimConfig, SimPolicy, SpeedModel, Trace, engine::SimError};
-use crate::trace::TraceError;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera_view::{ClusterSpec, SpecError, Topology};

@@ -4,29 +4,29 @@
 //! cluster through the live system's own code: jobs are admitted by
 //! [`tessera_view::ClusterView::submit`], placed by the policies' searches over a
 //! [`crate::LocalView`] kept current from the view's change log, approved by
-//! [`tessera_view::ClusterView::propose`], moved by [`tessera_view::migration::plan`] and
+//! [`tessera_view::ClusterView::propose`], moved by [`tessera_view::migration_planner::plan`] and
 //! `Command::Migrate`, started by task reports and ended by releases. No network, no Raft, no
 //! wall clock: simulated time advances from event to event.
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`trace`] | loaders: Philly per-VC jobs, Alibaba v2023 pods and node list |
+//! | [`trace_loader`] | loaders: Philly per-VC jobs, Alibaba v2023 pods and node list |
 //! | [`model`] | the job-speed model (locality, interference, CPU) and the `ideal` model |
-//! | [`policy`] | the compared policies and how each writes specs and chooses servers |
+//! | [`compared_policies`] | the compared policies and how each writes specs and chooses servers |
 //! | [`engine`] | the event loop and the metrics of one run |
 //! | [`experiment`] | one experiment as a value (trace, cluster, model, load) and its policies run side by side |
 
+pub mod compared_policies;
 pub mod engine;
 pub mod experiment;
 pub mod model;
-pub mod policy;
-pub mod trace;
+pub mod trace_loader;
 
+pub use compared_policies::SimPolicy;
 pub use engine::{JobRecord, PolicyReport, SimConfig, simulate};
 pub use experiment::{Experiment, ExperimentSpec, ModelChoice, TraceSource};
 pub use model::SpeedModel;
-pub use policy::SimPolicy;
-pub use trace::{SimJob, Trace};
+pub use trace_loader::{SimJob, Trace};
 
 use tessera_view::{ClusterSpec, Topology};
 

@@ -6,7 +6,7 @@
 //! [`SpeedModel::ideal`] model has none of them, so queueing alone can be compared with other
 //! simulators.
 
-use crate::trace::TraceError;
+use crate::error::TraceError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use tessera_view::LocalityLevel;

@@ -104,9 +104,9 @@ pub(crate) struct PciFacts {
 }
 
 /// Reads the sysfs entry of PCI device `bus_id` (sysfs form, `0000:18:00.0`).
-pub(crate) fn pci_facts(bus_id: &str) -> Result<PciFacts, String> {
+pub(crate) fn pci_facts(bus_id: &str) -> Result<PciFacts, DiscoverError> {
     let dir = Path::new(SYSFS_PCI).join(bus_id);
-    let real = std::fs::canonicalize(&dir).map_err(|e| format!("cannot resolve {}: {e}", dir.display()))?;
+    let real = std::fs::canonicalize(&dir).map_err(|source| DiscoverError::Sysfs { path: dir.clone(), source })?;
     let parts: Vec<String> = real.iter().map(|c| c.to_string_lossy().into_owned()).collect();
     let start = parts.iter().position(|c| c.starts_with("pci")).unwrap_or(parts.len());
     let path = parts[start..parts.len().saturating_sub(1).max(start)].to_vec();

@@ -87,6 +87,14 @@ pub enum DiscoverError {
         /// The hwloc package indices they map to, e.g. `0,1`.
         packages: String,
     },
+    /// A GPU's sysfs entry cannot be resolved (its PCIe path and local CPUs stay unknown).
+    #[error("cannot resolve {}: {source}", path.display())]
+    Sysfs {
+        /// The sysfs path.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
     /// The discovered facts do not make a valid model.
     #[error("the discovered topology is invalid: {0}; give the server model with --topology instead")]
     Invalid(FieldError),

@@ -371,10 +371,17 @@ fn the_members_wanted_here() {
 fn a_grant_naming_what_the_server_lacks_is_refused_with_the_reason() {
     let t = Topology::preset("pcie-4gpu").expect("preset");
     let m = |gpus: u64, cores: CoreMask| MemberPlacement { server: ServerId(0), gpus, cores, memory_mib: 1 };
-    assert_eq!(check_member(&t, "s", &m(0b1111, CoreMask::range(0, 48))), Ok(()));
+    check_member(&t, "s", &m(0b1111, CoreMask::range(0, 48))).expect("the whole server fits");
     let e = check_member(&t, "s", &m(1 << 6, CoreMask::range(0, 1))).expect_err("device 6");
+    assert!(
+        matches!(&e, AgentError::MissingDevices { server, missing: 0b100_0000, has: 0b1111 } if server == "s"),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(e.contains("devices 6") && e.contains("has devices 0-3"), "{e}");
     let e = check_member(&t, "s", &m(1, CoreMask::range(40, 10))).expect_err("cores 48, 49");
+    assert!(matches!(&e, AgentError::MissingCores { has: 48, .. }), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("cores 48-49") && e.contains("48 cores"), "{e}");
 }
 

@@ -230,6 +230,63 @@ pub enum TaskError {
         /// The underlying error.
         source: Errno,
     },
+    /// The shim: the started task's pid does not fit a pid_t.
+    #[error("the task's pid {0} is out of range")]
+    PidOutOfRange(u32),
+    /// The shim could not wait for the task it started.
+    #[error("could not wait for the task (pid {pid}): {source}")]
+    Wait {
+        /// The task's pid.
+        pid: i32,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The shim: a cpu of the task's spec is beyond what a cpu set holds.
+    #[error("cpu {cpu} is out of range: {source}")]
+    CpuOutOfRange {
+        /// The cpu.
+        cpu: u32,
+        /// The underlying error.
+        source: Errno,
+    },
+    /// The shim could not pin itself (and so the task) to the task's cpus.
+    #[error("could not pin to cpus {cpus:?}: {source}")]
+    Pin {
+        /// The cpus.
+        cpus: Vec<u32>,
+        /// The underlying error.
+        source: Errno,
+    },
+    /// The shim: nothing is mounted where cgroups are expected, so no memory limit.
+    #[error("nothing is mounted on {}", root.display())]
+    NoCgroupMount {
+        /// Where cgroups are expected (`/sys/fs/cgroup`).
+        root: PathBuf,
+    },
+    /// The shim: the cgroup mount is not cgroup v2, so no memory limit.
+    #[error("{} is not a cgroup v2 mount (it is {fstype})", root.display())]
+    NotCgroupV2 {
+        /// The mount point.
+        root: PathBuf,
+        /// Its file system type.
+        fstype: String,
+    },
+    /// The shim: a memory limit whose byte count overflows.
+    #[error("{mib} MiB is too large")]
+    MemoryLimitTooLarge {
+        /// The limit asked for.
+        mib: u64,
+    },
+    /// The shim could not write a cgroup control file.
+    #[error("could not write `{value}` to {}: {source}", path.display())]
+    CgroupWrite {
+        /// The file.
+        path: PathBuf,
+        /// What was written.
+        value: String,
+        /// The underlying error.
+        source: io::Error,
+    },
 }
 
 /// Runs tasks under shims and reports how they end; share it by reference (all methods take

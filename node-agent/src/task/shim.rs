@@ -12,8 +12,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::{
-    EXIT, ExitRecord, NOTES, SHIM_DIR_ENV, SHIM_PID, SPEC, STDERR, STDOUT, TASK_PID, TaskId, TaskSpec, proc_stat,
-    write_atomic, write_json_atomic,
+    EXIT, ExitRecord, NOTES, SHIM_DIR_ENV, SHIM_PID, SPEC, STDERR, STDOUT, TASK_PID, TaskError, TaskId, TaskSpec,
+    proc_stat, write_atomic, write_json_atomic,
 };
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -29,7 +29,8 @@ pub fn shim_main(task_dir: &Path) -> i32 {
     if let Err(e) = write_atomic(&pid_path, format!("{}\n", std::process::id()).as_bytes()) {
         note(task_dir, &format!("could not record the shim's pid in {}: {e}", pid_path.display()));
     }
-    let record = run(task_dir).unwrap_or_else(|message| ExitRecord { code: None, signal: None, message });
+    let record =
+        run(task_dir).unwrap_or_else(|e| ExitRecord { code: None, signal: None, message: format!("shim failed: {e}") });
     match write_json_atomic(&task_dir.join(EXIT), &record) {
         Ok(()) => 0,
         Err(_) => 1,
@@ -37,13 +38,17 @@ pub fn shim_main(task_dir: &Path) -> i32 {
 }
 
 /// Runs the task to its end; `Err` when the shim itself failed.
-fn run(dir: &Path) -> Result<ExitRecord, String> {
+fn run(dir: &Path) -> Result<ExitRecord, TaskError> {
+    const READ_SPEC: &str = "read the task spec";
     let spec_path = dir.join(SPEC);
-    let spec: TaskSpec = fs::read(&spec_path)
-        .map_err(|e| e.to_string())
-        .and_then(|data| serde_json::from_slice(&data).map_err(|e| e.to_string()))
-        .map_err(|e| format!("shim failed: could not read the task spec {}: {e}", spec_path.display()))?;
-    let (program, args) = spec.command.split_first().ok_or("shim failed: the task has an empty command")?;
+    let data =
+        fs::read(&spec_path).map_err(|source| TaskError::Io { action: READ_SPEC, path: spec_path.clone(), source })?;
+    let spec: TaskSpec = serde_json::from_slice(&data).map_err(|source| TaskError::Json {
+        action: READ_SPEC,
+        path: spec_path.clone(),
+        source,
+    })?;
+    let (program, args) = spec.command.split_first().ok_or(TaskError::EmptyCommand(spec.id))?;
 
     if !spec.cpus.is_empty()
         && let Err(why) = pin(&spec.cpus)
@@ -56,11 +61,11 @@ fn run(dir: &Path) -> Result<ExitRecord, String> {
 
     let log = |name: &str| {
         let path = dir.join(name);
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| format!("shim failed: could not open {}: {e}", path.display()))
+        OpenOptions::new().create(true).append(true).open(&path).map_err(|source| TaskError::Io {
+            action: "open",
+            path,
+            source,
+        })
     };
     let spawned = Command::new(program)
         .args(args)
@@ -75,16 +80,17 @@ fn run(dir: &Path) -> Result<ExitRecord, String> {
         Ok(child) => child,
         Err(e) => return Ok(spawn_failure(program, &e)),
     };
-    let pid = i32::try_from(child.id()).map_err(|_| "shim failed: the task's pid is out of range".to_string())?;
+    let pid = i32::try_from(child.id()).map_err(|_| TaskError::PidOutOfRange(child.id()))?;
     let kill_group = || {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     };
     // The task is our unreaped child, so its pid is still its own: take its start time now.
     let start = proc_stat(pid).map_or(0, |s| s.start);
-    if let Err(e) = write_atomic(&dir.join(TASK_PID), format!("{pid}\n{start}\n").as_bytes()) {
+    let pid_path = dir.join(TASK_PID);
+    if let Err(source) = write_atomic(&pid_path, format!("{pid}\n{start}\n").as_bytes()) {
         kill_group();
         let _ = child.wait();
-        return Err(format!("shim failed: could not record the task's pid: {e}"));
+        return Err(TaskError::Io { action: "record the task's pid in", path: pid_path, source });
     }
     // Wait for the task to exit without reaping it: while it is a zombie its pid, and so its
     // group id, cannot be reused, so the group kill below cannot hit a stranger's group.
@@ -98,7 +104,7 @@ fn run(dir: &Path) -> Result<ExitRecord, String> {
     if let Some(cgroup) = cgroup {
         cgroup.leave();
     }
-    status.map(describe).map_err(|e| format!("shim failed: could not wait for the task: {e}"))
+    status.map(describe).map_err(|source| TaskError::Wait { pid, source })
 }
 
 fn spawn_failure(program: &str, e: &io::Error) -> ExitRecord {
@@ -122,12 +128,12 @@ fn describe(status: ExitStatus) -> ExitRecord {
 }
 
 /// Pins the calling thread (and so the task it starts) to `cpus`.
-fn pin(cpus: &[u32]) -> Result<(), String> {
+fn pin(cpus: &[u32]) -> Result<(), TaskError> {
     let mut set = CpuSet::new();
     for &cpu in cpus {
-        set.set(cpu as usize).map_err(|e| format!("cpu {cpu} is out of range: {e}"))?;
+        set.set(cpu as usize).map_err(|source| TaskError::CpuOutOfRange { cpu, source })?;
     }
-    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| format!("could not pin to cpus {cpus:?}: {e}"))
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|source| TaskError::Pin { cpus: cpus.to_vec(), source })
 }
 
 /// The task's memory cgroup, which the shim has joined.
@@ -149,10 +155,11 @@ impl Cgroup {
 
 /// Creates `/sys/fs/cgroup/tessera/<task id>/` with `memory.max` set and moves the shim into it;
 /// `Err` says why not.
-fn memory_cgroup(id: &TaskId, mib: u64) -> Result<Cgroup, String> {
+fn memory_cgroup(id: &TaskId, mib: u64) -> Result<Cgroup, TaskError> {
+    const MOUNTS: &str = "/proc/self/mounts";
     let root = Path::new(CGROUP_ROOT);
     let mounts =
-        fs::read_to_string("/proc/self/mounts").map_err(|e| format!("could not read /proc/self/mounts: {e}"))?;
+        fs::read_to_string(MOUNTS).map_err(|source| TaskError::Io { action: "read", path: MOUNTS.into(), source })?;
     // The last mount on the path is the one visible.
     let fstype = mounts
         .lines()
@@ -163,36 +170,37 @@ fn memory_cgroup(id: &TaskId, mib: u64) -> Result<Cgroup, String> {
         .next_back();
     match fstype {
         Some("cgroup2") => {}
-        Some(other) => return Err(format!("{CGROUP_ROOT} is not a cgroup v2 mount (it is {other})")),
-        None => return Err(format!("nothing is mounted on {CGROUP_ROOT}")),
+        Some(other) => return Err(TaskError::NotCgroupV2 { root: root.into(), fstype: other.to_string() }),
+        None => return Err(TaskError::NoCgroupMount { root: root.into() }),
     }
-    let bytes = mib.checked_mul(1 << 20).ok_or_else(|| format!("{mib} MiB is too large"))?;
+    let bytes = mib.checked_mul(1 << 20).ok_or(TaskError::MemoryLimitTooLarge { mib })?;
     let home = fs::read_to_string("/proc/self/cgroup").ok().and_then(|text| {
         text.lines().find_map(|l| l.strip_prefix("0::").map(|p| root.join(p.trim_start_matches('/'))))
     });
     let parent = root.join("tessera");
-    fs::create_dir_all(&parent).map_err(|e| format!("could not create {}: {e}", parent.display()))?;
+    fs::create_dir_all(&parent).map_err(|source| TaskError::Io { action: "create", path: parent.clone(), source })?;
     enable_memory(&root.join("cgroup.subtree_control"), &parent.join("cgroup.controllers"))?;
     let control = parent.join("cgroup.subtree_control");
     enable_memory(&control, &control)?;
     let dir = parent.join(id.to_string());
-    fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+    fs::create_dir_all(&dir).map_err(|source| TaskError::Io { action: "create", path: dir.clone(), source })?;
     write_cgroup_file(&dir.join("memory.max"), &bytes.to_string())?;
     write_cgroup_file(&dir.join("cgroup.procs"), &std::process::id().to_string())?;
     Ok(Cgroup { dir, home })
 }
 
 /// Writes `+memory` to `control` unless `check` (a controllers list) already names memory.
-fn enable_memory(control: &Path, check: &Path) -> Result<(), String> {
-    let listed = fs::read_to_string(check).map_err(|e| format!("could not read {}: {e}", check.display()))?;
+fn enable_memory(control: &Path, check: &Path) -> Result<(), TaskError> {
+    let listed =
+        fs::read_to_string(check).map_err(|source| TaskError::Io { action: "read", path: check.into(), source })?;
     if listed.split_whitespace().any(|c| c == "memory") {
         return Ok(());
     }
     write_cgroup_file(control, "+memory")
 }
 
-fn write_cgroup_file(path: &Path, value: &str) -> Result<(), String> {
-    fs::write(path, value).map_err(|e| format!("could not write `{value}` to {}: {e}", path.display()))
+fn write_cgroup_file(path: &Path, value: &str) -> Result<(), TaskError> {
+    fs::write(path, value).map_err(|source| TaskError::CgroupWrite { path: path.into(), value: value.into(), source })
 }
 
 /// Appends a warning to the task's notes file (best effort: the task runs anyway).

@@ -70,6 +70,31 @@ pub enum ApiError {
     /// The view answered with an error, or no replica answered.
     #[error(transparent)]
     View(#[from] ClientError),
+    /// A node agent's address is not an endpoint, or no connection to it could be made.
+    #[error("{addr}: {source}")]
+    AgentUnreachable {
+        /// The agent's address.
+        addr: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// A node agent answered with an error.
+    #[error("{addr}: {}", status.message())]
+    AgentRefused {
+        /// The agent's address.
+        addr: String,
+        /// Its answer.
+        #[source]
+        status: tonic::Status,
+    },
+    /// A node agent did not answer in time.
+    #[error("{addr}: no answer within {} s", timeout.as_secs_f64())]
+    AgentTimeout {
+        /// The agent's address.
+        addr: String,
+        /// How long it had.
+        timeout: std::time::Duration,
+    },
     /// A write's outcome is unknown (e.g. the leader changed while it was in flight).
     #[error("{0}")]
     OutcomeUnknown(String),
@@ -126,6 +151,9 @@ impl ApiError {
             ApiError::View(ClientError::NoAddress | ClientError::BadAddress(..)) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
+            ApiError::AgentUnreachable { .. } => http_of_grpc(Code::Unavailable),
+            ApiError::AgentRefused { status, .. } => http_of_grpc(status.code()),
+            ApiError::AgentTimeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             ApiError::OutcomeUnknown(_) => (StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown"),
             ApiError::RequestReused(_) => (StatusCode::CONFLICT, "request_reused"),
             ApiError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),

@@ -118,21 +118,24 @@ pub(super) async fn logs(
 }
 
 /// One agent's answer to a log request, bounded by [`AGENT_TIMEOUT`].
-async fn agent_logs(addr: &str, req: v1::LogsRequest) -> Result<v1::LogsResponse, String> {
+async fn agent_logs(addr: &str, req: v1::LogsRequest) -> Result<v1::LogsResponse, ApiError> {
+    let unreachable = |source| ApiError::AgentUnreachable { addr: addr.to_string(), source };
     let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| format!("{addr}: {e}"))?
+        .map_err(unreachable)?
         .connect_timeout(AGENT_TIMEOUT)
         .timeout(AGENT_TIMEOUT);
     let work = async {
-        let ch = ep.connect().await.map_err(|e| format!("{addr}: {e}"))?;
+        let ch = ep.connect().await.map_err(unreachable)?;
         v1::agent_client::AgentClient::new(ch)
             .max_decoding_message_size(8 << 20)
             .logs(req)
             .await
             .map(|r| r.into_inner())
-            .map_err(|s| format!("{addr}: {}", s.message()))
+            .map_err(|status| ApiError::AgentRefused { addr: addr.to_string(), status })
     };
-    tokio::time::timeout(AGENT_TIMEOUT, work).await.map_err(|_| format!("{addr}: no answer within 2 s"))?
+    tokio::time::timeout(AGENT_TIMEOUT, work)
+        .await
+        .map_err(|_| ApiError::AgentTimeout { addr: addr.to_string(), timeout: AGENT_TIMEOUT })?
 }
 
 /// Asks the agents, [`AGENT_FANOUT`] at a time, for a log; the first that has it answers.
@@ -149,7 +152,7 @@ async fn logs_from_any(agents: Vec<v1::AgentInfo>, req: v1::LogsRequest) -> Resu
         match running.join_next().await {
             // Dropping the set aborts the asks still running.
             Some(Ok((server, Ok(r)))) => return Ok((server, r)),
-            Some(Ok((_, Err(e)))) => last = e,
+            Some(Ok((_, Err(e)))) => last = e.to_string(),
             Some(Err(e)) => last = format!("ask failed: {e}"),
             None => {
                 return Err(ApiError::NoLogs(format!(

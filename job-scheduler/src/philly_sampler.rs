@@ -6,9 +6,9 @@
 //! row count and 32 duration quantiles (every 5% and densely in the tail), sampled by
 //! interpolating the quantile function; its mean GPU-seconds is within 1% of the file's. It is used when the file is not at hand.
 
+use crate::error::TraceError;
 use rand::Rng;
 use std::path::Path;
-use thiserror::Error;
 
 /// Quantile points (percent) of the built-in duration table; dense in the tail, where most
 /// GPU-time is.
@@ -64,53 +64,6 @@ fn interpolate(q: &[u32; 32], u: f64) -> f64 {
     let (p0, p1) = (QUANTILES[i - 1], QUANTILES[i]);
     let (a, b) = (q[i - 1] as f64, q[i] as f64);
     a + (b - a) * ((u - p0) / (p1 - p0)).clamp(0.0, 1.0)
-}
-
-/// A malformed trace file.
-#[derive(Debug, Error)]
-pub enum TraceError {
-    /// The file could not be read.
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        /// The file.
-        file: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// A required column is missing from the header.
-    #[error("{file}: missing column `{column}` in the header")]
-    MissingColumn {
-        /// The file.
-        file: String,
-        /// The column.
-        column: &'static str,
-    },
-    /// A value could not be used.
-    #[error("{file}: row {row}, column `{column}`: {message}")]
-    BadValue {
-        /// The file.
-        file: String,
-        /// 1-based data row number (the header is row 0).
-        row: u64,
-        /// The column.
-        column: &'static str,
-        /// What is wrong.
-        message: String,
-    },
-    /// A file is wrong as a whole (a model or cluster file, a trace that yields nothing).
-    #[error("{file}: {message}")]
-    Invalid {
-        /// The file.
-        file: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The file has no rows.
-    #[error("{file}: no data rows")]
-    Empty {
-        /// The file.
-        file: String,
-    },
 }
 
 enum Source {

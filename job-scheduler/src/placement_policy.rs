@@ -10,6 +10,7 @@
 //! every server at a few percent utilization and leaves no whole server for an 8-GPU job (the
 //! placement benchmark showed exactly that before the reserve was added).
 
+use crate::error::SchedulerError;
 use crate::local_view::LocalView;
 use tessera_view::JobSpec;
 use tessera_view::fit::FitMode;
@@ -62,12 +63,16 @@ impl Policy {
     }
 
     /// Parses `adaptive`, `pack` or `spread`.
-    pub fn parse(s: &str) -> Result<Policy, String> {
+    pub fn parse(s: &str) -> Result<Policy, SchedulerError> {
         match s {
             "adaptive" => Ok(Policy::default()),
             "pack" => Ok(Policy::Pack),
             "spread" => Ok(Policy::Spread),
-            _ => Err(format!("unknown policy `{s}` (expected adaptive, pack or spread)")),
+            _ => Err(SchedulerError::UnknownName {
+                what: "policy",
+                name: s.to_string(),
+                expected: "adaptive, pack or spread".into(),
+            }),
         }
     }
 }

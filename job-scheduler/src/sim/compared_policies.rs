@@ -14,9 +14,10 @@
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | | share per GPU | yes |
 
 use super::model::SpeedModel;
-use super::trace::SimJob;
+use super::trace_loader::SimJob;
+use crate::error::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
-use crate::policy::Policy;
+use crate::placement_policy::Policy;
 use crate::search::{find_placement, plan_on_server};
 use std::fmt;
 use tessera_view::fit::{self, FitMode};
@@ -66,10 +67,14 @@ impl SimPolicy {
     }
 
     /// Parses a name.
-    pub fn parse(s: &str) -> Result<SimPolicy, String> {
+    pub fn parse(s: &str) -> Result<SimPolicy, SchedulerError> {
         SimPolicy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
             let names: Vec<&str> = SimPolicy::ALL.iter().map(|p| p.name()).collect();
-            format!("unknown policy `{s}` (expected one of {})", names.join(", "))
+            SchedulerError::UnknownName {
+                what: "policy",
+                name: s.to_string(),
+                expected: format!("one of {}", names.join(", ")),
+            }
         })
     }
 

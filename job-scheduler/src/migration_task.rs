@@ -7,7 +7,7 @@
 //! [`MigrationConfig::min_utilization`]: under light load a free group turns up by itself) and
 //! enough of them are free in total. For the first candidates it reads a linearizable
 //! snapshot, rebuilds the [`ClusterView`] from it and asks the pure planner
-//! ([`tessera_view::migration::plan`]) for the fewest moves that free a group at the job's
+//! ([`tessera_view::migration_planner::plan`]) for the fewest moves that free a group at the job's
 //! allowed level. A plan with no moves means the job is not blocked (its scheduler task will
 //! place it); otherwise the moves go to the leader in one `Migrate` call, each decided
 //! atomically on its own by the approver (release old + take new). The blocked job itself is
@@ -25,6 +25,7 @@
 //! hosts' moves may still race for the same GPUs, and the approver refuses the loser's.
 
 use crate::cache::ViewCache;
+use crate::error::SchedulerError;
 use rand::Rng;
 use rand::rngs::SmallRng;
 use std::collections::{BTreeMap, HashMap};
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::backoff::seeded_rng;
 use tessera_proto::client::ViewClient;
 use tessera_proto::{RemoteDecision, v1};
-use tessera_view::migration::{self, MigrationParams, MigrationPlan};
+use tessera_view::migration_planner::{self, MigrationParams, MigrationPlan};
 use tessera_view::{ClusterView, Health, JobId, JobState, Proposal, ProposalId, ViewSnapshot};
 use tokio::sync::watch;
 
@@ -107,7 +108,7 @@ pub(crate) async fn run(cfg: MigrationConfig, host: String, mut client: ViewClie
                 );
             }
             Ok(None) => {}
-            Err(e) => tracing::warn!(host = %host, "migration: {e}"),
+            Err(e) => tracing::warn!(host = %host, error = %e, "migration step failed"),
         }
     }
 }
@@ -152,10 +153,10 @@ async fn step(
     rng: &mut SmallRng,
     candidates: &[(JobId, u64)],
     moved_at: &HashMap<JobId, Instant>,
-) -> Result<Option<(MigrationPlan, Vec<JobId>)>, String> {
-    let wire = client.snapshot(true).await.map_err(|e| format!("snapshot: {e}"))?;
-    let snap = wire.snapshot.ok_or("no snapshot in the answer")?;
-    let view = ClusterView::from_snapshot(ViewSnapshot::try_from(snap).map_err(|e| e.to_string())?);
+) -> Result<Option<(MigrationPlan, Vec<JobId>)>, SchedulerError> {
+    let wire = client.snapshot(true).await.map_err(|source| SchedulerError::Call { call: "snapshot", source })?;
+    let snap = wire.snapshot.ok_or(SchedulerError::NoSnapshot)?;
+    let view = ClusterView::from_snapshot(ViewSnapshot::try_from(snap).map_err(SchedulerError::MalformedSnapshot)?);
     // No remaining-time estimates live: absent means far from the end. −∞ marks the jobs
     // moved recently, which the planner then leaves where they are.
     let remaining_s: BTreeMap<JobId, f64> = moved_at.keys().map(|j| (*j, f64::NEG_INFINITY)).collect();
@@ -165,7 +166,7 @@ async fn step(
         else {
             continue;
         };
-        let Some(plan) = migration::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
+        let Some(plan) = migration_planner::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
         if plan.moves.is_empty() || plan.moves.len() > cfg.params.max_moves {
             // Not blocked: a group is free and its scheduler will take it.
             continue;
@@ -183,7 +184,7 @@ async fn step(
                 v1::Proposal::from(&p)
             })
             .collect();
-        let results = client.migrate(moves).await.map_err(|e| format!("Migrate: {e}"))?;
+        let results = client.migrate(moves).await.map_err(|source| SchedulerError::Call { call: "Migrate", source })?;
         let accepted: Vec<JobId> = plan
             .moves
             .iter()

@@ -5,7 +5,7 @@
 //! column. Rows that are well-formed but cannot be simulated (no duration, no GPU) are counted
 //! per reason in [`Trace::skipped`], never dropped silently.
 
-use crate::trace::TraceError;
+use crate::error::TraceError;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tessera_view::cluster_spec::RackGroup;
