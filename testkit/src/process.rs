@@ -193,7 +193,7 @@ impl ProcessCluster {
         let mut first = Ok(());
         for r in &mut self.replicas {
             let Some(c) = r.child.take() else { continue };
-            let res = terminate(c, grace).map_err(|why| KitError::Process { replica: r.id, why });
+            let res = terminate(c, grace, r.id);
             if first.is_ok() {
                 first = res;
             }
@@ -278,21 +278,22 @@ impl Drop for ProcessCluster {
 
 /// `SIGTERM`, then waits up to `grace` for the exit (a thread blocks in `wait` and reports
 /// it), then `SIGKILL`.
-fn terminate(mut c: Child, grace: Duration) -> Result<(), String> {
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).map_err(|e| e.to_string())?);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| format!("SIGTERM: {e}"))?;
+fn terminate(mut c: Child, grace: Duration, replica: u64) -> Result<(), KitError> {
+    let fail = |why: String| KitError::Process { replica, why };
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).map_err(|e| fail(e.to_string()))?);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| fail(format!("SIGTERM: {e}")))?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(c.wait());
     });
     match rx.recv_timeout(grace) {
         Ok(Ok(status)) if status.success() => Ok(()),
-        Ok(Ok(status)) => Err(format!("exited with {status} after SIGTERM")),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(status)) => Err(fail(format!("exited with {status} after SIGTERM"))),
+        Ok(Err(e)) => Err(fail(e.to_string())),
         Err(_) => {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             let _ = rx.recv();
-            Err(format!("still running {grace:?} after SIGTERM; killed"))
+            Err(fail(format!("still running {grace:?} after SIGTERM; killed")))
         }
     }
 }
