@@ -447,7 +447,9 @@ impl Agent {
             let synced = self.synced;
             let ev = tokio::select! {
                 _ = &mut shutdown => LoopEvent::Shutdown,
-                r = &mut beats => LoopEvent::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}")))),
+                r = &mut beats => {
+                    LoopEvent::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}"))))
+                }
                 _ = tick.tick() => LoopEvent::Tick,
                 ev = next => LoopEvent::Watch(ev),
                 // Exits wait for the first sync: keeping or forgetting a task directory needs
