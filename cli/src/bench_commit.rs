@@ -108,31 +108,31 @@ impl CommitArgs {
     }
 }
 
-pub fn run(a: CommitArgs) -> Result<ExitCode> {
+pub fn run(args: CommitArgs) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(run_async(a))
+    rt.block_on(run_async(args))
 }
 
-async fn run_async(a: CommitArgs) -> Result<ExitCode> {
-    let mut local = match &a.view {
+async fn run_async(args: CommitArgs) -> Result<ExitCode> {
+    let mut local = match &args.view {
         Some(_) => None,
-        None => Some(a.start_cluster()?),
+        None => Some(args.start_cluster()?),
     };
-    let addrs: Vec<String> = match (&a.view, &local) {
+    let addrs: Vec<String> = match (&args.view, &local) {
         (Some(v), _) => v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
         (None, Some(l)) => l.addrs(),
         (None, None) => anyhow::bail!("no cluster"),
     };
-    let report = commit_load::run(&addrs, local.as_mut(), &a.load()).await?;
+    let report = commit_load::run(&addrs, local.as_mut(), &args.load()).await?;
     let mut out = serde_json::to_value(&report)?;
-    out["fsync"] = serde_json::Value::Bool(!a.no_sync);
-    if a.json {
+    out["fsync"] = serde_json::Value::Bool(!args.no_sync);
+    if args.json {
         println!("{out}");
     } else {
         println!("{}", serde_json::to_string_pretty(&out)?);
     }
     if let Some(l) = &local
-        && a.keep_dir.is_some()
+        && args.keep_dir.is_some()
     {
         eprintln!("bench: cluster directory kept at {}", l.dir().display());
     }

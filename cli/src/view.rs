@@ -82,34 +82,34 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 pub fn run(cmd: ViewCommand) -> Result<ExitCode> {
     match cmd {
-        ViewCommand::Serve(a) => serve(a),
-        ViewCommand::Status(a) => status(a),
-        ViewCommand::AddReplica(a) => member(a, true),
-        ViewCommand::RemoveReplica(a) => member(a, false),
+        ViewCommand::Serve(args) => serve(args),
+        ViewCommand::Status(args) => status(args),
+        ViewCommand::AddReplica(args) => member(args, true),
+        ViewCommand::RemoveReplica(args) => member(args, false),
     }
 }
 
-fn serve(a: ServeArgs) -> Result<ExitCode> {
-    let mut file = ServeFile::from_file(&a.config)?;
-    if let Some(v) = a.id {
+fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let mut file = ServeFile::from_file(&args.config)?;
+    if let Some(v) = args.id {
         file.id = v;
     }
-    if let Some(v) = a.listen {
+    if let Some(v) = args.listen {
         file.listen = v;
     }
-    if let Some(v) = a.data_dir {
+    if let Some(v) = args.data_dir {
         file.data_dir = v;
     }
-    if let Some(v) = a.peers {
+    if let Some(v) = args.peers {
         file.peers = v;
     }
-    if let Some(v) = a.tick_ms {
+    if let Some(v) = args.tick_ms {
         file.tuning.tick_ms = v;
     }
-    if let Some(v) = a.election_tick {
+    if let Some(v) = args.election_tick {
         file.tuning.election_tick = v;
     }
-    if let Some(v) = a.heartbeat_tick {
+    if let Some(v) = args.heartbeat_tick {
         file.tuning.heartbeat_tick = v;
     }
     let listen = file.listen_addrs();
@@ -142,11 +142,11 @@ pub(crate) async fn terminated() {
     tracing::info!("shutting down");
 }
 
-fn status(a: AddrArgs) -> Result<ExitCode> {
+fn status(args: AddrArgs) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = ViewClient::from_list(&a.view)?.with_deadline(Duration::from_secs(2));
-        let addrs: Vec<String> = a.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        let mut c = ViewClient::from_list(&args.view)?.with_deadline(Duration::from_secs(2));
+        let addrs: Vec<String> = args.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         let mut rows = Vec::new();
         let mut any = false;
         for addr in &addrs {
@@ -163,7 +163,7 @@ fn status(a: AddrArgs) -> Result<ExitCode> {
                 Err(e) => rows.push(serde_json::json!({ "addr": addr, "error": e.to_string() })),
             }
         }
-        if a.json {
+        if args.json {
             println!("{}", serde_json::Value::Array(rows));
         } else {
             println!(
@@ -199,15 +199,18 @@ fn status(a: AddrArgs) -> Result<ExitCode> {
     })
 }
 
-fn member(a: MemberArgs, add: bool) -> Result<ExitCode> {
-    if add && a.addr.is_empty() {
+fn member(args: MemberArgs, add: bool) -> Result<ExitCode> {
+    if add && args.addr.is_empty() {
         bail!("--addr is required to add a replica");
     }
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = ViewClient::from_list(&a.view)?;
-        let voters =
-            if add { c.add_replica(a.id, &a.addr, &a.raft_addr).await? } else { c.remove_replica(a.id).await? };
+        let mut c = ViewClient::from_list(&args.view)?;
+        let voters = if add {
+            c.add_replica(args.id, &args.addr, &args.raft_addr).await?
+        } else {
+            c.remove_replica(args.id).await?
+        };
         println!("voters: {voters:?}");
         Ok(ExitCode::SUCCESS)
     })

@@ -149,19 +149,19 @@ pub fn bench_topology(gpus: u32) -> Result<Topology, SchedulerError> {
     }
     let sockets = if gpus <= 2 { 1 } else { 2 };
     let per_socket = gpus / sockets;
-    let mut text = format!(
-        "name = 'bench-{gpus}gpu'\ndevice_type = 'bench-gpu'\ndevices = {gpus}\ncores_per_socket = 16\nmemory_mib = 393216\n"
-    );
-    for s in 0..sockets {
-        let switches: Vec<String> = (0..per_socket / 2)
-            .map(|p| {
-                let d = s * per_socket + p * 2;
-                format!("[{}, {}]", d, d + 1)
-            })
-            .collect();
-        text.push_str(&format!("[[sockets]]\npcie_switches = [{}]\n", switches.join(", ")));
-    }
-    Ok(Topology::from_toml("<bench topology>", &text)?)
+    let mask = |from: u32, n: u32| ((1u64 << n) - 1) << from;
+    let t = Topology {
+        name: format!("bench-{gpus}gpu"),
+        device_type: "bench-gpu".into(),
+        devices: gpus,
+        sockets: (0..sockets).map(|s| mask(s * per_socket, per_socket)).collect(),
+        pcie_switches: (0..gpus / 2).map(|p| mask(2 * p, 2)).collect(),
+        nvlink_groups: Vec::new(),
+        cores_per_socket: 16,
+        memory_mib: 393_216,
+    };
+    t.validate().map_err(|e| e.in_file("<bench topology>"))?;
+    Ok(t)
 }
 
 /// The job spec the benchmark submits for a job of `gpus` GPUs.

@@ -192,7 +192,7 @@ async fn follow(mut client: ViewClient, state: Arc<RwLock<CacheState>>, tx: watc
                 Ok(Some(ev)) => ev,
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::debug!("watch stream ended: {e}");
+                    tracing::debug!(error = %e, "watch stream ended");
                     break;
                 }
             };
@@ -208,21 +208,21 @@ async fn follow(mut client: ViewClient, state: Arc<RwLock<CacheState>>, tx: watc
                             match read_snapshot(&mut client).await {
                                 Ok(s) => replace(&state, &s),
                                 Err(e) => {
-                                    tracing::debug!("snapshot after a refused delta failed: {e}");
+                                    tracing::debug!(error = %e, "snapshot after a refused delta failed");
                                     None
                                 }
                             }
                         }
                     }
                     Err(e) => {
-                        tracing::warn!("malformed delta from the view, ignored: {e}");
+                        tracing::warn!(error = %e, "malformed delta from the view, ignored");
                         None
                     }
                 },
                 Some(v1::watch_event::Event::Snapshot(s)) => match ViewSnapshot::try_from(s) {
                     Ok(s) => replace(&state, &s),
                     Err(e) => {
-                        tracing::warn!("malformed snapshot from the view, ignored: {e}");
+                        tracing::warn!(error = %e, "malformed snapshot from the view, ignored");
                         None
                     }
                 },

@@ -199,7 +199,7 @@ pub async fn run_host(
                     tasks.insert(job, spawn_job(&cfg, &registry, &client, &cache, job));
                 }
             }
-            Err(e) => tracing::warn!(host = %cfg.name, "AdoptJobs failed: {e}"),
+            Err(e) => tracing::warn!(host = %cfg.name, error = %e, "AdoptJobs failed"),
         }
         adopted_at.retain(|j, _| tasks.contains_key(j));
         held_tx.send_replace(adopted_at.iter().map(|(j, t)| (*j, *t)).collect());
@@ -230,19 +230,24 @@ fn spawn_job(
         let since = Instant::now();
         let asked = cache.job(job).and_then(|j| j.spec.scheduler);
         let Some(s) = registry.get(asked.as_deref()) else {
+            tracing::warn!(
+                job_id = job.0,
+                asked = asked.as_deref().unwrap_or_default(),
+                runs = %registry.names(),
+                "no such scheduler on this host; job cancelled"
+            );
             let why = format!(
                 "no scheduler `{}` on host `{host}` (it runs: {})",
                 asked.unwrap_or_default(),
                 registry.names()
             );
-            tracing::warn!(job_id = job.0, "{why}");
             let _ = client.cancel_because(job.0, &why).await;
             return Some(Placed::GaveUp(why));
         };
         match place_job(&mut client, &cache, s.as_ref(), job, since, &opts).await {
             Ok(p) => Some(p),
             Err(e) => {
-                tracing::warn!(job_id = job.0, host = %host, "scheduling stopped: {e}");
+                tracing::warn!(job_id = job.0, host = %host, error = %e, "scheduling stopped");
                 None
             }
         }
