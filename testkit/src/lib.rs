@@ -149,14 +149,7 @@ impl LocalClusterBuilder {
     /// they are serving (a leader may not be elected yet: see [`ViewClient::wait_for_leader`]).
     pub async fn start(self) -> Result<LocalCluster, KitError> {
         let (tmp, dir) = self.directory()?;
-        let mut listeners = Vec::with_capacity(self.replicas);
-        for i in 0..self.replicas {
-            listeners.push(self.bind(i)?);
-        }
-        let mut addrs = Vec::with_capacity(listeners.len());
-        for (i, l) in listeners.iter().enumerate() {
-            addrs.push(l.addrs().map_err(|source| KitError::Replica { replica: i as u64 + 1, source })?);
-        }
+        let (listeners, addrs) = self.bind_all()?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::with_capacity(listeners.len());
         for (i, l) in listeners.into_iter().enumerate() {
@@ -195,13 +188,22 @@ impl LocalClusterBuilder {
         }
     }
 
-    /// Replica `i + 1`'s sockets: its fixed addresses, or fresh loopback ports.
-    fn bind(&self, i: usize) -> Result<Listeners, KitError> {
-        let bound = match &self.listen {
-            Some(addrs) => Listeners::bind(&addrs[i]),
-            None => Listeners::loopback(self.raft_ports, self.http && i == 0),
-        };
-        bound.map_err(|source| KitError::Replica { replica: i as u64 + 1, source })
+    /// Every replica's sockets (its fixed addresses, or fresh loopback ports) and where they are
+    /// bound, replica 1 first.
+    fn bind_all(&self) -> Result<(Vec<Listeners>, Vec<ListenAddrs>), KitError> {
+        let mut listeners = Vec::with_capacity(self.replicas);
+        let mut addrs = Vec::with_capacity(self.replicas);
+        for i in 0..self.replicas {
+            let replica = i as u64 + 1;
+            let bound = match &self.listen {
+                Some(fixed) => Listeners::bind(&fixed[i]),
+                None => Listeners::loopback(self.raft_ports, self.http && i == 0),
+            };
+            let l = bound.map_err(|source| KitError::Replica { replica, source })?;
+            addrs.push(l.addrs().map_err(|source| KitError::Replica { replica, source })?);
+            listeners.push(l);
+        }
+        Ok((listeners, addrs))
     }
 }
 

@@ -54,14 +54,7 @@ impl LocalClusterBuilder {
             .spec
             .write_files(&dir)
             .map_err(|e| KitError::DataDir { dir: dir.display().to_string(), why: e.to_string() })?;
-        let mut bound = Vec::with_capacity(self.replicas);
-        for i in 0..self.replicas {
-            bound.push(self.bind(i)?);
-        }
-        let mut addrs = Vec::with_capacity(bound.len());
-        for (i, l) in bound.iter().enumerate() {
-            addrs.push(l.addrs().map_err(|source| KitError::Replica { replica: i as u64 + 1, source })?);
-        }
+        let (bound, addrs) = self.bind_all()?;
         let mut cluster = ProcessCluster {
             bin: bin.to_path_buf(),
             dir,
