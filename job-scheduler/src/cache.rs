@@ -11,11 +11,12 @@
 //! moved on.
 
 use crate::LocalView;
+use crate::SchedulerError;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tessera_proto::backoff::{Backoff, seeded_rng};
-use tessera_proto::client::{ClientError, ViewClient};
+use tessera_proto::client::ViewClient;
 use tessera_proto::v1;
 use tessera_view::{Job, JobId, JobState, ServerId, ServerRecord, ViewDelta, ViewSnapshot, ViewVersion};
 use tokio::sync::watch;
@@ -23,17 +24,6 @@ use tokio::sync::watch;
 /// How long one watch stream is followed before subscribing again (a replica that went quiet
 /// without closing the stream cannot hold the copy back for longer).
 const WATCH_REFRESH: Duration = Duration::from_secs(30);
-
-/// Why the cache could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    /// The view did not answer.
-    #[error("cannot read the view")]
-    Client(#[from] ClientError),
-    /// The view answered with something that does not decode.
-    #[error("the view sent a malformed snapshot: {0}")]
-    Malformed(String),
-}
 
 /// The copy: server records with the search index, and every job the view still holds.
 #[derive(Debug)]
@@ -101,7 +91,7 @@ impl Drop for ViewCache {
 
 impl ViewCache {
     /// Reads a linearizable snapshot through `client` and starts following the view.
-    pub async fn connect(mut client: ViewClient) -> Result<ViewCache, CacheError> {
+    pub async fn connect(mut client: ViewClient) -> Result<ViewCache, SchedulerError> {
         let snap = read_snapshot(&mut client).await?;
         let version = snap.version.0;
         let state = Arc::new(RwLock::new(CacheState::from_snapshot(&snap)));
@@ -161,10 +151,10 @@ impl ViewCache {
     }
 }
 
-async fn read_snapshot(client: &mut ViewClient) -> Result<ViewSnapshot, CacheError> {
-    let r = client.snapshot(true).await?;
-    let wire = r.snapshot.ok_or_else(|| CacheError::Malformed("no snapshot in the answer".into()))?;
-    ViewSnapshot::try_from(wire).map_err(|e| CacheError::Malformed(e.to_string()))
+async fn read_snapshot(client: &mut ViewClient) -> Result<ViewSnapshot, SchedulerError> {
+    let r = client.snapshot(true).await.map_err(SchedulerError::call("Snapshot"))?;
+    let wire = r.snapshot.ok_or(SchedulerError::NoSnapshot)?;
+    ViewSnapshot::try_from(wire).map_err(SchedulerError::MalformedSnapshot)
 }
 
 /// Follows the watch stream for as long as the cache lives.

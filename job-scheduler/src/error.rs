@@ -1,18 +1,21 @@
-//! [`SchedulerError`]: what goes wrong in this crate outside the live loops and the trace files:
-//! a name or setting given on the command line, a step of the placement benchmark or of the
-//! hosts' migration task, the local view's index self-check. [`TraceError`]: a trace, node list or model file that cannot be
-//! read (the Philly sampler's and the simulator's loaders). The live loops' errors
-//! ([`crate::runtime::RuntimeError`], [`crate::host::HostError`], [`crate::cache::CacheError`]),
-//! the search's ([`crate::SearchError`]) and the simulator's runs ([`crate::sim::engine::SimError`],
-//! [`crate::sim::experiment::ExperimentError`]) sit beside their modules.
+//! [`SchedulerError`], the crate's one error type: a name or setting given on the command line,
+//! a trace, node list or model file that cannot be used, a call the view refused for good, the
+//! placement machine fed out of order, a job the simulator cannot admit, the local view's index
+//! self-check. Each variant names what it is about (a file and row, a job, a server, a flag) and
+//! says what to do where there is something to do.
+//!
+//! Outcomes that are not failures have their own value types: the search's
+//! [`crate::NoPlacement`] (no gang fits now: wait or give up), the runtime's
+//! [`crate::Placed`] and the view's `Rejection`.
 
+use tessera_proto::client::ClientError;
 use tessera_view::{ConfigSetId, Health, JobId, ServerId, SpecError, ViewError};
 use thiserror::Error;
 
-/// Why a parse, a benchmark or a self-check failed.
+/// What went wrong in a scheduler host, the simulator, a trace loader or a benchmark.
 #[derive(Debug, Error)]
 pub enum SchedulerError {
-    /// A name (a placement policy, a simulated policy) that is none of the known ones.
+    /// A name (a placement policy, a simulated policy, a scheduler) that is none of the known ones.
     #[error("unknown {what} `{name}` (expected {expected})")]
     UnknownName {
         /// What kind of name, e.g. `policy`.
@@ -32,14 +35,90 @@ pub enum SchedulerError {
         /// The value given.
         got: String,
     },
+    /// A setting that does not apply to what else was asked (`--vc` with an Alibaba trace).
+    #[error("{setting} {why}")]
+    Unsupported {
+        /// The setting, as its flag.
+        setting: &'static str,
+        /// Why it does not apply.
+        why: &'static str,
+    },
     /// A compiled-in topology preset is missing (a build without it).
     #[error("the compiled-in topology preset `{0}` is missing")]
     MissingPreset(&'static str),
-    /// A topology built in code is invalid.
+    /// A cluster spec or topology (read from a file or built in code) is invalid.
     #[error(transparent)]
-    Topology(#[from] SpecError),
+    Spec(#[from] SpecError),
+
+    /// A file could not be read.
+    #[error("{file}: cannot read")]
+    Io {
+        /// The file.
+        file: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A CSV file could not be read or split into records.
+    #[error("{file}: cannot read as CSV")]
+    Csv {
+        /// The file.
+        file: String,
+        /// The error.
+        source: csv::Error,
+    },
+    /// A required column is missing from a trace's header.
+    #[error("{file}: missing column `{column}` in the header")]
+    MissingColumn {
+        /// The file.
+        file: String,
+        /// The column.
+        column: &'static str,
+    },
+    /// A value in a trace could not be used.
+    #[error("{file}: row {row}, column `{column}`: {message}")]
+    BadValue {
+        /// The file.
+        file: String,
+        /// 1-based data row number (the header is row 0).
+        row: u64,
+        /// The column.
+        column: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file is wrong as a whole (a model or cluster file, a trace that yields nothing).
+    #[error("{file}: {message}")]
+    BadFile {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A trace file has no rows.
+    #[error("{file}: no data rows")]
+    EmptyTrace {
+        /// The file.
+        file: String,
+    },
+    /// The Alibaba pods run on the real node list unless a cluster spec is given, and the node
+    /// list could not be loaded.
+    #[error("the Alibaba pods run on the real node list by default (or give a cluster spec)")]
+    NodeList(#[source] Box<SchedulerError>),
+    /// The simulator's thread pool could not start.
+    #[error("cannot start the simulator's thread pool")]
+    ThreadPool(#[from] rayon::ThreadPoolBuildError),
+
+    /// A call to the view failed for good (after the client's own retries): the view is down,
+    /// refused the caller, or answered something this client does not understand.
+    #[error("{call}: the view refused")]
+    Call {
+        /// The call (`Snapshot`, `Propose`, `Migrate`, ...).
+        call: &'static str,
+        /// Why.
+        source: ClientError,
+    },
     /// The view refused a step of the benchmark (`submit`, `release`, `cancel`).
-    #[error("{action}{}: {source}", job.map(|j| format!(" {j}")).unwrap_or_default())]
+    #[error("{action}{}", job.map(|j| format!(" {j}")).unwrap_or_default())]
     View {
         /// What was asked.
         action: &'static str,
@@ -48,23 +127,39 @@ pub enum SchedulerError {
         /// The refusal.
         source: ViewError,
     },
-    /// A call to the view failed (the migration task's `Snapshot` or `Migrate`).
-    #[error("{call}: {source}")]
-    Call {
-        /// The call.
-        call: &'static str,
-        /// Why.
-        source: tessera_proto::client::ClientError,
-    },
     /// The view answered a snapshot request with no snapshot.
-    #[error("no snapshot in the answer")]
+    #[error("no snapshot in the view's answer")]
     NoSnapshot,
-    /// The view answered with a snapshot that does not decode.
-    #[error("malformed snapshot: {0}")]
+    /// The view answered with a snapshot that does not decode (a replica of another version?).
+    #[error("the view sent a malformed snapshot")]
     MalformedSnapshot(#[source] tessera_proto::WireError),
     /// A job the view just admitted is not in it.
     #[error("submitted job {0} vanished")]
     JobVanished(JobId),
+    /// The job a placement machine works for is not in the view (cancelled and forgotten).
+    #[error("job {0} is not in the view")]
+    UnknownJob(JobId),
+    /// The shell fed a placement machine an event it was not waiting for (a bug in the shell).
+    #[error("placement machine of job {job}: got {got} while waiting for {expected}")]
+    OutOfOrder {
+        /// The job.
+        job: JobId,
+        /// What the machine waited for.
+        expected: &'static str,
+        /// What it got.
+        got: &'static str,
+    },
+
+    /// The simulator could not admit a trace's job even with the proportional CPU share (a trace
+    /// no policy can run on this cluster).
+    #[error("job {job} of the trace cannot be admitted")]
+    Admission {
+        /// The trace's job id.
+        job: String,
+        /// The refusal.
+        source: ViewError,
+    },
+
     /// Index self-check: a server that is not up is indexed as free capacity.
     #[error("{server} is {health} but indexed")]
     IndexedNotUp {
@@ -87,49 +182,19 @@ pub enum SchedulerError {
     HistogramOff(ConfigSetId),
 }
 
-/// A malformed trace file.
-#[derive(Debug, Error)]
-pub enum TraceError {
-    /// The file could not be read.
-    #[error("{file}: cannot read: {source}")]
-    Io {
-        /// The file.
-        file: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// A required column is missing from the header.
-    #[error("{file}: missing column `{column}` in the header")]
-    MissingColumn {
-        /// The file.
-        file: String,
-        /// The column.
-        column: &'static str,
-    },
-    /// A value could not be used.
-    #[error("{file}: row {row}, column `{column}`: {message}")]
-    BadValue {
-        /// The file.
-        file: String,
-        /// 1-based data row number (the header is row 0).
-        row: u64,
-        /// The column.
-        column: &'static str,
-        /// What is wrong.
-        message: String,
-    },
-    /// A file is wrong as a whole (a model or cluster file, a trace that yields nothing).
-    #[error("{file}: {message}")]
-    Invalid {
-        /// The file.
-        file: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The file has no rows.
-    #[error("{file}: no data rows")]
-    Empty {
-        /// The file.
-        file: String,
-    },
+impl SchedulerError {
+    /// A [`SchedulerError::Call`] of `call`, for `map_err`.
+    pub fn call(call: &'static str) -> impl FnOnce(ClientError) -> SchedulerError {
+        move |source| SchedulerError::Call { call, source }
+    }
+
+    /// A [`SchedulerError::Io`] of `file`, for `map_err`.
+    pub fn io(file: &std::path::Path) -> impl Fn(std::io::Error) -> SchedulerError + '_ {
+        move |source| SchedulerError::Io { file: file.display().to_string(), source }
+    }
+
+    /// A [`SchedulerError::Csv`] of `file`, for `map_err`.
+    pub fn csv(file: &str) -> impl Fn(csv::Error) -> SchedulerError + '_ {
+        move |source| SchedulerError::Csv { file: file.to_string(), source }
+    }
 }

@@ -14,6 +14,7 @@
 //! want the same GPUs the approver decides, atomically. If a host dies, its jobs go to the
 //! others one lease later.
 
+use crate::SchedulerError;
 use crate::cache::ViewCache;
 use crate::migration_task::MigrationConfig;
 use crate::runtime::{Placed, RuntimeOptions, place_job};
@@ -23,7 +24,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_proto::backoff::{Backoff, seeded_rng};
-use tessera_proto::client::{ClientError, ViewClient};
+use tessera_proto::client::ViewClient;
 use tessera_view::JobId;
 use tokio::task::JoinHandle;
 
@@ -56,9 +57,13 @@ impl Registry {
 
     /// Uses `name` (or what an old alias now names) for jobs that name no scheduler; an error
     /// if it is not registered.
-    pub fn with_default(mut self, name: &str) -> Result<Registry, HostError> {
+    pub fn with_default(mut self, name: &str) -> Result<Registry, SchedulerError> {
         let Some(found) = self.resolve(name) else {
-            return Err(HostError::UnknownScheduler { name: name.to_string(), known: self.names() });
+            return Err(SchedulerError::UnknownName {
+                what: "scheduler",
+                name: name.to_string(),
+                expected: self.names(),
+            });
         };
         self.default = found.to_string();
         Ok(self)
@@ -98,25 +103,6 @@ pub struct HostConfig {
     pub migration: MigrationConfig,
 }
 
-/// Why a host stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    /// The view could not be read at start.
-    #[error(transparent)]
-    Cache(#[from] crate::cache::CacheError),
-    /// The view refused the host for good.
-    #[error("the view refused the scheduler host")]
-    Client(#[from] ClientError),
-    /// A scheduler name no one registered.
-    #[error("no scheduler `{name}` (known: {known})")]
-    UnknownScheduler {
-        /// The name asked for.
-        name: String,
-        /// What is registered.
-        known: String,
-    },
-}
-
 /// What a host has done so far (for logs and tests).
 #[derive(Debug, Default, Clone)]
 pub struct HostStats {
@@ -133,8 +119,10 @@ pub async fn run_host(
     cfg: HostConfig,
     registry: Registry,
     shutdown: impl Future<Output = ()>,
-) -> Result<HostStats, HostError> {
-    let client = ViewClient::new(cfg.view.clone())?.with_deadline(Duration::from_secs(5));
+) -> Result<HostStats, SchedulerError> {
+    let client = ViewClient::new(cfg.view.clone())
+        .map_err(SchedulerError::call("connect"))?
+        .with_deadline(Duration::from_secs(5));
     tokio::pin!(shutdown);
     // The view may not be up yet (hosts start with the cluster): keep trying, bounded backoff.
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -247,7 +235,7 @@ fn spawn_job(
         match place_job(&mut client, &cache, s.as_ref(), job, since, &opts).await {
             Ok(p) => Some(p),
             Err(e) => {
-                tracing::warn!(job_id = job.0, host = %host, error = %e, "scheduling stopped");
+                tracing::warn!(job_id = job.0, host = %host, error = %chain(&e), "scheduling stopped");
                 None
             }
         }
@@ -255,7 +243,7 @@ fn spawn_job(
 }
 
 /// An error with its causes, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {
@@ -316,7 +304,7 @@ mod tests {
         let r = r.with_default("default").expect("alias accepted");
         assert_eq!(name_of(&r, None).as_deref(), Some("locality-tolerant"));
         let e = Registry::default().with_default("no-such").expect_err("unknown");
-        assert_eq!(e.to_string(), "no scheduler `no-such` (known: cpu-aware, locality-tolerant, optimus)");
+        assert_eq!(e.to_string(), "unknown scheduler `no-such` (expected cpu-aware, locality-tolerant, optimus)");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! | [`search`] | [`search::find_placement`]: topology-aware gang placement at the tightest feasible level within tolerance, via bit operations |
 //! | [`placement_policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
 //! | [`philly_sampler`] | [`PhillySampler`](philly_sampler::PhillySampler): job sizes and durations drawn from the Philly trace (file or built-in histogram) |
-//! | [`error`] | [`SchedulerError`] (parsers, benchmark, self-checks) and [`TraceError`] (trace files) |
+//! | [`error`] | [`SchedulerError`], the crate's one error type (settings, trace files, calls the view refused, the simulator, self-checks) |
 //! | [`bench`] | the placement benchmark behind `tessera bench placement` |
 //! | [`sim`] | the trace-driven simulator behind `tessera sim`: trace loaders, speed model, policies, event loop |
 //!
@@ -40,11 +40,11 @@ pub mod search;
 pub mod sim;
 
 pub use cache::ViewCache;
-pub use error::{SchedulerError, TraceError};
+pub use error::SchedulerError;
 pub use host::{HostConfig, Registry, run_host};
 pub use local_view::{LocalView, Overlay};
 pub use migration_task::MigrationConfig;
 pub use placement_policy::Policy;
 pub use runtime::{PlaceMachine, Placed, RuntimeOptions, place_job};
 pub use scheduler::{Attempt, CpuAware, LocalityTolerant, Optimus, Scheduler, Verdict};
-pub use search::{SearchError, find_placement};
+pub use search::{NoPlacement, find_placement};

@@ -108,7 +108,7 @@ pub(crate) async fn run(cfg: MigrationConfig, host: String, mut client: ViewClie
                 );
             }
             Ok(None) => {}
-            Err(e) => tracing::warn!(host = %host, error = %e, "migration step failed"),
+            Err(e) => tracing::warn!(host = %host, error = %crate::host::chain(&e), "migration step failed"),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! row count and 32 duration quantiles (every 5% and densely in the tail), sampled by
 //! interpolating the quantile function; its mean GPU-seconds is within 1% of the file's. It is used when the file is not at hand.
 
-use crate::error::TraceError;
+use crate::error::SchedulerError;
 use rand::Rng;
 use std::path::Path;
 
@@ -85,33 +85,30 @@ impl std::fmt::Debug for PhillySampler {
 
 impl PhillySampler {
     /// Reads `philly-duration-gpus.csv`.
-    pub fn from_csv(path: &Path) -> Result<PhillySampler, TraceError> {
+    pub fn from_csv(path: &Path) -> Result<PhillySampler, SchedulerError> {
         let file = path.display().to_string();
-        let mut rdr = csv::Reader::from_path(path)
-            .map_err(|e| TraceError::Io { file: file.clone(), source: std::io::Error::other(e.to_string()) })?;
-        let headers = rdr
-            .headers()
-            .map_err(|e| TraceError::Io { file: file.clone(), source: std::io::Error::other(e.to_string()) })?
-            .clone();
+        let mut rdr =
+            csv::Reader::from_path(path).map_err(|e| SchedulerError::Csv { file: file.clone(), source: e })?;
+        let headers = rdr.headers().map_err(|e| SchedulerError::Csv { file: file.clone(), source: e })?.clone();
         let col = |name: &'static str| {
             headers
                 .iter()
                 .position(|h| h.trim() == name)
-                .ok_or(TraceError::MissingColumn { file: file.clone(), column: name })
+                .ok_or(SchedulerError::MissingColumn { file: file.clone(), column: name })
         };
         let (dc, gc) = (col("duration_s")?, col("num_gpus")?);
         let mut rows = Vec::new();
         for (i, rec) in rdr.records().enumerate() {
             let row = i as u64 + 1;
-            let rec = rec.map_err(|e| TraceError::BadValue {
+            let rec = rec.map_err(|e| SchedulerError::BadValue {
                 file: file.clone(),
                 row,
                 column: "duration_s",
                 message: e.to_string(),
             })?;
-            let parse = |c: usize, column: &'static str| -> Result<f64, TraceError> {
+            let parse = |c: usize, column: &'static str| -> Result<f64, SchedulerError> {
                 let raw = rec.get(c).unwrap_or("").trim();
-                raw.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| TraceError::BadValue {
+                raw.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| SchedulerError::BadValue {
                     file: file.clone(),
                     row,
                     column,
@@ -121,7 +118,7 @@ impl PhillySampler {
             let d = parse(dc, "duration_s")?;
             let g = parse(gc, "num_gpus")?;
             if g < 1.0 || g.fract() != 0.0 || g > 4096.0 {
-                return Err(TraceError::BadValue {
+                return Err(SchedulerError::BadValue {
                     file: file.clone(),
                     row,
                     column: "num_gpus",
@@ -131,7 +128,7 @@ impl PhillySampler {
             rows.push((g as u32, d.min(u32::MAX as f64) as u32));
         }
         if rows.is_empty() {
-            return Err(TraceError::Empty { file });
+            return Err(SchedulerError::EmptyTrace { file });
         }
         Ok(PhillySampler { name: file, source: Source::Rows(rows) })
     }

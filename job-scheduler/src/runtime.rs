@@ -32,6 +32,7 @@
 //! a [`ViewCache`] and tokio's clock, and after every wait shows the machine the copy of the
 //! view again ([`Event::View`]). Its unit tests run the machine on virtual time.
 
+use crate::SchedulerError;
 use crate::cache::ViewCache;
 use crate::local_view::{LocalView, Overlay};
 use crate::scheduler::{Attempt, Scheduler, Verdict};
@@ -88,27 +89,6 @@ pub enum Placed {
     NotPending(JobState),
     /// The scheduler gave up; the job was cancelled with this reason.
     GaveUp(String),
-}
-
-/// Why the runtime stopped without an outcome.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    /// The view refused a call for good.
-    #[error("the view refused: {0}")]
-    Client(#[from] ClientError),
-    /// The job is not in the view.
-    #[error("job {0} is not in the view")]
-    UnknownJob(JobId),
-    /// The shell fed the machine an event it was not waiting for (a bug in the shell).
-    #[error("placement machine of job {job}: got {got} while waiting for {expected}")]
-    OutOfOrder {
-        /// The job.
-        job: JobId,
-        /// What the machine waited for.
-        expected: &'static str,
-        /// What it got.
-        got: &'static str,
-    },
 }
 
 /// What the shell tells the machine, each with the time now on the machine's clock.
@@ -198,7 +178,7 @@ pub enum Action {
     /// Finished.
     Done(Placed),
     /// Stopped without an outcome.
-    Fail(RuntimeError),
+    Fail(SchedulerError),
 }
 
 /// What the machine waits for.
@@ -307,10 +287,10 @@ impl<'s> PlaceMachine<'s> {
                 Err(ClientError::Status { status, .. }) if status.code() == tonic::Code::FailedPrecondition => {
                     Action::Done(Placed::NotPending(JobState::Failed))
                 }
-                Err(e) => Action::Fail(e.into()),
+                Err(e) => Action::Fail(SchedulerError::Call { call: "CancelJob", source: e }),
             },
             (phase, event) => {
-                Action::Fail(RuntimeError::OutOfOrder { job: self.job, expected: phase.name(), got: event.name() })
+                Action::Fail(SchedulerError::OutOfOrder { job: self.job, expected: phase.name(), got: event.name() })
             }
         }
     }
@@ -320,7 +300,7 @@ impl<'s> PlaceMachine<'s> {
             // The copy may not have caught up with a job submitted just now.
             let deadline = *self.missing_since.get_or_insert(now) + self.max_wait;
             if now >= deadline {
-                return Action::Fail(RuntimeError::UnknownJob(self.job));
+                return Action::Fail(SchedulerError::UnknownJob(self.job));
             }
             return self.wait_for_view(version, deadline);
         };
@@ -395,7 +375,9 @@ impl<'s> PlaceMachine<'s> {
                 self.phase = Phase::Reading(p.based_on);
                 Action::ReadJob
             }
-            Answer::Failed(e @ ClientError::Status { .. }) => Action::Fail(e.into()),
+            Answer::Failed(e @ ClientError::Status { .. }) => {
+                Action::Fail(SchedulerError::Call { call: "Propose", source: e })
+            }
             Answer::Failed(e) => self.in_doubt(now, p, &e.to_string()),
             Answer::Unknown(why) => self.in_doubt(now, p, &why),
         }
@@ -441,7 +423,7 @@ pub async fn place_job(
     job: JobId,
     waited_from: Instant,
     opts: &RuntimeOptions,
-) -> Result<Placed, RuntimeError> {
+) -> Result<Placed, SchedulerError> {
     let now = || waited_from.elapsed();
     let look = |m: &mut PlaceMachine<'_>| {
         let version = cache.version();
@@ -722,7 +704,7 @@ mod tests {
         let mut m = machine(&sched, &f);
         proposal(f.look(&mut m, Duration::ZERO));
         let a = m.step(S, Event::Answer(Answer::Failed(status(tonic::Status::invalid_argument("bad")))));
-        assert!(matches!(a, Action::Fail(RuntimeError::Client(_))), "{a:?}");
+        assert!(matches!(a, Action::Fail(SchedulerError::Call { .. })), "{a:?}");
     }
 
     /// A scheduler that never places anything.
@@ -761,7 +743,7 @@ mod tests {
         // The cancel could not be sent: an error.
         let mut m = machine(&sched, &f);
         start(&mut m);
-        assert!(matches!(m.step(S, Event::Cancelled(Err(unavailable()))), Action::Fail(RuntimeError::Client(_))));
+        assert!(matches!(m.step(S, Event::Cancelled(Err(unavailable()))), Action::Fail(SchedulerError::Call { .. })));
     }
 
     #[test]
@@ -796,7 +778,7 @@ mod tests {
         assert_eq!(wait_until(missing(&mut m, S)).1, 3 * S);
         assert_eq!(wait_until(missing(&mut m, 2 * S)).1, 3 * S, "one deadline for the whole absence");
         let a = missing(&mut m, 3 * S);
-        assert!(matches!(a, Action::Fail(RuntimeError::UnknownJob(j)) if j == f.job), "{a:?}");
+        assert!(matches!(a, Action::Fail(SchedulerError::UnknownJob(j)) if j == f.job), "{a:?}");
         // A job that turns up in time is scheduled, and a later absence gets a new deadline.
         let mut m = machine(&sched, &f);
         wait_until(missing(&mut m, S));
@@ -820,10 +802,10 @@ mod tests {
         let sched = LocalityTolerant::default();
         let mut m = machine(&sched, &f);
         let a = m.step(Duration::ZERO, Event::Answer(Answer::Unknown("?".into())));
-        assert!(matches!(a, Action::Fail(RuntimeError::OutOfOrder { expected: "a view", got: "an answer", .. })));
+        assert!(matches!(a, Action::Fail(SchedulerError::OutOfOrder { expected: "a view", got: "an answer", .. })));
         let mut m = machine(&sched, &f);
         proposal(f.look(&mut m, Duration::ZERO));
-        assert!(matches!(f.look(&mut m, S), Action::Fail(RuntimeError::OutOfOrder { .. })));
+        assert!(matches!(f.look(&mut m, S), Action::Fail(SchedulerError::OutOfOrder { .. })));
     }
 
     #[test]

@@ -64,10 +64,10 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
 }
 
 /// Why no search could ever succeed, from the search's own error.
-fn no_fit(a: &Attempt<'_>, e: crate::SearchError) -> Verdict {
+fn no_fit(a: &Attempt<'_>, e: crate::NoPlacement) -> Verdict {
     match e {
-        crate::SearchError::NoSuchType(t) => Verdict::GiveUp(format!("no server in the cluster has GPU type `{t}`")),
-        crate::SearchError::NoFit { allowed } => Verdict::Wait(format!(
+        crate::NoPlacement::NoSuchType(t) => Verdict::GiveUp(format!("no server in the cluster has GPU type `{t}`")),
+        crate::NoPlacement::NoFit { allowed } => Verdict::Wait(format!(
             "no free {} GPU{} within {allowed} now (waited {} s)",
             a.job.spec.total_gpus(),
             if a.job.spec.total_gpus() == 1 { "" } else { "s" },

@@ -24,9 +24,10 @@ use thiserror::Error;
 /// Domains tried for an inter-server gang before giving up at that level.
 const DOMAINS_TRIED: usize = 8;
 
-/// Why no placement was found.
+/// Why no placement was found: an outcome of the search (wait for capacity, or give up on a
+/// GPU type no server has), not a failure of the crate.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
-pub enum SearchError {
+pub enum NoPlacement {
     /// No server has the job's GPU type.
     #[error("no server has GPU type `{0}`")]
     NoSuchType(String),
@@ -57,7 +58,7 @@ pub fn find_placement(
     allowed: LocalityLevel,
     mode: FitMode,
     salt: u64,
-) -> Result<Found, SearchError> {
+) -> Result<Found, NoPlacement> {
     let typed: Vec<bool> = view
         .topologies()
         .iter()
@@ -65,8 +66,8 @@ pub fn find_placement(
         .collect();
     if !typed.iter().any(|&b| b) {
         return Err(match &spec.gpu_type {
-            Some(t) => SearchError::NoSuchType(t.clone()),
-            None => SearchError::NoFit { allowed },
+            Some(t) => NoPlacement::NoSuchType(t.clone()),
+            None => NoPlacement::NoFit { allowed },
         });
     }
     let total = spec.total_gpus();
@@ -88,7 +89,7 @@ pub fn find_placement(
             return Ok(Found { members, level });
         }
     }
-    Err(SearchError::NoFit { allowed })
+    Err(NoPlacement::NoFit { allowed })
 }
 
 /// The level a set of members achieves on `view`, by the approver's own rule.

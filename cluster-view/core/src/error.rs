@@ -10,7 +10,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum SpecError {
     /// The file could not be read.
-    #[error("{file}: cannot read: {source}")]
+    #[error("{file}: cannot read")]
     Io {
         /// The file.
         file: String,

@@ -35,7 +35,7 @@ pub enum ReplicaError {
         why: String,
     },
     /// Raft refused an operation.
-    #[error("raft: {0}")]
+    #[error(transparent)]
     Raft(#[from] raft::Error),
     /// Stored or received bytes could not be decoded (corruption or a version mismatch).
     #[error("decode {what}: {why}")]

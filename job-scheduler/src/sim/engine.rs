@@ -12,6 +12,7 @@
 use super::compared_policies::{self, Affinity, SimPolicy};
 use super::model::SpeedModel;
 use super::{SIZE_BUCKETS, Trace, size_bucket};
+use crate::SchedulerError;
 use crate::local_view::LocalView;
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -130,19 +131,6 @@ pub struct JobRecord {
     pub moves: u64,
 }
 
-/// Simulation failures (a bug or a trace no policy can run).
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    /// A job was refused at admission even with the proportional CPU share.
-    #[error("job {job}: {error}")]
-    Admission {
-        /// The trace's job id.
-        job: String,
-        /// The refusal.
-        error: ViewError,
-    },
-}
-
 /// What decides whether a search can succeed in one pass: gang shape, allowed level, CPU
 /// sweet point (bits), memory and device type.
 type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>);
@@ -213,7 +201,7 @@ pub fn simulate(
     model: &SpeedModel,
     cfg: &SimConfig,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<PolicyReport, SimError> {
+) -> Result<PolicyReport, SchedulerError> {
     let view = ClusterView::from_spec(cluster).with_limits(DEFAULT_CHANGE_LOG, ENDED_KEPT);
     let local = LocalView::of_view(&view);
     let total_gpus = view.servers().iter().map(|r| u64::from(view.topology_of(r.config_set).devices)).sum();
@@ -327,7 +315,7 @@ impl Sim<'_> {
         self.busy_series.push((now, busy));
     }
 
-    fn handle(&mut self, ev: Event, now: f64, trace: &Trace) -> Result<(), SimError> {
+    fn handle(&mut self, ev: Event, now: f64, trace: &Trace) -> Result<(), SchedulerError> {
         match ev {
             Event::Arrive(i) => self.arrive(i, now, trace)?,
             Event::Finish(i, epoch) if self.jobs[i].epoch == epoch && !self.jobs[i].paused => self.finish(i, now),
@@ -338,7 +326,7 @@ impl Sim<'_> {
         Ok(())
     }
 
-    fn arrive(&mut self, i: usize, now: f64, trace: &Trace) -> Result<(), SimError> {
+    fn arrive(&mut self, i: usize, now: f64, trace: &Trace) -> Result<(), SchedulerError> {
         let spec = self.jobs[i].spec.clone();
         let id = match self.view.submit(spec.clone()) {
             Ok(id) => id,
@@ -351,9 +339,9 @@ impl Sim<'_> {
                 self.jobs[i].spec = spec.clone();
                 self.view
                     .submit(spec)
-                    .map_err(|error| SimError::Admission { job: trace.jobs[i].name.clone(), error })?
+                    .map_err(|source| SchedulerError::Admission { job: trace.jobs[i].name.clone(), source })?
             }
-            Err(error) => return Err(SimError::Admission { job: trace.jobs[i].name.clone(), error }),
+            Err(source) => return Err(SchedulerError::Admission { job: trace.jobs[i].name.clone(), source }),
         };
         self.jobs[i].view_id = id;
         self.jobs[i].next_wake_s = now;

@@ -4,13 +4,12 @@
 //! only parses flags into an [`ExperimentSpec`] and prints what comes back, so tests and other
 //! tools run the same experiments.
 
-use crate::error::TraceError;
+use crate::error::SchedulerError;
 use crate::sim::trace_loader::{load_alibaba_nodes, load_alibaba_pods, load_philly};
-use crate::sim::{PolicyReport, SimConfig, SimPolicy, SpeedModel, Trace, engine::SimError};
+use crate::sim::{PolicyReport, SimConfig, SimPolicy, SpeedModel, Trace};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tessera_view::{ClusterSpec, SpecError, Topology};
-use thiserror::Error;
+use tessera_view::{ClusterSpec, Topology};
 
 /// Offered load (the trace's average GPU demand over the cluster's GPUs, at full speed) the
 /// default Philly cluster is sized for. With the speed model's CPU and locality losses, jobs
@@ -27,36 +26,6 @@ pub const PHILLY_FILE: &str = "philly-vc-jobs.csv";
 pub const ALIBABA_PODS_FILE: &str = "alibaba-v2023-gpu-pods.csv";
 /// The Alibaba node list's file name in the traces folder.
 pub const ALIBABA_NODES_FILE: &str = "alibaba-v2023-gpu-nodes.csv";
-
-/// Why an experiment could not be set up.
-#[derive(Debug, Error)]
-pub enum ExperimentError {
-    /// A trace, node list or speed model is unreadable or malformed.
-    #[error(transparent)]
-    Trace(#[from] TraceError),
-    /// The cluster spec or a topology is unreadable or malformed.
-    #[error(transparent)]
-    Spec(#[from] SpecError),
-    /// A file could not be read.
-    #[error("{path}: cannot read: {why}")]
-    Io {
-        /// The file.
-        path: String,
-        /// Why.
-        why: String,
-    },
-    /// A setting is out of range; names the setting.
-    #[error("{setting} {why}")]
-    Invalid {
-        /// The setting (its flag).
-        setting: &'static str,
-        /// What is wrong.
-        why: &'static str,
-    },
-    /// The Alibaba node list is needed and could not be loaded.
-    #[error("the Alibaba pods run on the real node list by default (or give a cluster spec): {0}")]
-    NodeList(TraceError),
-}
 
 /// Which trace to replay.
 #[derive(Clone, Debug, PartialEq)]
@@ -122,20 +91,24 @@ impl ExperimentSpec {
     }
 
     /// Loads the trace, cluster and model.
-    pub fn load(&self) -> Result<Experiment, ExperimentError> {
+    pub fn load(&self) -> Result<Experiment, SchedulerError> {
         let (path, alibaba) = match &self.trace {
             TraceSource::Philly => (self.traces_dir.join(PHILLY_FILE), false),
             TraceSource::Alibaba => (self.traces_dir.join(ALIBABA_PODS_FILE), true),
             TraceSource::File(p) => (p.clone(), is_alibaba_pods(p)?),
         };
         if self.vc.is_some() && alibaba {
-            return Err(ExperimentError::Invalid { setting: "--vc", why: "applies to Philly traces only" });
+            return Err(SchedulerError::Unsupported { setting: "--vc", why: "applies to Philly traces only" });
         }
         let mut trace = if alibaba { load_alibaba_pods(&path)? } else { load_philly(&path, self.vc.as_deref())? };
         let mut notes = Vec::new();
         if let Some(n) = self.max_jobs {
             if n == 0 {
-                return Err(ExperimentError::Invalid { setting: "--max-jobs", why: "must be at least 1" });
+                return Err(SchedulerError::BadSetting {
+                    setting: "--max-jobs",
+                    expected: "at least 1".into(),
+                    got: n.to_string(),
+                });
             }
             if n < trace.jobs.len() {
                 notes.push(format!("replaying the first {n} of {} usable jobs by arrival", trace.jobs.len()));
@@ -144,28 +117,30 @@ impl ExperimentSpec {
         }
         let load_scale = self.load_scale.unwrap_or(if alibaba { ALIBABA_LOAD_SCALE } else { 1.0 });
         if !(load_scale.is_finite() && load_scale > 0.0) {
-            return Err(ExperimentError::Invalid { setting: "--load-scale", why: "must be a positive number" });
+            return Err(SchedulerError::BadSetting {
+                setting: "--load-scale",
+                expected: "a positive number".into(),
+                got: load_scale.to_string(),
+            });
         }
         let (cluster, cluster_note) = match (&self.cluster, alibaba) {
             (Some(p), _) => (ClusterSpec::from_file(p)?, p.display().to_string()),
             (None, false) => {
                 if !(self.offered_load.is_finite() && self.offered_load > 0.0) {
-                    return Err(ExperimentError::Invalid {
+                    return Err(SchedulerError::BadSetting {
                         setting: "--offered-load",
-                        why: "must be a positive number",
+                        expected: "a positive number".into(),
+                        got: self.offered_load.to_string(),
                     });
                 }
-                let topo = Topology::preset(DEFAULT_TOPOLOGY).ok_or(ExperimentError::Invalid {
-                    setting: "server model",
-                    why: "preset seed-8gpu is missing from this build",
-                })?;
+                let topo = Topology::preset(DEFAULT_TOPOLOGY).ok_or(SchedulerError::MissingPreset(DEFAULT_TOPOLOGY))?;
                 let n = crate::sim::servers_for_load(&trace, load_scale, topo.devices, self.offered_load);
                 let note = format!("{n} × {DEFAULT_TOPOLOGY}, sized for offered load {}", self.offered_load);
                 (crate::sim::uniform_cluster(topo, n), note)
             }
             (None, true) => {
                 let nodes = self.traces_dir.join(ALIBABA_NODES_FILE);
-                let c = load_alibaba_nodes(&nodes).map_err(ExperimentError::NodeList)?;
+                let c = load_alibaba_nodes(&nodes).map_err(|e| SchedulerError::NodeList(Box::new(e)))?;
                 for (reason, n) in &c.skipped {
                     notes.push(format!("node list: left out {n} nodes — {reason}"));
                 }
@@ -176,8 +151,7 @@ impl ExperimentSpec {
             ModelChoice::Builtin => SpeedModel::builtin(),
             ModelChoice::Ideal => SpeedModel::ideal(),
             ModelChoice::File(f) => {
-                let text = std::fs::read_to_string(f)
-                    .map_err(|e| ExperimentError::Io { path: f.display().to_string(), why: e.to_string() })?;
+                let text = std::fs::read_to_string(f).map_err(SchedulerError::io(f))?;
                 SpeedModel::from_toml(&f.display().to_string(), &text)?
             }
         };
@@ -186,10 +160,10 @@ impl ExperimentSpec {
 }
 
 /// A trace file's format, from its header: Alibaba pods have `gpu_milli`.
-fn is_alibaba_pods(path: &Path) -> Result<bool, ExperimentError> {
+fn is_alibaba_pods(path: &Path) -> Result<bool, SchedulerError> {
     use std::io::BufRead;
-    let io = |e: std::io::Error| ExperimentError::Io { path: path.display().to_string(), why: e.to_string() };
-    let f = std::fs::File::open(path).map_err(io)?;
+    let io = SchedulerError::io(path);
+    let f = std::fs::File::open(path).map_err(&io)?;
     let mut header = String::new();
     std::io::BufReader::new(f).read_line(&mut header).map_err(io)?;
     Ok(header.split(',').any(|c| c.trim() == "gpu_milli"))
@@ -215,7 +189,7 @@ pub struct Experiment {
 }
 
 /// One policy's outcome and its wall time in seconds.
-pub type PolicyRun = Result<(PolicyReport, f64), SimError>;
+pub type PolicyRun = Result<(PolicyReport, f64), SchedulerError>;
 
 impl Experiment {
     /// GPUs of the simulated cluster.
@@ -232,12 +206,11 @@ impl Experiment {
         policies: &[SimPolicy],
         threads: usize,
         progress: &(dyn Fn(usize, u64, u64) + Sync),
-    ) -> Result<Vec<(SimPolicy, PolicyRun)>, ExperimentError> {
+    ) -> Result<Vec<(SimPolicy, PolicyRun)>, SchedulerError> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.clamp(1, policies.len().max(1)))
             .thread_name(|i| format!("sim-{i}"))
-            .build()
-            .map_err(|e| ExperimentError::Io { path: "thread pool".into(), why: e.to_string() })?;
+            .build()?;
         Ok(pool.install(|| {
             use rayon::prelude::*;
             policies

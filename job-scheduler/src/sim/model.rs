@@ -6,7 +6,7 @@
 //! [`SpeedModel::ideal`] model has none of them, so queueing alone can be compared with other
 //! simulators.
 
-use crate::error::TraceError;
+use crate::error::SchedulerError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use tessera_view::LocalityLevel;
@@ -91,8 +91,8 @@ pub struct SpeedModel {
 
 impl SpeedModel {
     /// Parses a model file; `file` names it in errors.
-    pub fn from_toml(file: &str, text: &str) -> Result<SpeedModel, TraceError> {
-        let bad = |message: String| TraceError::Invalid { file: file.to_string(), message };
+    pub fn from_toml(file: &str, text: &str) -> Result<SpeedModel, SchedulerError> {
+        let bad = |message: String| SchedulerError::BadFile { file: file.to_string(), message };
         let raw: RawModel = toml::from_str(text).map_err(|e| bad(e.to_string().trim_end().to_string()))?;
         let classes: Vec<(String, SpeedClass)> = raw.classes.into_iter().collect();
         for (name, c) in &classes {

@@ -5,7 +5,7 @@
 //! column. Rows that are well-formed but cannot be simulated (no duration, no GPU) are counted
 //! per reason in [`Trace::skipped`], never dropped silently.
 
-use crate::error::TraceError;
+use crate::error::SchedulerError;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tessera_view::cluster_spec::RackGroup;
@@ -56,27 +56,27 @@ struct Table {
 }
 
 impl Table {
-    fn open(path: &Path) -> Result<Table, TraceError> {
+    fn open(path: &Path) -> Result<Table, SchedulerError> {
         let file = path.display().to_string();
-        let io = |e: csv::Error| TraceError::Io { file: file.clone(), source: std::io::Error::other(e.to_string()) };
+        let io = |e: csv::Error| SchedulerError::Csv { file: file.clone(), source: e };
         let mut rdr = csv::ReaderBuilder::new().flexible(true).from_path(path).map_err(io)?;
         let header = rdr.headers().map_err(io)?.iter().map(|h| h.trim().to_string()).collect();
         Ok(Table { file, header, rows: rdr.into_records() })
     }
 
-    fn column(&self, name: &'static str) -> Result<usize, TraceError> {
+    fn column(&self, name: &'static str) -> Result<usize, SchedulerError> {
         self.header
             .iter()
             .position(|h| h == name)
-            .ok_or(TraceError::MissingColumn { file: self.file.clone(), column: name })
+            .ok_or(SchedulerError::MissingColumn { file: self.file.clone(), column: name })
     }
 
-    fn bad(&self, row: u64, column: &'static str, message: String) -> TraceError {
-        TraceError::BadValue { file: self.file.clone(), row, column, message }
+    fn bad(&self, row: u64, column: &'static str, message: String) -> SchedulerError {
+        SchedulerError::BadValue { file: self.file.clone(), row, column, message }
     }
 
     /// The rows, numbered from 1.
-    fn next_row(&mut self, row: u64) -> Option<Result<csv::StringRecord, TraceError>> {
+    fn next_row(&mut self, row: u64) -> Option<Result<csv::StringRecord, SchedulerError>> {
         let r = self.rows.next()?;
         Some(r.map_err(|e| self.bad(row, "-", format!("unreadable row: {e}"))))
     }
@@ -86,13 +86,18 @@ impl Table {
         rec: &'r csv::StringRecord,
         row: u64,
         col: (usize, &'static str),
-    ) -> Result<&'r str, TraceError> {
+    ) -> Result<&'r str, SchedulerError> {
         rec.get(col.0).map(str::trim).ok_or_else(|| self.bad(row, col.1, "missing (the row is too short)".into()))
     }
 
     /// A non-negative number; `None` for an empty cell or `nan` (an unusable, not a malformed,
     /// value: the traces write missing durations so).
-    fn number(&self, rec: &csv::StringRecord, row: u64, col: (usize, &'static str)) -> Result<Option<f64>, TraceError> {
+    fn number(
+        &self,
+        rec: &csv::StringRecord,
+        row: u64,
+        col: (usize, &'static str),
+    ) -> Result<Option<f64>, SchedulerError> {
         let raw = self.text(rec, row, col)?;
         if raw.is_empty() || raw.eq_ignore_ascii_case("nan") {
             return Ok(None);
@@ -103,7 +108,7 @@ impl Table {
         }
     }
 
-    fn required(&self, rec: &csv::StringRecord, row: u64, col: (usize, &'static str)) -> Result<f64, TraceError> {
+    fn required(&self, rec: &csv::StringRecord, row: u64, col: (usize, &'static str)) -> Result<f64, SchedulerError> {
         self.number(rec, row, col)?.ok_or_else(|| self.bad(row, col.1, "missing value".into()))
     }
 
@@ -113,7 +118,7 @@ impl Table {
         row: u64,
         col: (usize, &'static str),
         max: u32,
-    ) -> Result<u32, TraceError> {
+    ) -> Result<u32, SchedulerError> {
         let v = self.required(rec, row, col)?;
         if v.fract() != 0.0 || v > f64::from(max) {
             return Err(self.bad(row, col.1, format!("{v} is not a whole number in 0..={max}")));
@@ -126,9 +131,9 @@ fn count(map: &mut BTreeMap<String, u64>, reason: &str) {
     *map.entry(reason.to_string()).or_default() += 1;
 }
 
-fn finish(mut t: Trace, file: &str) -> Result<Trace, TraceError> {
+fn finish(mut t: Trace, file: &str) -> Result<Trace, SchedulerError> {
     if t.jobs.is_empty() {
-        return Err(TraceError::Invalid {
+        return Err(SchedulerError::BadFile {
             file: file.to_string(),
             message: format!("no usable rows ({:?})", t.skipped),
         });
@@ -139,7 +144,7 @@ fn finish(mut t: Trace, file: &str) -> Result<Trace, TraceError> {
 
 /// Reads `philly-vc-jobs.csv`. `vc` keeps one virtual cluster; otherwise every VC is replayed
 /// on one clock (each VC's clock starts at 0 in the file, so this superposes them).
-pub fn load_philly(path: &Path, vc: Option<&str>) -> Result<Trace, TraceError> {
+pub fn load_philly(path: &Path, vc: Option<&str>) -> Result<Trace, SchedulerError> {
     let mut tab = Table::open(path)?;
     let c = |n: &'static str| tab.column(n).map(|i| (i, n));
     let (id, vcc, submit, gpus, dur, ty) =
@@ -182,7 +187,7 @@ pub fn load_philly(path: &Path, vc: Option<&str>) -> Result<Trace, TraceError> {
 /// are counted, not simulated; a fractional GPU (`gpu_milli` < 1000) is simulated as a whole
 /// one and counted under `approximated`. `gpu_spec` (a model name of the node list) becomes a
 /// device-type constraint.
-pub fn load_alibaba_pods(path: &Path) -> Result<Trace, TraceError> {
+pub fn load_alibaba_pods(path: &Path) -> Result<Trace, SchedulerError> {
     let mut tab = Table::open(path)?;
     let c = |n: &'static str| tab.column(n).map(|i| (i, n));
     let (id, submit, gpus, milli, dur, cpu, mem, spec) = (
@@ -260,7 +265,7 @@ pub struct NodeCluster {
 /// socket. The list gives no racks: nodes of one topology fill racks of
 /// [`NODE_LIST_RACK_SIZE`], one InfiniBand domain per topology. Nodes without GPUs are counted
 /// and left out (the view places GPU gangs only).
-pub fn load_alibaba_nodes(path: &Path) -> Result<NodeCluster, TraceError> {
+pub fn load_alibaba_nodes(path: &Path) -> Result<NodeCluster, SchedulerError> {
     let mut tab = Table::open(path)?;
     let c = |n: &'static str| tab.column(n).map(|i| (i, n));
     let (sn, cpu, mem, gpu, model) = (c("sn")?, c("cpu_milli")?, c("memory_mib")?, c("gpu")?, c("model")?);
@@ -296,7 +301,7 @@ pub fn load_alibaba_nodes(path: &Path) -> Result<NodeCluster, TraceError> {
     };
     for ((model, g, cores, memory), n) in kinds {
         let topo = node_topology(&model, g, cores, memory)
-            .map_err(|e| TraceError::Invalid { file: tab.file.clone(), message: format!("model {model}: {e}") })?;
+            .map_err(|e| SchedulerError::BadFile { file: tab.file.clone(), message: format!("model {model}: {e}") })?;
         let t = spec.topologies.len();
         let name = topo.name.clone();
         spec.topologies.push(topo);
@@ -315,7 +320,7 @@ pub fn load_alibaba_nodes(path: &Path) -> Result<NodeCluster, TraceError> {
         }
     }
     if spec.groups.is_empty() {
-        return Err(TraceError::Invalid { file: tab.file, message: "no node with GPUs".into() });
+        return Err(SchedulerError::BadFile { file: tab.file, message: "no node with GPUs".into() });
     }
     Ok(NodeCluster { spec, skipped })
 }
