@@ -16,6 +16,7 @@
 //! ended meanwhile) before it starts anything, so a restart neither duplicates nor orphans them.
 
 use crate::discover::{DiscoverOptions, Discovery, GpuSource, HealthProbe, discover};
+use crate::error::{AgentError, chain};
 use crate::plan::{self, Action, ExitDecision, Memory, Report, Round};
 use crate::task::{Control, Runner, TaskExit, TaskId, TaskSpec};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -25,7 +26,6 @@ use std::time::Duration;
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::v1;
 use tessera_view::{Job, JobId, JobState, ServerId, Topology, ViewDelta, ViewSnapshot};
-use thiserror::Error;
 use tonic::Code;
 use tracing::{Instrument, error, info, instrument, warn};
 
@@ -74,140 +74,38 @@ pub struct AgentConfig {
     pub listen: Option<String>,
 }
 
-/// What went wrong in the agent: why it stopped ([`run`]'s error), why it read the view again
-/// (a watch event it could not apply), or why it refused a member (reported to the view as the
-/// member's exit message).
-#[derive(Debug, Error)]
-pub enum AgentError {
-    /// Discovery failed or found nothing to offer.
-    #[error("discovery: {0}")]
-    Discover(String),
-    /// The view refused the registration for good (unknown name, different topology).
-    #[error("the view refused server `{name}`: {why}")]
-    Refused {
-        /// The server name.
-        name: String,
-        /// The view's reason.
-        why: String,
-    },
-    /// The task runner's state directory is unusable.
-    #[error("task runner: {0}")]
-    Runner(String),
-    /// A call to the view failed while (re)loading the local copy.
-    #[error(transparent)]
-    View(#[from] ClientError),
-    /// The view answered a snapshot request with no snapshot.
-    #[error("the view answered no snapshot")]
-    NoSnapshot,
-    /// A watch event that does not decode.
-    #[error("malformed {what} from the view: {source}")]
-    Malformed {
-        /// `snapshot` or `delta`.
-        what: &'static str,
-        /// Why it does not decode.
-        source: tessera_proto::WireError,
-    },
-    /// A watch snapshot older than the local copy.
-    #[error("snapshot at version {version} but the copy is at {copy}")]
-    StaleSnapshot {
-        /// The snapshot's version.
-        version: u64,
-        /// The local copy's version.
-        copy: u64,
-    },
-    /// A watch delta that does not start where the local copy is.
-    #[error("delta from version {from} but the copy is at {copy}")]
-    DeltaGap {
-        /// Where the delta starts.
-        from: u64,
-        /// The local copy's version.
-        copy: u64,
-    },
-    /// A watch event with nothing in it.
-    #[error("empty watch event")]
-    EmptyWatchEvent,
-    /// A member to start whose job is not in the local copy.
-    #[error("{job} is not in the agent's copy of the view")]
-    JobNotInCopy {
-        /// The job.
-        job: JobId,
-    },
-    /// A member to start whose job has no placement.
-    #[error("{job} has no placement")]
-    NoPlacement {
-        /// The job.
-        job: JobId,
-    },
-    /// A member to start that its job's placement does not have.
-    #[error("the placement of {job} has no member {member}")]
-    NoMember {
-        /// The job.
-        job: JobId,
-        /// The member's rank.
-        member: usize,
-    },
-    /// A grant naming devices this server's model lacks.
-    #[error(
-        "placement names devices {} but server {server} has devices {}",
-        tessera_view::mask::format_indices(*missing),
-        tessera_view::mask::format_indices(*has)
-    )]
-    MissingDevices {
-        /// This server.
-        server: String,
-        /// The devices it lacks.
-        missing: u64,
-        /// The devices it has.
-        has: u64,
-    },
-    /// A grant naming cores this server's model lacks.
-    #[error("placement names cores {} but server {server} has {has} cores", missing.format())]
-    MissingCores {
-        /// This server.
-        server: String,
-        /// The cores it lacks.
-        missing: tessera_view::CoreMask,
-        /// How many cores it has.
-        has: u32,
-    },
-}
-
 /// Discovers the server, registers it, and serves its placements until `shutdown` resolves.
 /// Tasks keep running after it returns. Everything it logs is under an `agent` span naming the
 /// server (several agents share a process in `tessera dev`).
 #[instrument(name = "agent", skip_all, fields(server = %cfg.name))]
 pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
-    let discovery = discover(&DiscoverOptions { topology: cfg.topology.clone() })
-        .map_err(|e| AgentError::Discover(e.to_string()))?;
+    let discovery = discover(&DiscoverOptions { topology: cfg.topology.clone() })?;
     let Some(topology) = discovery.topology.clone() else {
-        let why = match &discovery.gpus {
+        let reason = match &discovery.gpus {
             GpuSource::Absent { reason } => reason.clone(),
             _ => "no GPUs found".to_string(),
         };
-        return Err(AgentError::Discover(format!(
-            "{why}; this server has nothing to offer (for a machine without GPUs, run in fake-GPU mode with --topology PRESET|FILE)"
-        )));
+        return Err(AgentError::NothingToOffer { reason });
     };
     for w in &discovery.warnings {
         warn!(warning = %w, "discovery");
     }
-    let mut client = ViewClient::new(cfg.view.clone())
-        .map_err(|e| AgentError::Discover(format!("view addresses: {e}")))?
-        .with_deadline(Duration::from_secs(3));
+    let mut client =
+        ViewClient::new(cfg.view.clone()).map_err(AgentError::ViewAddresses)?.with_deadline(Duration::from_secs(3));
     let probe = HealthProbe::new(&discovery).with_fake_health_file(cfg.fake_health_file.clone());
     let wire = v1::Topology::from(&topology);
     // Bound before registering, so the registration can say where logs are served.
     let listener = match &cfg.listen {
         Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .map_err(|e| AgentError::Runner(format!("agent service address {a}: {e}")))?,
+            tokio::net::TcpListener::bind(a).await.map_err(|source| AgentError::Listen { addr: a.clone(), source })?,
         ),
         None => None,
     };
     let agent_addr = match &listener {
         Some(l) => {
-            let a = l.local_addr().map_err(|e| AgentError::Runner(e.to_string()))?;
+            let a = l
+                .local_addr()
+                .map_err(|source| AgentError::Listen { addr: cfg.listen.clone().unwrap_or_default(), source })?;
             // A wildcard address names no host to reach: announce the server's name (as
             // MASTER_ADDR does), or loopback when every server runs on this machine.
             match (a.ip().is_unspecified(), cfg.peers_on_loopback) {
@@ -221,9 +119,9 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
     let (server, lease) = register(&mut client, &cfg.name, &wire, &agent_addr).await?;
     // Task directories are kept per cluster identity (`name@hash of its initial view`): a view
     // rebuilt from scratch numbers jobs from 1 again, and must not meet the old directories.
-    let cluster = client.status().await.map_err(|e| AgentError::Discover(format!("view status: {e}")))?.cluster;
+    let cluster = client.status().await?.cluster;
     let state_dir = cfg.data_dir.join(dir_name(&cluster));
-    let runner = Runner::open(&state_dir, cfg.shim.clone()).await.map_err(|e| AgentError::Runner(e.to_string()))?;
+    let runner = Runner::open(&state_dir, cfg.shim.clone()).await?;
     let log_server = listener.map(|l| {
         let svc = v1::agent_server::AgentServer::new(crate::logs::LogService::new(state_dir.join("tasks")));
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
@@ -335,7 +233,7 @@ async fn heartbeats(mut b: Beats) -> AgentError {
         .await
         {
             Ok(r) => r,
-            Err(e) => return AgentError::Discover(format!("the device health probe failed: {e}")),
+            Err(source) => return AgentError::Panicked { what: "device health probe", source },
         };
         b.probe = probe;
         match b.client.heartbeat(b.server.0, Some(unhealthy & b.devices), reasons, &b.agent_addr).await {
@@ -431,7 +329,7 @@ impl Agent {
                     }
                     Err(e) => {
                         backoff = (backoff * 2).min(Duration::from_secs(1));
-                        warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot follow the view, retrying");
+                        warn!(error = %chain(&e), retry_in_ms = backoff.as_millis() as u64, "cannot follow the view, retrying");
                     }
                 }
             }
@@ -448,7 +346,7 @@ impl Agent {
             let ev = tokio::select! {
                 _ = &mut shutdown => LoopEvent::Shutdown,
                 r = &mut beats => {
-                    LoopEvent::Fatal(r.unwrap_or_else(|e| AgentError::Runner(format!("heartbeat task: {e}"))))
+                    LoopEvent::Fatal(r.unwrap_or_else(|source| AgentError::Panicked { what: "heartbeat", source }))
                 }
                 _ = tick.tick() => LoopEvent::Tick,
                 ev = next => LoopEvent::Watch(ev),
@@ -462,7 +360,7 @@ impl Agent {
                 LoopEvent::Tick => self.reconcile().await,
                 LoopEvent::Watch(Ok(Some(ev))) => {
                     if let Err(e) = self.apply(ev) {
-                        warn!(error = %e, version = self.version, "bad watch event, reading the view again");
+                        warn!(error = %chain(&e), version = self.version, "bad watch event, reading the view again");
                         stream = None;
                         continue;
                     }
@@ -607,7 +505,7 @@ impl Agent {
                         info!(job_id = id.job, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
                         launch.push(spec);
                     }
-                    Err(why) => self.refuse(id, why.to_string()),
+                    Err(why) => self.refuse(id, chain(&why)),
                 },
             }
         }
@@ -621,7 +519,7 @@ impl Agent {
             Ok(()) => {
                 self.memory.stopping.insert(id);
             }
-            Err(e) => warn!(task = %id, error = %e, "cannot stop the task"),
+            Err(e) => warn!(task = %id, error = %chain(&e), "cannot stop the task"),
         }
     }
 
@@ -645,6 +543,7 @@ impl Agent {
             match r {
                 Ok(()) => self.report(id, Report::Started),
                 Err(e) => {
+                    let e = chain(&e);
                     error!(task = %id, error = %e, "task did not start");
                     self.memory.start_failed(id);
                     let message = format!("the task could not start: {e}");
@@ -738,7 +637,7 @@ impl Agent {
         };
         for old in plan::prune_finished(&mut self.finished, id, KEEP_FINISHED, lives) {
             if let Err(e) = self.runner.forget(&old) {
-                warn!(task = %old, error = %e, "cannot remove the task directory");
+                warn!(task = %old, error = %chain(&e), "cannot remove the task directory");
             }
         }
     }

@@ -27,7 +27,7 @@
 //! or as having failed to start. A task directory is kept until the member's placement is gone,
 //! so a member that ran (and ended) is never started twice.
 
-use crate::agent::AgentError;
+use crate::error::AgentError;
 use crate::task::{TaskExit, TaskId};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tessera_view::{CoreMask, Job, JobState, MemberPlacement, ServerId, TaskState, Topology};

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use tessera_agent::AgentError;
 use tessera_agent::discover::{
-    DiscoverError, DiscoverOptions, Discovery, GpuHealth, GpuInfo, GpuSource, HealthProbe, HostInfo, Package, discover,
-    fingerprint, matching_preset, topology_from,
+    DiscoverOptions, Discovery, GpuHealth, GpuInfo, GpuSource, HealthProbe, HostInfo, Package, discover, fingerprint,
+    matching_preset, topology_from,
 };
 use tessera_view::Topology;
 use tessera_view::topology::PRESETS;
@@ -141,7 +142,7 @@ fn switch_spanning_sockets_is_refused() {
     gpus[3].cpu_affinity = package_cpus(&h, 1);
     let e = topology_from(&gpus, &h).expect_err("a switch across sockets must be refused");
     match &e {
-        DiscoverError::SwitchSpansSockets { devices, packages, .. } => {
+        AgentError::SwitchSpansSockets { devices, packages, .. } => {
             assert_eq!((devices.as_str(), packages.as_str()), ("2-3", "0,1"));
         }
         other => panic!("wrong error: {other}"),
@@ -157,7 +158,7 @@ fn sparse_facts_still_make_a_model_and_bad_input_is_an_error() {
     let t = topology_from(&gpus, &h).expect("a valid model");
     assert_eq!((t.sockets.clone(), t.pcie_switches.clone()), (vec![0b11], vec![0b01, 0b10]));
     assert_eq!((t.device_type.as_str(), t.cores_per_socket, t.memory_mib), ("nvidia-a100-40g", 8, 65536));
-    assert!(matches!(topology_from(&[], &h), Err(DiscoverError::NoGpus)));
+    assert!(matches!(topology_from(&[], &h), Err(AgentError::NoGpus)));
     let gap = [gpus[0].clone(), GpuInfo { index: 5, ..gpus[1].clone() }];
     let e = topology_from(&gap, &h).expect_err("indices must be 0..n");
     assert!(e.to_string().contains("`devices`"), "{e}");
@@ -259,7 +260,7 @@ fn without_a_driver_the_host_is_reported_and_nvml_is_named() {
 
 // ---- fake-GPU mode --------------------------------------------------------------------------
 
-fn fake(topology: &str) -> Result<Discovery, DiscoverError> {
+fn fake(topology: &str) -> Result<Discovery, AgentError> {
     discover(&DiscoverOptions { topology: Some(topology.to_string()) })
 }
 
@@ -294,7 +295,7 @@ fn every_preset_fakes_exactly_its_topology() {
 #[test]
 fn unknown_or_contradictory_topologies_are_errors_naming_file_and_field() {
     let e = fake("no-such-preset").expect_err("unknown");
-    assert!(matches!(e, DiscoverError::UnknownTopology { .. }) && e.to_string().contains("seed-8gpu"), "{e}");
+    assert!(matches!(e, AgentError::UnknownTopology { .. }) && e.to_string().contains("seed-8gpu"), "{e}");
     let dir = tempfile::tempdir().expect("tempdir");
     let head = "name = 'bad'\ndevice_type = 'gpu'\ncores_per_socket = 4\nmemory_mib = 1024\n";
     let cases = [
@@ -316,7 +317,7 @@ fn unknown_or_contradictory_topologies_are_errors_naming_file_and_field() {
         std::fs::write(&path, format!("{head}{body}")).expect("write");
         let e = fake(&path.display().to_string()).expect_err("a contradictory file");
         let msg = e.to_string();
-        assert!(matches!(e, DiscoverError::Topology(_)), "{msg}");
+        assert!(matches!(e, AgentError::FakeTopology(_)), "{msg}");
         assert!(msg.contains(&path.display().to_string()) && msg.contains(field) && msg.contains(what), "{msg}");
     }
     let missing = dir.path().join("missing.toml");

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tessera_agent::task::{Control, LOST, NOTES, Runner, TaskError, TaskExit, TaskId, TaskSpec};
+use tessera_agent::AgentError;
+use tessera_agent::task::{Control, LOST, NOTES, Runner, TaskExit, TaskId, TaskSpec};
 
 fn shim() -> Vec<String> {
     vec![env!("CARGO_BIN_EXE_tessera-shim").to_string()]
@@ -87,7 +88,7 @@ fn stdout_of(runner: &Runner, id: &TaskId) -> PathBuf {
 fn the_runner_can_be_shared_between_tasks() {
     fn shareable<T: Send + Sync + 'static>() {}
     shareable::<Runner>();
-    shareable::<TaskError>();
+    shareable::<AgentError>();
 }
 
 #[test]
@@ -96,7 +97,7 @@ fn task_ids_display_and_parse_canonically() {
     assert_eq!(id.to_string(), "j42-p1f3-m2");
     assert_eq!("j42-p1f3-m2".parse::<TaskId>().expect("parses"), id);
     for bad in ["", "j42", "j42-p1f3", "j42-p1f3-m", "x42-p1-m2", "j042-p1f3-m2", "j42-p1F3-m2", "j42-p1f3-m2/"] {
-        assert!(matches!(bad.parse::<TaskId>(), Err(TaskError::BadTaskId(_))), "{bad:?} must not parse");
+        assert!(matches!(bad.parse::<TaskId>(), Err(AgentError::BadTaskId(_))), "{bad:?} must not parse");
     }
 }
 
@@ -136,13 +137,13 @@ async fn env_logs_and_cpu_pinning_reach_the_task() {
 async fn failures_report_their_exit_code() {
     let dir = tempfile::tempdir().expect("tempdir");
     let runner = Runner::open(dir.path(), shim()).await.expect("open");
-    assert!(matches!(runner.start(spec(1, &[])).await, Err(TaskError::EmptyCommand(_))));
+    assert!(matches!(runner.start(spec(1, &[])).await, Err(AgentError::EmptyCommand(_))));
 
     runner.start(spec(1, &["sh", "-c", "exit 3"])).await.expect("start");
     let exit = next_exit(&runner).await;
     assert_eq!((exit.code, exit.signal, exit.success()), (Some(3), None, false), "{exit:?}");
     // A finished task keeps its id until forgotten.
-    assert!(matches!(runner.start(spec(1, &["true"])).await, Err(TaskError::Duplicate(_))));
+    assert!(matches!(runner.start(spec(1, &["true"])).await, Err(AgentError::Duplicate(_))));
     runner.forget(&id(1)).expect("forget");
 
     runner.start(spec(2, &["tessera-no-such-program", "x"])).await.expect("start");
@@ -163,7 +164,7 @@ async fn stop_kills_a_task_that_ignores_sigterm_and_its_whole_group() {
     let dir = tempfile::tempdir().expect("tempdir");
     let runner = Runner::open(dir.path(), shim()).await.expect("open");
     runner.start(spec(1, &["sh", "-c", "trap '' TERM; sleep 1000; echo never"])).await.expect("start");
-    assert!(matches!(runner.start(spec(1, &["true"])).await, Err(TaskError::Duplicate(_))));
+    assert!(matches!(runner.start(spec(1, &["true"])).await, Err(AgentError::Duplicate(_))));
     let pid = task_pid(&runner, &id(1));
     // The trap is set before `sleep` starts: wait for the group to hold both.
     wait_until("sh and sleep run", || live_group_members(pid).len() == 2).await;
@@ -177,7 +178,7 @@ async fn stop_kills_a_task_that_ignores_sigterm_and_its_whole_group() {
     assert_eq!((exit.code, exit.signal), (None, Some(9)), "{exit:?}");
     wait_until("the whole group is gone", || members.iter().all(|&p| !alive(p))).await;
     assert!(live_group_members(pid).is_empty());
-    assert!(matches!(runner.control(&id(1), Control::Suspend), Err(TaskError::NotRunning(_))));
+    assert!(matches!(runner.control(&id(1), Control::Suspend), Err(AgentError::NotRunning(_))));
 }
 
 #[tokio::test]
@@ -193,7 +194,7 @@ async fn suspend_and_resume_stop_and_continue_the_task() {
     runner.control(&id(1), Control::Resume).expect("resume");
     wait_until("the task runs again", || state().is_some_and(|s| s != 'T')).await;
     assert_eq!(runner.running(), vec![id(1)]);
-    assert!(matches!(runner.forget(&id(1)), Err(TaskError::StillRunning(_))));
+    assert!(matches!(runner.forget(&id(1)), Err(AgentError::StillRunning(_))));
 
     // A suspended task still ends on Stop (SIGCONT follows SIGTERM).
     runner.control(&id(1), Control::Suspend).expect("suspend");

@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_view::ClusterSpec;
-use tessera_view_server::{ClientError, ListenAddrs, Listeners, ServeConfig, ServeError, Tuning, ViewClient};
+use tessera_view_server::{ClientError, ListenAddrs, Listeners, ServeConfig, Tuning, ViewClient, ViewServerError};
 use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -44,7 +44,7 @@ pub enum KitError {
         /// Its id.
         replica: u64,
         /// What failed.
-        source: ServeError,
+        source: ViewServerError,
     },
     /// The data directory could not be made.
     #[error("data directory {dir}: {why}")]
@@ -214,7 +214,7 @@ pub struct LocalCluster {
     addrs: Vec<ListenAddrs>,
     dir: PathBuf,
     stop: watch::Sender<bool>,
-    tasks: Vec<(u64, JoinHandle<Result<(), ServeError>>)>,
+    tasks: Vec<(u64, JoinHandle<Result<(), ViewServerError>>)>,
     _tmp: Option<tempfile::TempDir>,
 }
 

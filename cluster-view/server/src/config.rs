@@ -16,7 +16,7 @@
 //! A process started by another that bound its sockets (systemd socket activation, or
 //! `tessera-testkit`'s process clusters) takes them with [`Listeners::inherited`].
 
-use crate::error::ServeError;
+use crate::error::ViewServerError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -193,9 +193,9 @@ pub struct Listeners {
 
 impl Listeners {
     /// Binds every address of `a`.
-    pub fn bind(a: &ListenAddrs) -> Result<Listeners, ServeError> {
+    pub fn bind(a: &ListenAddrs) -> Result<Listeners, ViewServerError> {
         let bind = |addr: SocketAddr| {
-            TcpListener::bind(addr).map_err(|e| ServeError::Server { addr: addr.to_string(), why: e.to_string() })
+            TcpListener::bind(addr).map_err(|source| ViewServerError::Listen { addr: addr.to_string(), source })
         };
         Ok(Listeners {
             client: bind(a.client)?,
@@ -206,7 +206,7 @@ impl Listeners {
 
     /// Fresh ports on 127.0.0.1 chosen by the kernel (port 0): a client port, a raft port
     /// with `raft`, an HTTP port with `http`. Read them back with [`Listeners::addrs`].
-    pub fn loopback(raft: bool, http: bool) -> Result<Listeners, ServeError> {
+    pub fn loopback(raft: bool, http: bool) -> Result<Listeners, ViewServerError> {
         let any = SocketAddr::from(([127, 0, 0, 1], 0));
         Listeners::bind(&ListenAddrs { client: any, raft: raft.then_some(any), http: http.then_some(any) })
     }
@@ -216,13 +216,13 @@ impl Listeners {
     /// (`client`, `raft`, `http`, separated by `:`; a single unnamed socket is the client's),
     /// and `LISTEN_PID`, which when set must be this process (otherwise nothing was passed to
     /// it). `None` when no socket was passed. The sockets are made close-on-exec.
-    pub fn inherited() -> Result<Option<Listeners>, ServeError> {
+    pub fn inherited() -> Result<Option<Listeners>, ViewServerError> {
         let mut fds = listenfd::ListenFd::from_env();
         let n = fds.len();
         if n == 0 {
             return Ok(None);
         }
-        let bad = |m: String| ServeError::Inherited(m);
+        let bad = |m: String| ViewServerError::Inherited(m);
         let names: Vec<String> = match std::env::var("LISTEN_FDNAMES") {
             Ok(v) => v.split(':').map(str::to_string).collect(),
             Err(_) if n == 1 => vec!["client".to_string()],
@@ -233,12 +233,16 @@ impl Listeners {
         }
         let (mut client, mut raft, mut http) = (None, None, None);
         for (i, name) in names.iter().enumerate() {
+            let fd = 3 + i as i32;
+            let socket = |what: &'static str| {
+                move |source: std::io::Error| ViewServerError::InheritedSocket { fd, name: name.clone(), what, source }
+            };
             let l = fds
                 .take_tcp_listener(i)
-                .map_err(|e| bad(format!("descriptor {} (`{name}`): {e}", 3 + i)))?
-                .ok_or_else(|| bad(format!("descriptor {} (`{name}`) was already taken", 3 + i)))?;
+                .map_err(socket("not a TCP listener"))?
+                .ok_or_else(|| bad(format!("descriptor {fd} (`{name}`) was already taken")))?;
             nix::fcntl::fcntl(&l, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
-                .map_err(|e| bad(format!("descriptor {} (`{name}`): cannot set close-on-exec: {e}", 3 + i)))?;
+                .map_err(|e| socket("cannot set close-on-exec")(e.into()))?;
             let slot = match name.as_str() {
                 "client" => &mut client,
                 "raft" => &mut raft,
@@ -255,7 +259,7 @@ impl Listeners {
 
     /// Checks that these sockets are the ones `want` names (inherited sockets must agree with
     /// the configuration: the addresses peers and clients are told are the configuration's).
-    pub fn check_bound_at(&self, want: &ListenAddrs) -> Result<(), ServeError> {
+    pub fn check_bound_at(&self, want: &ListenAddrs) -> Result<(), ViewServerError> {
         let got = self.addrs()?;
         let pairs = [
             ("client", "listen", Some(got.client), Some(want.client)),
@@ -265,7 +269,7 @@ impl Listeners {
         for (socket, key, got, want) in pairs {
             if got != want {
                 let show = |a: Option<SocketAddr>| a.map_or_else(|| "none".to_string(), |a| a.to_string());
-                return Err(ServeError::Inherited(format!(
+                return Err(ViewServerError::Inherited(format!(
                     "the `{socket}` socket is {} but the configuration's {key} is {}",
                     show(got),
                     show(want)
@@ -276,9 +280,9 @@ impl Listeners {
     }
 
     /// The bound addresses.
-    pub fn addrs(&self) -> Result<ListenAddrs, ServeError> {
+    pub fn addrs(&self) -> Result<ListenAddrs, ViewServerError> {
         let local = |l: &TcpListener| {
-            l.local_addr().map_err(|e| ServeError::Server { addr: "listener".into(), why: e.to_string() })
+            l.local_addr().map_err(|source| ViewServerError::Listen { addr: "a listener".into(), source })
         };
         Ok(ListenAddrs {
             client: local(&self.client)?,
@@ -344,21 +348,23 @@ const FILE_KEYS: [&str; 12] = [
 
 impl ServeFile {
     /// Reads a config file; relative paths in it are resolved against its directory.
-    pub fn from_file(path: &Path) -> Result<ServeFile, ServeError> {
+    pub fn from_file(path: &Path) -> Result<ServeFile, ViewServerError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path)
-            .map_err(|e| ServeError::Config { file: file.clone(), message: format!("cannot read: {e}") })?;
-        let bad = |message: String| ServeError::Config { file: file.clone(), message };
+            .map_err(|source| ViewServerError::ReadConfig { file: path.to_path_buf(), source })?;
+        let parse = |e| ViewServerError::ParseConfig { file: path.to_path_buf(), source: Box::new(e) };
         // serde cannot refuse unknown keys of a struct with a flattened part: check the keys
         // first, against the file's own and the tuning's (read off its serialized defaults).
-        let table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        let tuning = toml::Table::try_from(Tuning::default()).map_err(|e| bad(e.to_string()))?;
+        let table: toml::Table = toml::from_str(&text).map_err(parse)?;
+        let tuning = toml::Table::try_from(Tuning::default())
+            .map_err(|source| ViewServerError::EncodeConfig { file: path.to_path_buf(), source })?;
         if let Some(k) = table.keys().find(|k| !FILE_KEYS.contains(&k.as_str()) && !tuning.contains_key(*k)) {
             let mut known: Vec<&str> = FILE_KEYS.to_vec();
             known.extend(tuning.keys().map(String::as_str));
-            return Err(bad(format!("unknown key `{k}` (known: {})", known.join(", "))));
+            let message = format!("unknown key `{k}` (known: {})", known.join(", "));
+            return Err(ViewServerError::Config { file, message });
         }
-        let mut f: ServeFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let mut f: ServeFile = toml::from_str(&text).map_err(parse)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         if f.cluster_spec.is_relative() {
             f.cluster_spec = dir.join(&f.cluster_spec);
@@ -389,11 +395,10 @@ impl ServeFile {
     }
 
     /// Writes the file; [`ServeFile::from_file`] reads it back equal.
-    pub fn write(&self, path: &Path) -> Result<(), ServeError> {
-        let file = path.display().to_string();
-        let text =
-            toml::to_string(self).map_err(|e| ServeError::Config { file: file.clone(), message: e.to_string() })?;
-        std::fs::write(path, text).map_err(|e| ServeError::Config { file, message: format!("cannot write: {e}") })
+    pub fn write(&self, path: &Path) -> Result<(), ViewServerError> {
+        let file = || path.to_path_buf();
+        let text = toml::to_string(self).map_err(|source| ViewServerError::EncodeConfig { file: file(), source })?;
+        std::fs::write(path, text).map_err(|source| ViewServerError::WriteConfig { file: file(), source })
     }
 
     /// Where the file says to listen.
@@ -402,11 +407,8 @@ impl ServeFile {
     }
 
     /// The replica's configuration: the cluster spec file is read and checked.
-    pub fn into_config(self) -> Result<ServeConfig, ServeError> {
-        let spec = ClusterSpec::from_file(&self.cluster_spec).map_err(|e| ServeError::Config {
-            file: self.cluster_spec.display().to_string(),
-            message: e.to_string(),
-        })?;
+    pub fn into_config(self) -> Result<ServeConfig, ViewServerError> {
+        let spec = ClusterSpec::from_file(&self.cluster_spec).map_err(|e| ViewServerError::ClusterSpec(Box::new(e)))?;
         Ok(ServeConfig {
             id: self.id,
             cluster: self.cluster,
@@ -470,19 +472,19 @@ impl ServeConfig {
 
     /// The peers as id → address record (`client` or `client raft`, see [`split_addr`]);
     /// `raft_port`: raft has its own port.
-    pub fn peer_map(&self, raft_port: bool) -> Result<BTreeMap<u64, String>, ServeError> {
+    pub fn peer_map(&self, raft_port: bool) -> Result<BTreeMap<u64, String>, ViewServerError> {
         let mut out = parse_peers("peers", &self.peers)?;
         if raft_port {
             let raft = parse_peers("raft_peers", &self.raft_peers)?;
             for (id, client) in out.iter_mut() {
-                let r = raft.get(id).ok_or_else(|| ServeError::Config {
+                let r = raft.get(id).ok_or_else(|| ViewServerError::Config {
                     file: "raft_peers".into(),
                     message: format!("replica {id} is in peers but not in raft_peers"),
                 })?;
                 *client = format!("{client} {r}");
             }
         } else if !self.raft_peers.is_empty() {
-            return Err(ServeError::Config {
+            return Err(ViewServerError::Config {
                 file: "raft_peers".into(),
                 message: "raft_peers needs a raft listener (raft_listen)".into(),
             });
@@ -491,8 +493,8 @@ impl ServeConfig {
     }
 
     /// Checks values that cannot work; `raft_port`: raft has its own listener.
-    pub fn validate(&self, raft_port: bool) -> Result<(), ServeError> {
-        let bad = |m: &str| Err(ServeError::Config { file: "config".into(), message: m.to_string() });
+    pub fn validate(&self, raft_port: bool) -> Result<(), ViewServerError> {
+        let bad = |m: &str| Err(ViewServerError::Config { file: "config".into(), message: m.to_string() });
         let t = &self.tuning;
         if self.id == 0 {
             return bad("id must be at least 1");
@@ -540,8 +542,8 @@ pub fn split_addr(record: &str) -> (&str, &str) {
     }
 }
 
-fn parse_peers(field: &str, list: &[String]) -> Result<BTreeMap<u64, String>, ServeError> {
-    let bad = |m: String| ServeError::Config { file: field.into(), message: m };
+fn parse_peers(field: &str, list: &[String]) -> Result<BTreeMap<u64, String>, ViewServerError> {
+    let bad = |m: String| ViewServerError::Config { file: field.into(), message: m };
     let mut out = BTreeMap::new();
     for p in list {
         let (id, addr) = p.split_once('=').ok_or_else(|| bad(format!("`{p}` is not `id=host:port`")))?;

@@ -14,7 +14,7 @@
 //! | [`service`] | the `View` service: request checks, conversions, leader hints |
 //! | [`transport`] | per-peer raft streams and the `Raft` service |
 //! | [`http`] | the HTTP/JSON API (actix-web) over the view client, OpenAPI document, metrics |
-//! | [`error`] | [`NodeError`] (→ gRPC status), [`ServeError`] |
+//! | [`error`] | [`ViewServerError`], the crate's one error type, and its gRPC status |
 
 pub mod adoption;
 pub mod config;
@@ -25,7 +25,7 @@ pub mod service;
 pub mod transport;
 
 pub use config::{ListenAddrs, Listeners, ServeConfig, ServeFile, Tuning};
-pub use error::{LEADER_KEY, NodeError, ServeError};
+pub use error::{LEADER_KEY, ViewServerError};
 pub use tessera_proto::client::{self, ClientError, ViewClient};
 
 use node::{Driver, DriverConfig, PeerSenders};
@@ -53,7 +53,7 @@ pub async fn serve(
     listeners: Listeners,
     cfg: ServeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServeError> {
+) -> Result<(), ViewServerError> {
     let listen = listeners.addrs()?;
     let raft_port = listen.raft.is_some();
     cfg.validate(raft_port)?;
@@ -82,10 +82,8 @@ pub async fn serve(
         change_log: tessera_view::view::DEFAULT_CHANGE_LOG,
         election_seed: None,
     };
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| ServeError::Config {
-        file: cfg.data_dir.display().to_string(),
-        message: format!("cannot create the data directory: {e}"),
-    })?;
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|source| ViewServerError::DataDir { dir: cfg.data_dir.clone(), source })?;
     let replica = Replica::open(replica_cfg, &cfg.data_dir, move || initial)?;
     let senders: PeerSenders = Arc::new(RwLock::new(HashMap::new()));
     let driver_cfg = DriverConfig {
@@ -129,21 +127,18 @@ pub async fn serve(
             }
         });
     }
-    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<String>();
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<tessera_replica::ReplicaError>();
     let stop_driver = driver.stopper();
     let driver_thread = std::thread::Builder::new()
         .name(format!("replica-{}", cfg.id))
         .spawn(move || {
             // A panic drops `fail_tx` unsent, which the server also treats as a failure.
             if let Err(e) = driver.run() {
-                tracing::error!(error = %e, "replica failed");
-                let _ = fail_tx.send(e.to_string());
+                tracing::error!(error = %error::chain(&e), "replica failed");
+                let _ = fail_tx.send(e);
             }
         })
-        .map_err(|e| ServeError::Server {
-            addr: listen.client.to_string(),
-            why: format!("cannot start the driver: {e}"),
-        })?;
+        .map_err(|source| ViewServerError::DriverThread { replica: cfg.id, source })?;
 
     let view = service::ViewService {
         node: handle.clone(),
@@ -155,14 +150,14 @@ pub async fn serve(
     // Accepted connections get TCP_NODELAY: without it, small raft and client messages wait
     // for delayed acknowledgements (tens of milliseconds).
     let incoming = |l: std::net::TcpListener, addr: SocketAddr| {
-        let server_error = |e: std::io::Error| ServeError::Server { addr: addr.to_string(), why: e.to_string() };
-        l.set_nonblocking(true).map_err(server_error)?;
-        let l = tokio::net::TcpListener::from_std(l).map_err(server_error)?;
-        Ok::<_, ServeError>(tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)))
+        let listen_error = |source| ViewServerError::Listen { addr: addr.to_string(), source };
+        l.set_nonblocking(true).map_err(listen_error)?;
+        let l = tokio::net::TcpListener::from_std(l).map_err(listen_error)?;
+        Ok::<_, ViewServerError>(tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)))
     };
     let client_incoming = incoming(listeners.client, listen.client)?;
     tracing::info!(replica = cfg.id, addr = %listen.client, cluster = %identity, "serving");
-    let failure = Arc::new(std::sync::Mutex::new(None::<String>));
+    let failure = Arc::new(std::sync::Mutex::new(None::<ViewServerError>));
     let failure_seen = failure.clone();
     // Set once shutdown begins; every listener and the grace timer watch it.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
@@ -184,14 +179,18 @@ pub async fn serve(
         };
         http::start(http_listener, http_cfg, stopping.clone())?;
     }
+    let replica = cfg.id;
     let stop = async move {
         tokio::select! {
             () = shutdown => {}
             r = fail_rx => {
-                let why = r.unwrap_or_else(|_| "the driver thread panicked (see the log above)".to_string());
-                tracing::error!(%why, "stopping");
+                let e = match r {
+                    Ok(e) => ViewServerError::ReplicaFailed { replica, source: Box::new(e) },
+                    Err(_) => ViewServerError::DriverPanicked { replica },
+                };
+                tracing::error!(error = %error::chain(&e), "stopping");
                 if let Ok(mut f) = failure_seen.lock() {
-                    *f = Some(why);
+                    *f = Some(e);
                 }
             }
         }
@@ -203,8 +202,8 @@ pub async fn serve(
     let raft_server = v1::raft_server::RaftServer::new(raft)
         .max_decoding_message_size(transport::MAX_RAFT_BYTES)
         .max_encoding_message_size(transport::MAX_RAFT_BYTES);
-    let server_err = |addr: String| move |e: tonic::transport::Error| ServeError::Server { addr, why: e.to_string() };
-    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), ServeError>> + Send>> =
+    let server_err = |addr: String| move |source| ViewServerError::Serve { addr, source };
+    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), ViewServerError>> + Send>> =
         match (listeners.raft, listen.raft) {
             // Raft on its own port: the client port carries only the View service.
             (Some(raft_listener), Some(raft_addr)) => {
@@ -253,8 +252,8 @@ pub async fn serve(
     if tokio::time::timeout(Duration::from_secs(5), joined).await.is_err() {
         tracing::warn!(replica = cfg.id, "the driver did not stop within 5 s");
     }
-    if let Some(why) = failure.lock().ok().and_then(|f| f.clone()) {
-        return Err(ServeError::Server { addr: listen.client.to_string(), why: format!("replica failed: {why}") });
+    if let Some(e) = failure.lock().ok().and_then(|mut f| f.take()) {
+        return Err(e);
     }
     Ok(())
 }

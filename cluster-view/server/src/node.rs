@@ -14,7 +14,7 @@
 pub mod leases;
 
 use crate::adoption::{Adopted, Adoptions};
-use crate::error::NodeError;
+use crate::error::ViewServerError;
 use leases::ServerLeases;
 use raft::eraftpb::{Message, MessageType};
 use std::collections::{BTreeMap, HashMap};
@@ -27,7 +27,7 @@ use tessera_view::{Command, Health, JobId, Outcome, Proposal, ServerId, Topology
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// A reply to a request: the answer, or why there is none.
-pub type Reply<T> = oneshot::Sender<Result<T, NodeError>>;
+pub type Reply<T> = oneshot::Sender<Result<T, ViewServerError>>;
 
 /// What a read is of: the whole view or one job.
 #[derive(Debug)]
@@ -143,10 +143,10 @@ pub struct NodeHandle {
 
 impl NodeHandle {
     /// Queues a request; a full queue answers `Busy` at once.
-    pub fn send(&self, req: NodeRequest) -> Result<(), NodeError> {
+    pub fn send(&self, req: NodeRequest) -> Result<(), ViewServerError> {
         self.tx.try_send(req).map_err(|e| match e {
-            TrySendError::Full(_) => NodeError::Busy("request queue full".into()),
-            TrySendError::Disconnected(_) => NodeError::Stopped("driver thread ended".into()),
+            TrySendError::Full(_) => ViewServerError::Busy("request queue full".into()),
+            TrySendError::Disconnected(_) => ViewServerError::Stopped("driver thread ended".into()),
         })
     }
 
@@ -170,18 +170,18 @@ impl NodeHandle {
 
     /// Sends a request built around a reply channel and waits for the answer (bounded by the
     /// request timeout).
-    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> NodeRequest) -> Result<T, NodeError> {
+    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> NodeRequest) -> Result<T, ViewServerError> {
         let (tx, rx) = oneshot::channel();
         self.send(make(tx))?;
         self.wait(rx).await
     }
 
     /// Waits for one reply, bounded by the request timeout.
-    pub async fn wait<T>(&self, rx: oneshot::Receiver<Result<T, NodeError>>) -> Result<T, NodeError> {
+    pub async fn wait<T>(&self, rx: oneshot::Receiver<Result<T, ViewServerError>>) -> Result<T, ViewServerError> {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(NodeError::Stopped("request dropped by the driver".into())),
-            Err(_) => Err(NodeError::Timeout(self.timeout.as_millis() as u64)),
+            Ok(Err(_)) => Err(ViewServerError::Stopped("request dropped by the driver".into())),
+            Err(_) => Err(ViewServerError::Timeout { after_ms: self.timeout.as_millis() as u64 }),
         }
     }
 
@@ -385,21 +385,26 @@ impl Driver {
         }
     }
 
-    fn not_leader(&self) -> NodeError {
+    fn not_leader(&self) -> ViewServerError {
         let leader = self.replica.leader_id();
-        NodeError::NotLeader { leader, addr: client_addr(&self.addrs, leader) }
+        ViewServerError::NotLeader { leader, addr: client_addr(&self.addrs, leader) }
     }
 
-    fn map_err(&self, e: ReplicaError) -> NodeError {
+    fn map_err(&self, e: ReplicaError) -> ViewServerError {
         match e {
             ReplicaError::NotLeader { .. } => self.not_leader(),
-            ReplicaError::Busy(n) => NodeError::Busy(format!("{n} proposals in flight")),
-            ReplicaError::Invalid(why) => NodeError::Invalid(why),
-            other => NodeError::Stopped(other.to_string()),
+            ReplicaError::Busy(n) => ViewServerError::Busy(format!("{n} proposals in flight")),
+            ReplicaError::Invalid(why) => ViewServerError::Invalid(why),
+            other => ViewServerError::from(other),
         }
     }
 
-    fn track(&mut self, r: Result<Ticket, ReplicaError>, p: Pending, now: Instant) -> Result<(), (NodeError, Pending)> {
+    fn track(
+        &mut self,
+        r: Result<Ticket, ReplicaError>,
+        p: Pending,
+        now: Instant,
+    ) -> Result<(), (ViewServerError, Pending)> {
         match r {
             Ok(t) => {
                 self.pending.insert(t, (now, p));
@@ -450,7 +455,7 @@ impl Driver {
             NodeRequest::Register(name, topo, agent, reply) => self.register(&name, &topo, agent, reply, now),
             NodeRequest::Heartbeat(server, unhealthy, agent, reply) => {
                 let r = self.heartbeat(server, unhealthy, now);
-                if r.is_ok() || matches!(r, Err(NodeError::Invalid(_))) {
+                if r.is_ok() || matches!(r, Err(ViewServerError::Invalid(_))) {
                     self.note_agent(server, agent);
                 }
                 let _ = reply.send(r);
@@ -527,16 +532,16 @@ impl Driver {
         }
         let view = self.replica.view();
         let Some(id) = view.server_id(name) else {
-            let _ = reply.send(Err(NodeError::NotFound(format!("server `{name}` is not in the cluster spec"))));
+            let _ = reply.send(Err(ViewServerError::NotFound(format!("server `{name}` is not in the cluster spec"))));
             return;
         };
         let Some(rec) = view.server(id).copied() else {
-            let _ = reply.send(Err(NodeError::NotFound(format!("server `{name}` has no record"))));
+            let _ = reply.send(Err(ViewServerError::NotFound(format!("server `{name}` has no record"))));
             return;
         };
         let want = view.topology_of(rec.config_set);
         if let Some(diff) = topology_mismatch(want, topo) {
-            let _ = reply.send(Err(NodeError::Precondition(format!(
+            let _ = reply.send(Err(ViewServerError::Precondition(format!(
                 "server `{name}` reports a topology that differs from its configuration set `{}`: {diff}",
                 want.name
             ))));
@@ -554,13 +559,13 @@ impl Driver {
         }
     }
 
-    fn heartbeat(&mut self, server: ServerId, unhealthy: Option<u64>, now: Instant) -> Result<u64, NodeError> {
+    fn heartbeat(&mut self, server: ServerId, unhealthy: Option<u64>, now: Instant) -> Result<u64, ViewServerError> {
         if !self.replica.is_leader() {
             return Err(self.not_leader());
         }
         let view = self.replica.view();
         let Some(rec) = view.server(server).copied() else {
-            return Err(NodeError::NotFound(format!("no server with id {server}")));
+            return Err(ViewServerError::NotFound(format!("no server with id {server}")));
         };
         let all = view.topology_of(rec.config_set).all_devices();
         let known = view.unhealthy_devices(server);
@@ -570,7 +575,7 @@ impl Driver {
         if let Some(u) = unhealthy
             && u & !all != 0
         {
-            return Err(NodeError::Invalid(format!(
+            return Err(ViewServerError::Invalid(format!(
                 "lease renewed, but unhealthy devices {} do not exist on server {server} (it has {})",
                 tessera_view::mask::format_indices(u & !all),
                 tessera_view::mask::format_indices(all)
@@ -596,7 +601,7 @@ impl Driver {
             self.pending.iter().filter(|(_, (at, _))| now.duration_since(*at) > limit).map(|(t, _)| *t).collect();
         for t in expired {
             if let Some((_, p)) = self.pending.remove(&t) {
-                fail(p, NodeError::Timeout(limit.as_millis() as u64));
+                fail(p, ViewServerError::Timeout { after_ms: limit.as_millis() as u64 });
             }
         }
         if !self.replica.is_leader() {
@@ -628,19 +633,19 @@ impl Driver {
                     let _ = reply.send(Ok((id, self.lease_ms())));
                 }
                 (Pending::Register(_, reply), Answer::Applied(Outcome::HealthSet(Err(e)))) => {
-                    let _ = reply.send(Err(NodeError::Precondition(e.to_string())));
+                    let _ = reply.send(Err(ViewServerError::View(e)));
                 }
                 (Pending::Membership(reply), Answer::Membership { voters }) => {
                     let _ = reply.send(Ok(voters));
                 }
-                (p, Answer::Refused(why)) => fail(p, NodeError::Precondition(why)),
+                (p, Answer::Refused(why)) => fail(p, ViewServerError::Precondition(why)),
                 (p, Answer::Dropped) => fail(
                     p,
-                    NodeError::Stopped(
+                    ViewServerError::Stopped(
                         "leadership changed before the request committed; its outcome is unknown".into(),
                     ),
                 ),
-                (p, other) => fail(p, NodeError::Stopped(format!("unexpected answer {other:?}"))),
+                (p, other) => fail(p, ViewServerError::Internal(format!("unexpected answer {other:?}"))),
             }
         }
     }
@@ -712,7 +717,7 @@ fn send_to(peers: &PeerSenders, msgs: Vec<Message>) -> Vec<u64> {
     failed_snapshots
 }
 
-fn fail(p: Pending, e: NodeError) {
+fn fail(p: Pending, e: ViewServerError) {
     match p {
         Pending::Answer(r) => {
             let _ = r.send(Err(e));

@@ -3,22 +3,28 @@
 //! Every request is checked before it reaches the replica: counts bounded, wire values
 //! converted with the validating `TryFrom`s of tessera-proto (a malformed message is
 //! `INVALID_ARGUMENT` naming the field). Semantic refusals (an unknown job, server or device in a
-//! proposal) come back as decisions with a reason, from the approver itself.
+//! proposal) come back as decisions with a reason, from the approver itself. Every failure is a
+//! [`ViewServerError`], which becomes a status in one place (`crate::error`).
+//!
+//! Each handler runs in a span named after its method, with the ids its request carries (job,
+//! server, proposal, replica) as fields; the hot ones (proposals, heartbeats, task reports, reads)
+//! at debug level, the rare ones (registration, membership) at info. A watch logs nothing per
+//! event.
 
-use crate::error::NodeError;
+use crate::error::{ViewServerError, chain};
 use crate::node::{NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::v1;
 use tessera_replica::Answer;
-use tessera_view::{
-    Command, JobId, JobSpec, Outcome, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology, ViewError,
-};
+use tessera_view::{Command, JobId, JobSpec, Outcome, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+use tracing::field::Empty;
+use tracing::{Span, instrument};
 
 /// Most proposals or job specs in one request.
 pub const MAX_ITEMS: usize = 1024;
@@ -36,12 +42,12 @@ pub struct ViewService {
     pub max_watchers: usize,
 }
 
-fn count(what: &str, n: usize) -> Result<(), Status> {
+fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
     if n == 0 {
-        return Err(Status::invalid_argument(format!("no {what} in the request")));
+        return Err(ViewServerError::Invalid(format!("no {what} in the request")));
     }
     if n > MAX_ITEMS {
-        return Err(Status::invalid_argument(format!("{n} {what} in one request; at most {MAX_ITEMS}")));
+        return Err(ViewServerError::Invalid(format!("{n} {what} in one request; at most {MAX_ITEMS}")));
     }
     Ok(())
 }
@@ -49,52 +55,44 @@ fn count(what: &str, n: usize) -> Result<(), Status> {
 /// Longest task exit message accepted (bytes); the view keeps it as the job's error.
 const MAX_TASK_MESSAGE: usize = 4096;
 
-fn unknown_outcome(e: &NodeError) -> String {
-    format!("outcome unknown: {e}; retrying the same proposal id is safe")
-}
-
-fn view_error(e: ViewError) -> Status {
-    let msg = e.to_string();
-    match e {
-        ViewError::UnknownJob(_) | ViewError::UnknownServer(_) => Status::not_found(msg),
-        ViewError::InvalidSpec(_) | ViewError::NeverFits(_) | ViewError::BadRequestId(_) => {
-            Status::invalid_argument(msg)
-        }
-        _ => Status::failed_precondition(msg),
-    }
+fn unknown_outcome(e: &ViewServerError) -> String {
+    format!("outcome unknown: {}; retrying the same proposal id is safe", chain(e))
 }
 
 /// An agent's address is `host:port`, at most 256 bytes, or empty.
-fn check_agent_addr(a: &str) -> Result<(), Status> {
+fn check_agent_addr(a: &str) -> Result<(), ViewServerError> {
     if a.is_empty() {
         return Ok(());
     }
     let ok = a.len() <= 256 && a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-    if ok { Ok(()) } else { Err(Status::invalid_argument(format!("agent_addr `{a}` is not host:port"))) }
+    if ok { Ok(()) } else { Err(ViewServerError::Invalid(format!("agent_addr `{a}` is not host:port"))) }
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + Send>>;
 
 impl ViewService {
-    async fn command(&self, cmd: Command) -> Result<(Outcome, u64), Status> {
+    async fn command(&self, cmd: Command) -> Result<(Outcome, u64), ViewServerError> {
         let (a, version) = self.node.ask(|r| NodeRequest::Commands(vec![(cmd, r)])).await?;
         match a {
             Answer::Applied(o) => Ok((o, version)),
-            other => Err(Status::unavailable(format!("outcome unknown ({other:?}); check the job's state"))),
+            other => {
+                Err(ViewServerError::OutcomeUnknown(format!("outcome unknown ({other:?}); check the job's state")))
+            }
         }
     }
 
     async fn write_ended(&self, cmd: Command) -> Result<Response<v1::WriteResponse>, Status> {
         match self.command(cmd).await? {
             (Outcome::Ended(Ok(())), version) => Ok(Response::new(v1::WriteResponse { version })),
-            (Outcome::Ended(Err(e)), _) => Err(view_error(e)),
-            (o, _) => Err(Status::internal(format!("unexpected outcome {o:?}"))),
+            (Outcome::Ended(Err(e)), _) => Err(ViewServerError::View(e).into()),
+            (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
         }
     }
 }
 
 #[tonic::async_trait]
 impl v1::view_server::View for ViewService {
+    #[instrument(level = "debug", skip_all)]
     async fn status(&self, _req: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
         let s = self.node.ask(NodeRequest::Status).await?;
         Ok(Response::new(v1::StatusResponse {
@@ -117,24 +115,28 @@ impl v1::view_server::View for ViewService {
         }))
     }
 
+    #[instrument(level = "debug", skip_all, fields(linearizable = req.get_ref().linearizable))]
     async fn snapshot(&self, req: Request<v1::ReadRequest>) -> Result<Response<v1::SnapshotResponse>, Status> {
         let linearizable = req.into_inner().linearizable;
         match self.node.ask(|reply| NodeRequest::Read { linearizable, what: ReadTarget::Snapshot, reply }).await? {
             ReadOut::Snapshot(s, applied) => {
                 Ok(Response::new(v1::SnapshotResponse { snapshot: Some(*s), applied_index: applied }))
             }
-            ReadOut::Job(..) => Err(Status::internal("wrong read answer")),
+            ReadOut::Job(..) => Err(ViewServerError::Internal("wrong read answer".into()).into()),
         }
     }
 
     type WatchStream = WatchStream;
 
+    /// The span covers opening the stream; the stream's task logs nothing per event.
+    #[instrument(level = "debug", skip_all, fields(from_version = req.get_ref().from_version))]
     async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let mut from = req.into_inner().from_version;
         let n = self.watchers.fetch_add(1, Ordering::SeqCst);
         if n >= self.max_watchers {
             self.watchers.fetch_sub(1, Ordering::SeqCst);
-            return Err(Status::resource_exhausted(format!("{n} watch streams open; at most {}", self.max_watchers)));
+            let why = format!("{n} watch streams open; at most {}", self.max_watchers);
+            return Err(ViewServerError::Busy(why).into());
         }
         let (tx, rx) = mpsc::channel(16);
         let node = self.node.clone();
@@ -176,13 +178,22 @@ impl v1::view_server::View for ViewService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    /// A request of one proposal names its job and proposal in the span; a batch, its size.
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(proposals = req.get_ref().proposals.len(), job_id = Empty, proposal = Empty)
+    )]
     async fn propose(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let wire = req.into_inner().proposals;
         count("proposals", wire.len())?;
+        if let [p] = wire.as_slice() {
+            Span::current().record("job_id", p.job).record("proposal", p.id);
+        }
         let mut items = Vec::with_capacity(wire.len());
         let mut waits = Vec::with_capacity(wire.len());
         for (i, p) in wire.into_iter().enumerate() {
-            let p = Proposal::try_from(p).map_err(|e| Status::invalid_argument(format!("proposals[{i}]: {e}")))?;
+            let p = Proposal::try_from(p).map_err(|e| ViewServerError::Invalid(format!("proposals[{i}]: {e}")))?;
             let (tx, rx) = tokio::sync::oneshot::channel();
             items.push((p, tx));
             waits.push(rx);
@@ -199,10 +210,10 @@ impl v1::view_server::View for ViewService {
                 }
                 Ok((other, _)) => v1::ProposeResult {
                     decision: None,
-                    unknown: unknown_outcome(&NodeError::Stopped(format!("{other:?}"))),
+                    unknown: unknown_outcome(&ViewServerError::Stopped(format!("{other:?}"))),
                 },
                 // Every proposal of one request meets the same leader: refuse the request.
-                Err(e @ NodeError::NotLeader { .. }) => return Err(e.into()),
+                Err(e @ ViewServerError::NotLeader { .. }) => return Err(e.into()),
                 Err(e) => v1::ProposeResult { decision: None, unknown: unknown_outcome(&e) },
             };
             results.push(r);
@@ -210,12 +221,20 @@ impl v1::view_server::View for ViewService {
         Ok(Response::new(v1::ProposeResponse { results }))
     }
 
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(moves = req.get_ref().proposals.len(), job_id = Empty, proposal = Empty)
+    )]
     async fn migrate(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let wire = req.into_inner().proposals;
         count("moves", wire.len())?;
+        if let [p] = wire.as_slice() {
+            Span::current().record("job_id", p.job).record("proposal", p.id);
+        }
         let mut moves = Vec::with_capacity(wire.len());
         for (i, p) in wire.into_iter().enumerate() {
-            moves.push(Proposal::try_from(p).map_err(|e| Status::invalid_argument(format!("proposals[{i}]: {e}")))?);
+            moves.push(Proposal::try_from(p).map_err(|e| ViewServerError::Invalid(format!("proposals[{i}]: {e}")))?);
         }
         let n = moves.len();
         // The moves travel as one command (one log entry) and are decided one by one when it
@@ -228,18 +247,25 @@ impl v1::view_server::View for ViewService {
                 .iter()
                 .map(|d| v1::ProposeResult { decision: Some(v1::Decision::from(d)), unknown: String::new() })
                 .collect(),
-            Ok((other, _)) => unknown(unknown_outcome(&NodeError::Stopped(format!("{other:?}")))),
-            Err(e @ NodeError::NotLeader { .. }) => return Err(e.into()),
+            Ok((other, _)) => unknown(unknown_outcome(&ViewServerError::Stopped(format!("{other:?}")))),
+            Err(e @ ViewServerError::NotLeader { .. }) => return Err(e.into()),
             Err(e) => unknown(unknown_outcome(&e)),
         };
         Ok(Response::new(v1::ProposeResponse { results }))
     }
 
+    #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job, failed = req.get_ref().failed))]
     async fn release(&self, req: Request<v1::ReleaseRequest>) -> Result<Response<v1::WriteResponse>, Status> {
         let r = req.into_inner();
         self.write_ended(Command::Release { job: JobId(r.job), failed: r.failed }).await
     }
 
+    /// The span names the request id (the Idempotency-Key) and how many specs it submits.
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(specs = req.get_ref().specs.len(), request_id = %req.get_ref().request_id)
+    )]
     async fn submit_job(&self, req: Request<v1::SubmitJobRequest>) -> Result<Response<v1::SubmitJobResponse>, Status> {
         let req = req.into_inner();
         count("job specs", req.specs.len())?;
@@ -247,15 +273,15 @@ impl v1::view_server::View for ViewService {
             None
         } else {
             let id = RequestId::new(req.request_id)
-                .map_err(|e| Status::invalid_argument(format!("SubmitJobRequest.request_id: {e}")))?;
+                .map_err(|e| ViewServerError::Invalid(format!("SubmitJobRequest.request_id: {e}")))?;
             Some(id)
         };
         let mut items = Vec::with_capacity(req.specs.len());
         let mut waits = Vec::with_capacity(req.specs.len());
         for (i, s) in req.specs.into_iter().enumerate() {
-            let spec = JobSpec::try_from(s).map_err(|e| Status::invalid_argument(format!("specs[{i}]: {e}")))?;
+            let spec = JobSpec::try_from(s).map_err(|e| ViewServerError::Invalid(format!("specs[{i}]: {e}")))?;
             let request = match &request {
-                Some(r) => Some(r.item(i).map_err(|e| Status::invalid_argument(format!("request_id: {e}")))?),
+                Some(r) => Some(r.item(i).map_err(|e| ViewServerError::Invalid(format!("request_id: {e}")))?),
                 None => None,
             };
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -276,70 +302,79 @@ impl v1::view_server::View for ViewService {
                 // With a request id the whole request is safe to send again: the client retries
                 // it (Unavailable) and gets the jobs already admitted back, never a second copy.
                 Ok((other, _)) if request.is_some() => {
-                    return Err(Status::unavailable(format!(
+                    return Err(ViewServerError::OutcomeUnknown(format!(
                         "outcome of submission {} unknown ({other:?}); retry with the same request id",
                         results.len()
-                    )));
+                    ))
+                    .into());
                 }
-                Err(NodeError::Timeout(why)) if request.is_some() => {
-                    return Err(Status::unavailable(format!("{why}; retry with the same request id")));
+                Err(e @ ViewServerError::Timeout { .. }) if request.is_some() => {
+                    return Err(ViewServerError::OutcomeUnknown(format!("{e}; retry with the same request id")).into());
                 }
                 Err(e) if request.is_some() => return Err(e.into()),
                 Ok((other, _)) => v1::SubmitResult::outcome_unknown(format!("outcome unknown ({other:?})")),
-                Err(e @ NodeError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
-                Err(e) => v1::SubmitResult::outcome_unknown(format!("outcome unknown: {e}")),
+                Err(e @ ViewServerError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
+                Err(e) => v1::SubmitResult::outcome_unknown(format!("outcome unknown: {}", chain(&e))),
             };
             results.push(r);
         }
         Ok(Response::new(v1::SubmitJobResponse { results, version }))
     }
 
+    #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job))]
     async fn cancel_job(&self, req: Request<v1::CancelJobRequest>) -> Result<Response<v1::WriteResponse>, Status> {
         let req = req.into_inner();
         if req.reason.len() > MAX_TASK_MESSAGE {
-            return Err(Status::invalid_argument(format!(
+            return Err(ViewServerError::Invalid(format!(
                 "CancelJobRequest.reason: {} bytes; at most {MAX_TASK_MESSAGE}",
                 req.reason.len()
-            )));
+            ))
+            .into());
         }
         let reason = (!req.reason.is_empty()).then_some(req.reason);
         self.write_ended(Command::Cancel { job: JobId(req.job), reason }).await
     }
 
+    #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job))]
     async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::GetJobResponse>, Status> {
         let r = req.into_inner();
         let what = ReadTarget::Job(JobId(r.job));
         match self.node.ask(|reply| NodeRequest::Read { linearizable: r.linearizable, what, reply }).await? {
             ReadOut::Job(Some(job), version) => Ok(Response::new(v1::GetJobResponse { job: Some(*job), version })),
-            ReadOut::Job(None, version) => Err(Status::not_found(format!(
+            ReadOut::Job(None, version) => Err(ViewServerError::NotFound(format!(
                 "no job {} at version {version} (never submitted, or ended long ago)",
                 r.job
-            ))),
-            ReadOut::Snapshot(..) => Err(Status::internal("wrong read answer")),
+            ))
+            .into()),
+            ReadOut::Snapshot(..) => Err(ViewServerError::Internal("wrong read answer".into()).into()),
         }
     }
 
+    /// The span names the server by name, and by id once the view has answered.
+    #[instrument(level = "info", skip_all, fields(name = %req.get_ref().name, server = Empty))]
     async fn register_server(
         &self,
         req: Request<v1::RegisterServerRequest>,
     ) -> Result<Response<v1::LeaseResponse>, Status> {
         let r = req.into_inner();
         if r.name.is_empty() {
-            return Err(Status::invalid_argument("server name is empty"));
+            return Err(ViewServerError::Invalid("server name is empty".into()).into());
         }
-        let wire = r.topology.ok_or_else(|| Status::invalid_argument("topology is missing"))?;
-        let topo = Topology::try_from(wire).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let wire = r.topology.ok_or_else(|| ViewServerError::Invalid("topology is missing".into()))?;
+        let topo = Topology::try_from(wire).map_err(|e| ViewServerError::Invalid(e.to_string()))?;
         check_agent_addr(&r.agent_addr)?;
         let (server, lease_ms) =
             self.node.ask(|reply| NodeRequest::Register(r.name, topo, r.agent_addr, reply)).await?;
+        Span::current().record("server", server.0);
         Ok(Response::new(v1::LeaseResponse { server: server.0, lease_ms }))
     }
 
+    #[instrument(level = "debug", skip_all, fields(server = req.get_ref().server))]
     async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
         let r = req.into_inner();
         let server = r.server;
         if !r.health_reasons.is_empty() {
-            tracing::debug!(server, reasons = ?r.health_reasons, "agent reports unhealthy devices");
+            tracing::debug!(reasons = ?r.health_reasons, "agent reports unhealthy devices");
         }
         check_agent_addr(&r.agent_addr)?;
         let lease_ms =
@@ -347,6 +382,16 @@ impl v1::view_server::View for ViewService {
         Ok(Response::new(v1::LeaseResponse { server, lease_ms }))
     }
 
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(
+            job_id = req.get_ref().job,
+            proposal = req.get_ref().proposal,
+            member = req.get_ref().member,
+            server = req.get_ref().server
+        )
+    )]
     async fn report_task(
         &self,
         req: Request<v1::ReportTaskRequest>,
@@ -356,14 +401,15 @@ impl v1::view_server::View for ViewService {
             Some(v1::report_task_request::Event::Started(_)) => TaskEvent::Started,
             Some(v1::report_task_request::Event::Exited(e)) => {
                 if e.message.len() > MAX_TASK_MESSAGE {
-                    return Err(Status::invalid_argument(format!(
+                    return Err(ViewServerError::Invalid(format!(
                         "exit message of {} bytes; at most {MAX_TASK_MESSAGE}",
                         e.message.len()
-                    )));
+                    ))
+                    .into());
                 }
                 TaskEvent::Exited { code: e.code, message: e.message }
             }
-            None => return Err(Status::invalid_argument("ReportTaskRequest.event is missing")),
+            None => return Err(ViewServerError::Invalid("ReportTaskRequest.event is missing".into()).into()),
         };
         let cmd = Command::Task {
             job: JobId(r.job),
@@ -376,21 +422,27 @@ impl v1::view_server::View for ViewService {
             (Outcome::TaskReported(Ok(state)), version) => {
                 Ok(Response::new(v1::ReportTaskResponse { state: v1::JobState::from(state).into(), version }))
             }
-            (Outcome::TaskReported(Err(e)), _) => Err(view_error(e)),
-            (o, _) => Err(Status::internal(format!("unexpected outcome {o:?}"))),
+            (Outcome::TaskReported(Err(e)), _) => Err(ViewServerError::View(e).into()),
+            (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
         }
     }
 
+    #[instrument(
+        level = "debug",
+        skip_all,
+        fields(host = %req.get_ref().host, held = req.get_ref().held.len(), want = req.get_ref().want)
+    )]
     async fn adopt_jobs(&self, req: Request<v1::AdoptJobsRequest>) -> Result<Response<v1::AdoptJobsResponse>, Status> {
         let r = req.into_inner();
         if r.host.is_empty() || r.host.len() > 128 {
-            return Err(Status::invalid_argument("AdoptJobsRequest.host: 1 to 128 bytes"));
+            return Err(ViewServerError::Invalid("AdoptJobsRequest.host: 1 to 128 bytes".into()).into());
         }
         if r.held.len() > crate::adoption::MAX_ADOPT || r.want as usize > crate::adoption::MAX_ADOPT {
-            return Err(Status::invalid_argument(format!(
+            return Err(ViewServerError::Invalid(format!(
                 "AdoptJobsRequest: at most {} held and wanted jobs",
                 crate::adoption::MAX_ADOPT
-            )));
+            ))
+            .into());
         }
         let held: Vec<JobId> = r.held.iter().map(|&j| JobId(j)).collect();
         let (got, lease_ms, version) =
@@ -405,6 +457,7 @@ impl v1::view_server::View for ViewService {
         }))
     }
 
+    #[instrument(level = "debug", skip_all)]
     async fn agents(&self, _req: Request<v1::AgentsRequest>) -> Result<Response<v1::AgentsResponse>, Status> {
         let list = self.node.ask(NodeRequest::Agents).await?;
         Ok(Response::new(v1::AgentsResponse {
@@ -412,17 +465,18 @@ impl v1::view_server::View for ViewService {
         }))
     }
 
+    #[instrument(level = "info", skip_all, fields(replica = req.get_ref().id, addr = %req.get_ref().addr))]
     async fn add_replica(
         &self,
         req: Request<v1::AddReplicaRequest>,
     ) -> Result<Response<v1::MembershipResponse>, Status> {
         let r = req.into_inner();
         if r.id == 0 {
-            return Err(Status::invalid_argument("replica ids start at 1"));
+            return Err(ViewServerError::Invalid("replica ids start at 1".into()).into());
         }
         for a in [&r.addr, &r.raft_addr] {
             if (a == &r.addr || !a.is_empty()) && (!a.contains(':') || a.contains(' ') || a.len() > 256) {
-                return Err(Status::invalid_argument(format!("`{a}` is not host:port")));
+                return Err(ViewServerError::Invalid(format!("`{a}` is not host:port")).into());
             }
         }
         let record = if r.raft_addr.is_empty() { r.addr } else { format!("{} {}", r.addr, r.raft_addr) };
@@ -430,6 +484,7 @@ impl v1::view_server::View for ViewService {
         Ok(Response::new(v1::MembershipResponse { voters }))
     }
 
+    #[instrument(level = "info", skip_all, fields(replica = req.get_ref().id))]
     async fn remove_replica(
         &self,
         req: Request<v1::RemoveReplicaRequest>,

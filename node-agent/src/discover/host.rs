@@ -12,7 +12,8 @@
 //!   the per-node `meminfo` files of sysfs, which can lag behind on VMs with hot-plugged memory
 //!   (a Firecracker VM here reports 8666 MiB in node0 and 24105 MiB in `/proc/meminfo`).
 
-use super::{Core, DiscoverError, HostInfo, Package};
+use super::{Core, HostInfo, Package};
+use crate::error::AgentError;
 use hwloc2::{ObjectType, TopologyObject};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,11 +22,11 @@ use std::path::Path;
 const SYSFS_PCI: &str = "/sys/bus/pci/devices";
 
 /// Reads the host with hwloc (memory: see the module documentation).
-pub(crate) fn read_host(warnings: &mut Vec<String>) -> Result<HostInfo, DiscoverError> {
-    let topo = hwloc2::Topology::new().ok_or_else(|| DiscoverError::Host("hwloc could not load a topology".into()))?;
+pub(crate) fn read_host(warnings: &mut Vec<String>) -> Result<HostInfo, AgentError> {
+    let topo = hwloc2::Topology::new().ok_or_else(|| AgentError::Hwloc("hwloc could not load a topology".into()))?;
     let pus = topo
         .objects_with_type(&ObjectType::PU)
-        .map_err(|e| DiscoverError::Host(format!("hwloc lists no processing units ({e:?})")))?;
+        .map_err(|e| AgentError::Hwloc(format!("hwloc lists no processing units ({e:?})")))?;
     // Cores keyed by (package, core) logical index, and each package's OS index. A PU with no
     // Core above it (some platforms do not report cores) is its own core, keyed apart from cores.
     let mut cores: BTreeMap<(u32, u64), Core> = BTreeMap::new();
@@ -51,7 +52,7 @@ pub(crate) fn read_host(warnings: &mut Vec<String>) -> Result<HostInfo, Discover
         packages[p].cores.push(core);
     }
     if packages.is_empty() {
-        return Err(DiscoverError::Host("hwloc found no processing units".into()));
+        return Err(AgentError::Hwloc("hwloc found no processing units".into()));
     }
     let root = topo.object_at_root();
     // The weight is -1 for an infinite set: a machine without NUMA information has one node.
@@ -104,9 +105,9 @@ pub(crate) struct PciFacts {
 }
 
 /// Reads the sysfs entry of PCI device `bus_id` (sysfs form, `0000:18:00.0`).
-pub(crate) fn pci_facts(bus_id: &str) -> Result<PciFacts, DiscoverError> {
+pub(crate) fn pci_facts(bus_id: &str) -> Result<PciFacts, AgentError> {
     let dir = Path::new(SYSFS_PCI).join(bus_id);
-    let real = std::fs::canonicalize(&dir).map_err(|source| DiscoverError::Sysfs { path: dir.clone(), source })?;
+    let real = std::fs::canonicalize(&dir).map_err(|source| AgentError::Sysfs { path: dir.clone(), source })?;
     let parts: Vec<String> = real.iter().map(|c| c.to_string_lossy().into_owned()).collect();
     let start = parts.iter().position(|c| c.starts_with("pci")).unwrap_or(parts.len());
     let path = parts[start..parts.len().saturating_sub(1).max(start)].to_vec();

@@ -26,14 +26,14 @@ mod nvml;
 pub use health::{FAKE_HEALTH_ENV, HealthProbe};
 pub use model::{device_type_of, topology_from};
 
+use crate::error::AgentError;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
+use tessera_view::Topology;
 use tessera_view::hash::StateHasher;
 use tessera_view::mask::format_indices;
 use tessera_view::topology::PRESETS;
-use tessera_view::{FieldError, SpecError, Topology};
-use thiserror::Error;
 
 /// What to discover.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,70 +42,6 @@ pub struct DiscoverOptions {
     /// [`tessera_view::topology::PRESETS`]) or topology TOML path instead of NVML. The host is
     /// still read from hwloc.
     pub topology: Option<String>,
-}
-
-/// Why discovery failed. Each message says what is wrong and what to do.
-#[derive(Debug, Error)]
-pub enum DiscoverError {
-    /// hwloc could not read the host.
-    #[error("cannot read the host topology with hwloc: {0}; check that libhwloc 2 is installed and /sys is mounted")]
-    Host(String),
-    /// The fake-GPU topology file is unreadable or contradicts itself (the error names the file
-    /// and the field).
-    #[error("fake-GPU topology: {0}")]
-    Topology(SpecError),
-    /// The fake-GPU topology is neither a preset name nor a file.
-    #[error(
-        "fake-GPU topology `{name}` is neither a compiled-in preset ({known}) nor a file; name a preset or give the path of a topology .toml file"
-    )]
-    UnknownTopology {
-        /// What was given.
-        name: String,
-        /// The preset names.
-        known: String,
-    },
-    /// An NVML call whose answer the model needs failed.
-    #[error("NVML {what}: {message}; check the GPUs with `nvidia-smi`, or give the model with --topology")]
-    Nvml {
-        /// The call and device, e.g. `pci_info of GPU 3`.
-        what: String,
-        /// NVML's error.
-        message: String,
-    },
-    /// There are no GPUs to model.
-    #[error("no GPUs to model; a server model needs at least one device")]
-    NoGpus,
-    /// GPUs under one PCIe switch have their CPUs on different sockets.
-    #[error(
-        "PCIe switch {switch} holds GPUs {devices} whose local CPUs are on different packages ({packages}); a switch must lie within one socket; check the GPUs' local_cpulist in sysfs, or give the model with --topology"
-    )]
-    SwitchSpansSockets {
-        /// The switch's upstream bridge (PCI bus id).
-        switch: String,
-        /// Its GPUs, e.g. `2,3`.
-        devices: String,
-        /// The hwloc package indices they map to, e.g. `0,1`.
-        packages: String,
-    },
-    /// A GPU's sysfs entry cannot be resolved (its PCIe path and local CPUs stay unknown).
-    #[error("cannot resolve {}: {source}", path.display())]
-    Sysfs {
-        /// The sysfs path.
-        path: std::path::PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
-    /// The discovered facts do not make a valid model.
-    #[error("the discovered topology is invalid: {0}; give the server model with --topology instead")]
-    Invalid(FieldError),
-}
-
-// Not `#[from]`: that would also make the spec error the source, and reports that print the
-// chain would say it twice.
-impl From<SpecError> for DiscoverError {
-    fn from(e: SpecError) -> Self {
-        DiscoverError::Topology(e)
-    }
 }
 
 /// Everything discovery found.
@@ -256,7 +192,7 @@ impl HostInfo {
 /// Discovers this machine: the host always; the devices from NVML, or from a preset or file in
 /// fake-GPU mode. No GPUs (no driver) is not an error: the result says why in
 /// [`GpuSource::Absent`] and has no model.
-pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
+pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, AgentError> {
     let mut warnings = Vec::new();
     let host = host::read_host(&mut warnings)?;
     if let Some(given) = &opts.topology {
@@ -311,7 +247,7 @@ pub fn discover(opts: &DiscoverOptions) -> Result<Discovery, DiscoverError> {
 }
 
 /// A preset by name, else a topology file.
-fn load_topology(given: &str) -> Result<Topology, DiscoverError> {
+fn load_topology(given: &str) -> Result<Topology, AgentError> {
     if let Some(t) = Topology::preset(given) {
         return Ok(t);
     }
@@ -320,7 +256,7 @@ fn load_topology(given: &str) -> Result<Topology, DiscoverError> {
         return Ok(Topology::from_file(path)?);
     }
     let known = PRESETS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
-    Err(DiscoverError::UnknownTopology { name: given.to_string(), known })
+    Err(AgentError::UnknownTopology { name: given.to_string(), known })
 }
 
 /// A stable hash of everything in the model but its name, e.g. `tt-3f9a0c12d4e5b6a7` (FNV-1a,

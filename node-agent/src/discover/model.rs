@@ -17,7 +17,8 @@
 //! their lowest device, switches by socket then lowest device), so a discovered server equals the
 //! preset it is built like.
 
-use super::{DiscoverError, GpuInfo, GpuPair, HostInfo, fingerprint};
+use super::{GpuInfo, GpuPair, HostInfo, fingerprint};
+use crate::error::AgentError;
 use std::collections::BTreeMap;
 use tessera_view::mask::{MAX_CORES, MAX_DEVICES, format_indices};
 use tessera_view::{FieldError, Topology};
@@ -33,7 +34,7 @@ pub(crate) struct Model {
 
 /// Builds the server model from discovered facts; see the module documentation for the rules.
 /// The model's name is `discovered-<fingerprint>`.
-pub fn topology_from(gpus: &[GpuInfo], host: &HostInfo) -> Result<Topology, DiscoverError> {
+pub fn topology_from(gpus: &[GpuInfo], host: &HostInfo) -> Result<Topology, AgentError> {
     build(gpus, host, &mut Vec::new()).map(|m| m.topology)
 }
 
@@ -58,10 +59,10 @@ pub fn device_type_of(name: &str, memory_mib: u64) -> String {
 }
 
 /// [`topology_from`], also returning the package behind each socket and adding warnings.
-pub(crate) fn build(gpus: &[GpuInfo], host: &HostInfo, warnings: &mut Vec<String>) -> Result<Model, DiscoverError> {
-    let invalid = |field: &str, msg: String| DiscoverError::Invalid(FieldError::new(field, msg));
+pub(crate) fn build(gpus: &[GpuInfo], host: &HostInfo, warnings: &mut Vec<String>) -> Result<Model, AgentError> {
+    let invalid = |field: &str, msg: String| AgentError::InvalidModel(FieldError::new(field, msg));
     if gpus.is_empty() {
-        return Err(DiscoverError::NoGpus);
+        return Err(AgentError::NoGpus);
     }
     if gpus.len() > MAX_DEVICES as usize {
         return Err(invalid("devices", format!("{} GPUs; a server has at most {MAX_DEVICES}", gpus.len())));
@@ -73,7 +74,7 @@ pub(crate) fn build(gpus: &[GpuInfo], host: &HostInfo, warnings: &mut Vec<String
         return Err(invalid("devices", msg));
     }
     if host.packages.is_empty() {
-        return Err(DiscoverError::Host("the host has no CPU packages".into()));
+        return Err(AgentError::Hwloc("the host has no CPU packages".into()));
     }
 
     // Sockets: package position -> device mask, then ordered by lowest device.
@@ -98,7 +99,7 @@ pub(crate) fn build(gpus: &[GpuInfo], host: &HostInfo, warnings: &mut Vec<String
         if in_sockets.len() > 1 {
             let packages: Vec<String> =
                 in_sockets.iter().map(|&s| host.packages[sockets[s].0].index.to_string()).collect();
-            return Err(DiscoverError::SwitchSpansSockets {
+            return Err(AgentError::SwitchSpansSockets {
                 switch: key,
                 devices: format_indices(mask),
                 packages: packages.join(","),
@@ -150,7 +151,7 @@ pub(crate) fn build(gpus: &[GpuInfo], host: &HostInfo, warnings: &mut Vec<String
         memory_mib,
     };
     t.name = format!("discovered-{}", fingerprint(&t));
-    t.validate().map_err(DiscoverError::Invalid)?;
+    t.validate().map_err(AgentError::InvalidModel)?;
     Ok(Model { topology: t, socket_packages: sockets.into_iter().map(|(p, _)| p).collect() })
 }
 

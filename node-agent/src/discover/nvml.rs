@@ -5,7 +5,8 @@
 //! out.
 
 use super::host::{PciFacts, pci_facts, sysfs_bus_id};
-use super::{DiscoverError, GpuHealth, GpuInfo, GpuPair, HostInfo};
+use super::{GpuHealth, GpuInfo, GpuPair, HostInfo};
+use crate::error::{AgentError, chain};
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TopologyLevel};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -43,12 +44,12 @@ pub(crate) fn unavailable(e: &NvmlError) -> String {
 }
 
 /// Reads every GPU.
-pub(crate) fn read(host: &HostInfo, warnings: &mut Vec<String>) -> Result<NvmlRead, DiscoverError> {
+pub(crate) fn read(host: &HostInfo, warnings: &mut Vec<String>) -> Result<NvmlRead, AgentError> {
     let nvml = match Nvml::init() {
         Ok(n) => n,
         Err(e) => return Ok(NvmlRead::Absent(unavailable(&e))),
     };
-    let fatal = |what: String| move |e: NvmlError| DiscoverError::Nvml { what, message: e.to_string() };
+    let fatal = |what: String| move |source: NvmlError| AgentError::Nvml { what, source };
     let driver_version = nvml.sys_driver_version().unwrap_or_else(|e| {
         warnings.push(format!("NVML driver version unavailable: {e}"));
         "unknown".to_string()
@@ -61,7 +62,7 @@ pub(crate) fn read(host: &HostInfo, warnings: &mut Vec<String>) -> Result<NvmlRe
         let pci = dev.pci_info().map_err(fatal(format!("pci_info of GPU {i}")))?;
         let pci_bus_id = sysfs_bus_id(&pci.bus_id);
         let facts = pci_facts(&pci_bus_id).unwrap_or_else(|e| {
-            warnings.push(format!("GPU {i}: {e}; its PCIe switch and local CPUs are unknown"));
+            warnings.push(format!("GPU {i}: {}; its PCIe switch and local CPUs are unknown", chain(&e)));
             PciFacts::default()
         });
         let cpu_affinity = if facts.cpus.is_empty() { nvml_cpus(&dev, host, i, warnings) } else { facts.cpus.clone() };

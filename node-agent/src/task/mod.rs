@@ -29,6 +29,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::error::{AgentError, chain};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -82,11 +83,11 @@ impl fmt::Display for TaskId {
 }
 
 impl FromStr for TaskId {
-    type Err = TaskError;
+    type Err = AgentError;
 
     /// Parses the canonical form only (what [`fmt::Display`] writes), so one id has one name.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || TaskError::BadTaskId(s.to_string());
+        let bad = || AgentError::BadTaskId(s.to_string());
         let rest = s.strip_prefix('j').ok_or_else(bad)?;
         let (job, rest) = rest.split_once("-p").ok_or_else(bad)?;
         let (proposal, member) = rest.split_once("-m").ok_or_else(bad)?;
@@ -163,132 +164,6 @@ struct ExitRecord {
     message: String,
 }
 
-/// What went wrong in the task runner.
-#[derive(Debug, thiserror::Error)]
-pub enum TaskError {
-    /// A file operation failed.
-    #[error("could not {action} {}: {source}", path.display())]
-    Io {
-        /// What was being done, e.g. "create the task directory".
-        action: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The underlying error.
-        source: io::Error,
-    },
-    /// A JSON file could not be written or read.
-    #[error("could not {action} {}: {source}", path.display())]
-    Json {
-        /// What was being done.
-        action: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        source: serde_json::Error,
-    },
-    /// A string is not a task id.
-    #[error("`{0}` is not a task id (expected j<job>-p<proposal in hex>-m<member>)")]
-    BadTaskId(String),
-    /// The shim command given to [`Runner::open`] is empty.
-    #[error("the shim command is empty")]
-    EmptyShim,
-    /// The runner was used outside a tokio runtime.
-    #[error("the task runner must be opened inside a tokio runtime")]
-    NoRuntime,
-    /// A task was given no command.
-    #[error("task {0} has an empty command")]
-    EmptyCommand(TaskId),
-    /// A task with this id is running, or has finished and was not forgotten yet.
-    #[error("task {0} already exists (running, or finished and not forgotten yet)")]
-    Duplicate(TaskId),
-    /// The task is not running (never started, or already ended).
-    #[error("task {0} is not running")]
-    NotRunning(TaskId),
-    /// The task has not been forgotten because it still runs.
-    #[error("task {0} is still running; stop it before forgetting it")]
-    StillRunning(TaskId),
-    /// The shim has not reported the task's pid yet, so it cannot be signalled.
-    #[error("task {0} has not started its process yet")]
-    NotStarted(TaskId),
-    /// The shim could not be started.
-    #[error("could not start the shim `{program}` for task {id}: {source}")]
-    SpawnShim {
-        /// The task.
-        id: TaskId,
-        /// The shim program.
-        program: String,
-        /// The underlying error.
-        source: io::Error,
-    },
-    /// A signal could not be sent to a task's process group.
-    #[error("could not send {signal} to task {id}: {source}")]
-    Signal {
-        /// The task.
-        id: TaskId,
-        /// The signal.
-        signal: Signal,
-        /// The underlying error.
-        source: Errno,
-    },
-    /// The shim: the started task's pid does not fit a pid_t.
-    #[error("the task's pid {0} is out of range")]
-    PidOutOfRange(u32),
-    /// The shim could not wait for the task it started.
-    #[error("could not wait for the task (pid {pid}): {source}")]
-    Wait {
-        /// The task's pid.
-        pid: i32,
-        /// The underlying error.
-        source: io::Error,
-    },
-    /// The shim: a cpu of the task's spec is beyond what a cpu set holds.
-    #[error("cpu {cpu} is out of range: {source}")]
-    CpuOutOfRange {
-        /// The cpu.
-        cpu: u32,
-        /// The underlying error.
-        source: Errno,
-    },
-    /// The shim could not pin itself (and so the task) to the task's cpus.
-    #[error("could not pin to cpus {cpus:?}: {source}")]
-    Pin {
-        /// The cpus.
-        cpus: Vec<u32>,
-        /// The underlying error.
-        source: Errno,
-    },
-    /// The shim: nothing is mounted where cgroups are expected, so no memory limit.
-    #[error("nothing is mounted on {}", root.display())]
-    NoCgroupMount {
-        /// Where cgroups are expected (`/sys/fs/cgroup`).
-        root: PathBuf,
-    },
-    /// The shim: the cgroup mount is not cgroup v2, so no memory limit.
-    #[error("{} is not a cgroup v2 mount (it is {fstype})", root.display())]
-    NotCgroupV2 {
-        /// The mount point.
-        root: PathBuf,
-        /// Its file system type.
-        fstype: String,
-    },
-    /// The shim: a memory limit whose byte count overflows.
-    #[error("{mib} MiB is too large")]
-    MemoryLimitTooLarge {
-        /// The limit asked for.
-        mib: u64,
-    },
-    /// The shim could not write a cgroup control file.
-    #[error("could not write `{value}` to {}: {source}", path.display())]
-    CgroupWrite {
-        /// The file.
-        path: PathBuf,
-        /// What was written.
-        value: String,
-        /// The underlying error.
-        source: io::Error,
-    },
-}
-
 /// Runs tasks under shims and reports how they end; share it by reference (all methods take
 /// `&self`).
 ///
@@ -334,11 +209,11 @@ impl Runner {
     ///
     /// `shim` is the command prefix that runs [`shim_main`]; it is started with
     /// [`SHIM_DIR_ENV`] set to the task directory.
-    pub async fn open(state_dir: &Path, shim: Vec<String>) -> Result<Runner, TaskError> {
+    pub async fn open(state_dir: &Path, shim: Vec<String>) -> Result<Runner, AgentError> {
         if shim.first().is_none_or(|p| p.is_empty()) {
-            return Err(TaskError::EmptyShim);
+            return Err(AgentError::EmptyShim);
         }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| TaskError::NoRuntime)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| AgentError::NoRuntime)?;
         let tasks_dir = state_dir.join("tasks");
         tokio::fs::create_dir_all(&tasks_dir).await.map_err(io_err("create the tasks directory", &tasks_dir))?;
         // The shim's environment names its directory: it must be spelled the same way by every
@@ -382,16 +257,16 @@ impl Runner {
     /// cannot be run is not an error here: it is reported through [`Runner::next_exit`] with
     /// code 127 (not found) or 126. Refuses an id that is running or not yet forgotten.
     /// Dropping the future early is harmless: the task is watched once its shim runs.
-    pub async fn start(&self, spec: TaskSpec) -> Result<(), TaskError> {
+    pub async fn start(&self, spec: TaskSpec) -> Result<(), AgentError> {
         let id = spec.id;
         if spec.command.first().is_none_or(|p| p.is_empty()) {
-            return Err(TaskError::EmptyCommand(id));
+            return Err(AgentError::EmptyCommand(id));
         }
         let dir = self.inner.dir(&id);
         {
             let mut running = lock(&self.inner.running);
             if running.contains_key(&id) || dir.exists() {
-                return Err(TaskError::Duplicate(id));
+                return Err(AgentError::Duplicate(id));
             }
             running.insert(id, Running::default());
         }
@@ -427,16 +302,16 @@ impl Runner {
         }
     }
 
-    fn launch(&self, spec: &TaskSpec, dir: &Path) -> Result<Child, TaskError> {
+    fn launch(&self, spec: &TaskSpec, dir: &Path) -> Result<Child, AgentError> {
         std::fs::create_dir(dir).map_err(io_err("create the task directory", dir))?;
         let spec_path = dir.join(SPEC);
-        let json = serde_json::to_vec_pretty(spec).map_err(|source| TaskError::Json {
+        let json = serde_json::to_vec_pretty(spec).map_err(|source| AgentError::Json {
             action: "encode",
             path: spec_path.clone(),
             source,
         })?;
         write_atomic(&spec_path, &json).map_err(io_err("write", &spec_path))?;
-        let (program, args) = self.inner.shim.split_first().ok_or(TaskError::EmptyShim)?;
+        let (program, args) = self.inner.shim.split_first().ok_or(AgentError::EmptyShim)?;
         let child = Command::new(program)
             .args(args)
             .env(SHIM_DIR_ENV, dir)
@@ -445,7 +320,7 @@ impl Runner {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|source| TaskError::SpawnShim { id: spec.id, program: program.clone(), source })?;
+            .map_err(|source| AgentError::SpawnShim { id: spec.id, program: program.clone(), source })?;
         // The shim writes this too, but an agent crash right now must not lose track of it.
         if let Some(pid) = child.id() {
             let path = dir.join(SHIM_PID);
@@ -465,7 +340,7 @@ impl Runner {
 
     /// Sends a control request to a running task. Escalations (SIGKILL after a grace period)
     /// run in the background and are skipped when the task has ended by then.
-    pub fn control(&self, id: &TaskId, control: Control) -> Result<(), TaskError> {
+    pub fn control(&self, id: &TaskId, control: Control) -> Result<(), AgentError> {
         let id = *id;
         let task = self.task_proc(&id)?;
         match control {
@@ -486,7 +361,7 @@ impl Runner {
                         match terminate(id, task) {
                             Ok(()) => kill_after(inner, id, task, grace).await,
                             Err(e) => {
-                                tracing::warn!(task = %id, error = %e, "cannot stop the task after its checkpoint")
+                                tracing::warn!(task = %id, error = %chain(&e), "cannot stop the task after its checkpoint")
                             }
                         }
                     }
@@ -496,13 +371,13 @@ impl Runner {
         }
     }
 
-    fn task_proc(&self, id: &TaskId) -> Result<TaskProc, TaskError> {
+    fn task_proc(&self, id: &TaskId) -> Result<TaskProc, AgentError> {
         let mut running = lock(&self.inner.running);
-        let entry = running.get_mut(id).ok_or(TaskError::NotRunning(*id))?;
+        let entry = running.get_mut(id).ok_or(AgentError::NotRunning(*id))?;
         if entry.task.is_none() {
             entry.task = read_task_proc(&self.inner.dir(id));
         }
-        entry.task.ok_or(TaskError::NotStarted(*id))
+        entry.task.ok_or(AgentError::NotStarted(*id))
     }
 
     /// Waits for the next task to end and returns how it ended. Exits found by
@@ -529,9 +404,9 @@ impl Runner {
 
     /// Removes the directory of a task that has ended (call it once its exit has been handled
     /// and its logs collected); until then a restarted runner reports the exit again.
-    pub fn forget(&self, id: &TaskId) -> Result<(), TaskError> {
+    pub fn forget(&self, id: &TaskId) -> Result<(), AgentError> {
         if lock(&self.inner.running).contains_key(id) {
-            return Err(TaskError::StillRunning(*id));
+            return Err(AgentError::StillRunning(*id));
         }
         let dir = self.inner.dir(id);
         match std::fs::remove_dir_all(&dir) {
@@ -546,7 +421,7 @@ impl Runner {
     pub async fn shutdown_all(&self, grace: Duration) {
         for id in self.running() {
             if let Err(e) = self.control(&id, Control::Stop { grace }) {
-                tracing::warn!(task = %id, error = %e, "cannot stop the task");
+                tracing::warn!(task = %id, error = %chain(&e), "cannot stop the task");
             }
         }
         let all_ended = async {
@@ -633,21 +508,21 @@ async fn kill_after(inner: Arc<Inner>, id: TaskId, task: TaskProc, grace: Durati
     if inner.still_running(id, task) {
         tracing::info!(task = %id, grace_ms = grace.as_millis() as u64, "still alive after the grace period; sending SIGKILL");
         if let Err(e) = signal_group(id, task, Signal::SIGKILL) {
-            tracing::warn!(task = %id, error = %e, "cannot kill the task");
+            tracing::warn!(task = %id, error = %chain(&e), "cannot kill the task");
         }
     }
 }
 
-fn terminate(id: TaskId, task: TaskProc) -> Result<(), TaskError> {
+fn terminate(id: TaskId, task: TaskProc) -> Result<(), AgentError> {
     signal_group(id, task, Signal::SIGTERM)?;
     signal_group(id, task, Signal::SIGCONT)
 }
 
-fn signal_group(id: TaskId, task: TaskProc, signal: Signal) -> Result<(), TaskError> {
+fn signal_group(id: TaskId, task: TaskProc, signal: Signal) -> Result<(), AgentError> {
     match killpg(Pid::from_raw(task.pid), signal) {
         // ESRCH: the group has just ended; its exit is on its way.
         Ok(()) | Err(Errno::ESRCH) => Ok(()),
-        Err(source) => Err(TaskError::Signal { id, signal, source }),
+        Err(source) => Err(AgentError::Signal { id, signal, source }),
     }
 }
 
@@ -655,9 +530,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TaskError {
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> AgentError {
     let path = path.to_path_buf();
-    move |source| TaskError::Io { action, path, source }
+    move |source| AgentError::Io { action, path, source }
 }
 
 /// Writes a file so that readers see either the old content or the whole new one.

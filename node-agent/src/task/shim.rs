@@ -12,9 +12,10 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::{
-    EXIT, ExitRecord, NOTES, SHIM_DIR_ENV, SHIM_PID, SPEC, STDERR, STDOUT, TASK_PID, TaskError, TaskId, TaskSpec,
-    proc_stat, write_atomic, write_json_atomic,
+    EXIT, ExitRecord, NOTES, SHIM_DIR_ENV, SHIM_PID, SPEC, STDERR, STDOUT, TASK_PID, TaskId, TaskSpec, proc_stat,
+    write_atomic, write_json_atomic,
 };
+use crate::error::{AgentError, chain};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -29,8 +30,11 @@ pub fn shim_main(task_dir: &Path) -> i32 {
     if let Err(e) = write_atomic(&pid_path, format!("{}\n", std::process::id()).as_bytes()) {
         note(task_dir, &format!("could not record the shim's pid in {}: {e}", pid_path.display()));
     }
-    let record =
-        run(task_dir).unwrap_or_else(|e| ExitRecord { code: None, signal: None, message: format!("shim failed: {e}") });
+    let record = run(task_dir).unwrap_or_else(|e| ExitRecord {
+        code: None,
+        signal: None,
+        message: format!("shim failed: {}", chain(&e)),
+    });
     match write_json_atomic(&task_dir.join(EXIT), &record) {
         Ok(()) => 0,
         Err(_) => 1,
@@ -38,30 +42,32 @@ pub fn shim_main(task_dir: &Path) -> i32 {
 }
 
 /// Runs the task to its end; `Err` when the shim itself failed.
-fn run(dir: &Path) -> Result<ExitRecord, TaskError> {
+fn run(dir: &Path) -> Result<ExitRecord, AgentError> {
     const READ_SPEC: &str = "read the task spec";
     let spec_path = dir.join(SPEC);
     let data =
-        fs::read(&spec_path).map_err(|source| TaskError::Io { action: READ_SPEC, path: spec_path.clone(), source })?;
-    let spec: TaskSpec = serde_json::from_slice(&data).map_err(|source| TaskError::Json {
+        fs::read(&spec_path).map_err(|source| AgentError::Io { action: READ_SPEC, path: spec_path.clone(), source })?;
+    let spec: TaskSpec = serde_json::from_slice(&data).map_err(|source| AgentError::Json {
         action: READ_SPEC,
         path: spec_path.clone(),
         source,
     })?;
-    let (program, args) = spec.command.split_first().ok_or(TaskError::EmptyCommand(spec.id))?;
+    let (program, args) = spec.command.split_first().ok_or(AgentError::EmptyCommand(spec.id))?;
 
     if !spec.cpus.is_empty()
         && let Err(why) = pin(&spec.cpus)
     {
-        note(dir, &format!("cpu pinning not applied: {why}"));
+        note(dir, &format!("cpu pinning not applied: {}", chain(&why)));
     }
     let cgroup = spec.memory_limit_mib.and_then(|mib| {
-        memory_cgroup(&spec.id, mib).map_err(|why| note(dir, &format!("memory limit not applied: {why}"))).ok()
+        memory_cgroup(&spec.id, mib)
+            .map_err(|why| note(dir, &format!("memory limit not applied: {}", chain(&why))))
+            .ok()
     });
 
     let log = |name: &str| {
         let path = dir.join(name);
-        OpenOptions::new().create(true).append(true).open(&path).map_err(|source| TaskError::Io {
+        OpenOptions::new().create(true).append(true).open(&path).map_err(|source| AgentError::Io {
             action: "open",
             path,
             source,
@@ -80,7 +86,7 @@ fn run(dir: &Path) -> Result<ExitRecord, TaskError> {
         Ok(child) => child,
         Err(e) => return Ok(spawn_failure(program, &e)),
     };
-    let pid = i32::try_from(child.id()).map_err(|_| TaskError::PidOutOfRange(child.id()))?;
+    let pid = i32::try_from(child.id()).map_err(|_| AgentError::PidOutOfRange(child.id()))?;
     let kill_group = || {
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
     };
@@ -90,7 +96,7 @@ fn run(dir: &Path) -> Result<ExitRecord, TaskError> {
     if let Err(source) = write_atomic(&pid_path, format!("{pid}\n{start}\n").as_bytes()) {
         kill_group();
         let _ = child.wait();
-        return Err(TaskError::Io { action: "record the task's pid in", path: pid_path, source });
+        return Err(AgentError::Io { action: "record the task's pid in", path: pid_path, source });
     }
     // Wait for the task to exit without reaping it: while it is a zombie its pid, and so its
     // group id, cannot be reused, so the group kill below cannot hit a stranger's group.
@@ -104,7 +110,7 @@ fn run(dir: &Path) -> Result<ExitRecord, TaskError> {
     if let Some(cgroup) = cgroup {
         cgroup.leave();
     }
-    status.map(describe).map_err(|source| TaskError::Wait { pid, source })
+    status.map(describe).map_err(|source| AgentError::Wait { pid, source })
 }
 
 fn spawn_failure(program: &str, e: &io::Error) -> ExitRecord {
@@ -128,12 +134,12 @@ fn describe(status: ExitStatus) -> ExitRecord {
 }
 
 /// Pins the calling thread (and so the task it starts) to `cpus`.
-fn pin(cpus: &[u32]) -> Result<(), TaskError> {
+fn pin(cpus: &[u32]) -> Result<(), AgentError> {
     let mut set = CpuSet::new();
     for &cpu in cpus {
-        set.set(cpu as usize).map_err(|source| TaskError::CpuOutOfRange { cpu, source })?;
+        set.set(cpu as usize).map_err(|source| AgentError::CpuOutOfRange { cpu, source })?;
     }
-    sched_setaffinity(Pid::from_raw(0), &set).map_err(|source| TaskError::Pin { cpus: cpus.to_vec(), source })
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|source| AgentError::Pin { cpus: cpus.to_vec(), source })
 }
 
 /// The task's memory cgroup, which the shim has joined.
@@ -155,11 +161,11 @@ impl Cgroup {
 
 /// Creates `/sys/fs/cgroup/tessera/<task id>/` with `memory.max` set and moves the shim into it;
 /// `Err` says why not.
-fn memory_cgroup(id: &TaskId, mib: u64) -> Result<Cgroup, TaskError> {
+fn memory_cgroup(id: &TaskId, mib: u64) -> Result<Cgroup, AgentError> {
     const MOUNTS: &str = "/proc/self/mounts";
     let root = Path::new(CGROUP_ROOT);
     let mounts =
-        fs::read_to_string(MOUNTS).map_err(|source| TaskError::Io { action: "read", path: MOUNTS.into(), source })?;
+        fs::read_to_string(MOUNTS).map_err(|source| AgentError::Io { action: "read", path: MOUNTS.into(), source })?;
     // The last mount on the path is the one visible.
     let fstype = mounts
         .lines()
@@ -170,37 +176,37 @@ fn memory_cgroup(id: &TaskId, mib: u64) -> Result<Cgroup, TaskError> {
         .next_back();
     match fstype {
         Some("cgroup2") => {}
-        Some(other) => return Err(TaskError::NotCgroupV2 { root: root.into(), fstype: other.to_string() }),
-        None => return Err(TaskError::NoCgroupMount { root: root.into() }),
+        Some(other) => return Err(AgentError::NotCgroupV2 { root: root.into(), fstype: other.to_string() }),
+        None => return Err(AgentError::NoCgroupMount { root: root.into() }),
     }
-    let bytes = mib.checked_mul(1 << 20).ok_or(TaskError::MemoryLimitTooLarge { mib })?;
+    let bytes = mib.checked_mul(1 << 20).ok_or(AgentError::MemoryLimitTooLarge { mib })?;
     let home = fs::read_to_string("/proc/self/cgroup").ok().and_then(|text| {
         text.lines().find_map(|l| l.strip_prefix("0::").map(|p| root.join(p.trim_start_matches('/'))))
     });
     let parent = root.join("tessera");
-    fs::create_dir_all(&parent).map_err(|source| TaskError::Io { action: "create", path: parent.clone(), source })?;
+    fs::create_dir_all(&parent).map_err(|source| AgentError::Io { action: "create", path: parent.clone(), source })?;
     enable_memory(&root.join("cgroup.subtree_control"), &parent.join("cgroup.controllers"))?;
     let control = parent.join("cgroup.subtree_control");
     enable_memory(&control, &control)?;
     let dir = parent.join(id.to_string());
-    fs::create_dir_all(&dir).map_err(|source| TaskError::Io { action: "create", path: dir.clone(), source })?;
+    fs::create_dir_all(&dir).map_err(|source| AgentError::Io { action: "create", path: dir.clone(), source })?;
     write_cgroup_file(&dir.join("memory.max"), &bytes.to_string())?;
     write_cgroup_file(&dir.join("cgroup.procs"), &std::process::id().to_string())?;
     Ok(Cgroup { dir, home })
 }
 
 /// Writes `+memory` to `control` unless `check` (a controllers list) already names memory.
-fn enable_memory(control: &Path, check: &Path) -> Result<(), TaskError> {
+fn enable_memory(control: &Path, check: &Path) -> Result<(), AgentError> {
     let listed =
-        fs::read_to_string(check).map_err(|source| TaskError::Io { action: "read", path: check.into(), source })?;
+        fs::read_to_string(check).map_err(|source| AgentError::Io { action: "read", path: check.into(), source })?;
     if listed.split_whitespace().any(|c| c == "memory") {
         return Ok(());
     }
     write_cgroup_file(control, "+memory")
 }
 
-fn write_cgroup_file(path: &Path, value: &str) -> Result<(), TaskError> {
-    fs::write(path, value).map_err(|source| TaskError::CgroupWrite { path: path.into(), value: value.into(), source })
+fn write_cgroup_file(path: &Path, value: &str) -> Result<(), AgentError> {
+    fs::write(path, value).map_err(|source| AgentError::CgroupWrite { path: path.into(), value: value.into(), source })
 }
 
 /// Appends a warning to the task's notes file (best effort: the task runs anyway).

@@ -1,8 +1,14 @@
 //! [`ApiError`]: why an API request failed, and the one place where a failure becomes an HTTP
 //! status and an [`ErrorBody`] (`{"code", "message", "field"?, "line"?, "column"?}`);
 //! [`http_of_grpc`] is the one mapping from gRPC codes to HTTP statuses.
+//!
+//! `ApiError` is the crate's HTTP mapping, not a second error type of the crate: the crate's
+//! errors are [`ViewServerError`]s (one `From` brings them here, answered with the status of
+//! their gRPC code); the other variants are faults of the HTTP request itself (a bad body, an
+//! unknown route) or answers the HTTP layer got from the view and the node agents as a client.
 
 use crate::client::ClientError;
+use crate::error::{ViewServerError, chain};
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use tessera_proto::api::ErrorBody;
@@ -20,7 +26,9 @@ pub struct Place {
     pub column: Option<u32>,
 }
 
-/// Why an API request failed. Rendered as an [`ErrorBody`] with a fitting status.
+/// Why an API request failed: the HTTP mapping of the crate's errors ([`ViewServerError`]) and of
+/// the HTTP layer's own refusals. Rendered as an [`ErrorBody`] with a fitting status; the body's
+/// message is the error with its causes ([`chain`]).
 #[derive(Debug, Error)]
 pub enum ApiError {
     /// The request is malformed; `at` says where when the input names a place.
@@ -70,21 +78,24 @@ pub enum ApiError {
     /// The view answered with an error, or no replica answered.
     #[error(transparent)]
     View(#[from] ClientError),
+    /// This replica failed the request itself; answered with the status of its gRPC code.
+    #[error(transparent)]
+    ViewServer(#[from] ViewServerError),
     /// A node agent's address is not an endpoint, or no connection to it could be made.
-    #[error("{addr}: {source}")]
+    #[error("node agent {addr} unreachable")]
     AgentUnreachable {
         /// The agent's address.
         addr: String,
         /// Why.
         source: tonic::transport::Error,
     },
-    /// A node agent answered with an error.
+    /// A node agent answered with an error. Its status is held for its code, not as a source:
+    /// the message says the status's message once.
     #[error("{addr}: {}", status.message())]
     AgentRefused {
         /// The agent's address.
         addr: String,
         /// Its answer.
-        #[source]
         status: tonic::Status,
     },
     /// A node agent did not answer in time.
@@ -151,6 +162,7 @@ impl ApiError {
             ApiError::View(ClientError::NoAddress | ClientError::BadAddress(..)) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
+            ApiError::ViewServer(e) => http_of_grpc(e.code()),
             ApiError::AgentUnreachable { .. } => http_of_grpc(Code::Unavailable),
             ApiError::AgentRefused { status, .. } => http_of_grpc(status.code()),
             ApiError::AgentTimeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
@@ -167,7 +179,7 @@ impl ApiError {
         let message = match self {
             // The replica's own words, without the client's address-and-code wrapping.
             ApiError::View(ClientError::Status { status, .. }) => status.message().to_string(),
-            other => other.to_string(),
+            other => chain(other),
         };
         let at = match self {
             ApiError::BadInput { at, .. } => at.clone(),
@@ -208,5 +220,16 @@ mod tests {
         let b = e.body();
         assert_eq!((b.code.as_str(), b.line, b.column, b.field), ("malformed_toml", Some(2), Some(3), None));
         assert_eq!(ApiError::UnknownJob(7).body().code, "unknown_job");
+    }
+
+    #[test]
+    fn view_server_errors_answer_with_the_status_of_their_grpc_code() {
+        let e = ApiError::from(ViewServerError::Busy("request queue full".into()));
+        assert_eq!(e.status_code(), StatusCode::TOO_MANY_REQUESTS);
+        let e = ApiError::from(ViewServerError::Timeout { after_ms: 5000 });
+        assert_eq!(e.status_code(), StatusCode::GATEWAY_TIMEOUT);
+        let b = ApiError::from(ViewServerError::NotLeader { leader: 0, addr: None }).body();
+        assert_eq!(b.code, "unavailable");
+        assert!(b.message.contains("no leader is known yet"), "{}", b.message);
     }
 }

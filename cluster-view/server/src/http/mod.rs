@@ -35,7 +35,7 @@ pub use openapi::openapi_document;
 pub use spec::{BodyFormat, parse_spec};
 
 use crate::client::{ClientError, ViewClient};
-use crate::error::ServeError;
+use crate::error::ViewServerError;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use std::collections::HashMap;
 use std::future::Future;
@@ -192,13 +192,12 @@ pub fn start(
     listener: std::net::TcpListener,
     cfg: HttpConfig,
     mut stopping: tokio::sync::watch::Receiver<bool>,
-) -> Result<Vec<SocketAddr>, ServeError> {
+) -> Result<Vec<SocketAddr>, ViewServerError> {
     let at = listener.local_addr().map_or_else(|_| "HTTP listener".to_string(), |a| a.to_string());
-    let fail = |why: String| ServeError::Server { addr: at.clone(), why: format!("HTTP API: {why}") };
-    let own = cfg.view_addrs.first().cloned().ok_or_else(|| fail("no view address".into()))?;
+    let client_error = |e| ViewServerError::HttpClient { addr: at.clone(), source: Box::new(e) };
+    let own = cfg.view_addrs.first().cloned().ok_or_else(|| client_error(ClientError::NoAddress))?;
     let client_deadline = cfg.request_timeout.saturating_sub(Duration::from_secs(1)).max(Duration::from_millis(500));
-    let client =
-        ViewClient::new(cfg.view_addrs.clone()).map_err(|e| fail(e.to_string()))?.with_deadline(client_deadline);
+    let client = ViewClient::new(cfg.view_addrs.clone()).map_err(client_error)?.with_deadline(client_deadline);
     let api = web::Data::new(Api {
         client: Mutex::new(client),
         own,
@@ -239,7 +238,7 @@ pub fn start(
         let _ = stopping.wait_for(|s| *s).await;
     })
     .listen(listener)
-    .map_err(|e| fail(e.to_string()))?;
+    .map_err(|source| ViewServerError::Listen { addr: format!("{at} (HTTP API)"), source })?;
     let addrs = server.addrs();
     let run = server.run();
     tracing::info!(replica = cfg.replica, addrs = ?addrs, "HTTP API serving");

@@ -13,7 +13,7 @@
 //! a server is never marked down for a silence that began under the old leader and that the new
 //! one could not have heard end.
 
-use crate::error::NodeError;
+use crate::error::ViewServerError;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tessera_view::{Health, ServerId};
@@ -56,9 +56,9 @@ impl ServerLeases {
     /// on this error). A lease that ran out but whose server is not marked down yet is renewed:
     /// the server is alive, and if the `SetHealth` already queued takes it down, its next
     /// heartbeat is refused and it registers again.
-    pub fn renew(&mut self, server: ServerId, health: Health, now: Instant) -> Result<(), NodeError> {
+    pub fn renew(&mut self, server: ServerId, health: Health, now: Instant) -> Result<(), ViewServerError> {
         if health == Health::Down {
-            return Err(NodeError::ServerDown { server });
+            return Err(ViewServerError::ServerDown { server });
         }
         self.register(server, now);
         Ok(())
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(l.deadline(s(1)), None);
         // Once the view has it down, heartbeats are refused and renew nothing.
         let err = l.renew(s(1), Health::Down, late).expect_err("down");
-        assert!(matches!(err, NodeError::ServerDown { server } if server == s(1)), "{err:?}");
+        assert!(matches!(err, ViewServerError::ServerDown { server } if server == s(1)), "{err:?}");
         assert_eq!(err.to_string(), "server server#1 is down (its lease expired); register again");
         assert_eq!(l.deadline(s(1)), None, "a refused renewal grants nothing");
         // Registering brings the lease back.
@@ -276,6 +276,6 @@ mod tests {
         assert!(l.is_empty());
         assert!(l.expired(t0 + Duration::from_secs(3600)).is_empty(), "nobody ever runs out");
         // A down server still must register again, leases or not.
-        assert!(matches!(l.renew(s(1), Health::Down, t0), Err(NodeError::ServerDown { .. })));
+        assert!(matches!(l.renew(s(1), Health::Down, t0), Err(ViewServerError::ServerDown { .. })));
     }
 }
