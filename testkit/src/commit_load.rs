@@ -25,39 +25,10 @@ use tessera_view::{
     ServerRecord, Topology, ViewSnapshot, ViewVersion, invariants,
 };
 use tessera_view_server::{ClientError, ViewClient};
-use thiserror::Error;
 use tokio::sync::Mutex;
 
-/// Why the load could not run to its end.
-#[derive(Debug, Error)]
-pub enum LoadError {
-    /// The settings cannot work.
-    #[error("{0}")]
-    Settings(String),
-    /// The target cluster cannot take this load.
-    #[error("{0}")]
-    Cluster(String),
-    /// A call to the view failed.
-    #[error("{what}: {source}")]
-    Client {
-        /// What the call was for.
-        what: String,
-        /// Why it failed.
-        source: ClientError,
-    },
-    /// A reply could not be decoded.
-    #[error("{0}")]
-    Decode(String),
-    /// Killing or restarting the leader failed.
-    #[error(transparent)]
-    Kit(#[from] KitError),
-    /// A client task panicked.
-    #[error("a client task failed: {0}")]
-    Task(String),
-}
-
-fn call(what: &str) -> impl FnOnce(ClientError) -> LoadError + '_ {
-    move |source| LoadError::Client { what: what.to_string(), source }
+fn call(what: &str) -> impl FnOnce(ClientError) -> KitError + '_ {
+    move |source| KitError::Call { what: what.to_string(), source }
 }
 
 /// What to run.
@@ -276,7 +247,7 @@ impl Client {
         s
     }
 
-    async fn release_oldest(&mut self) -> Result<(), LoadError> {
+    async fn release_oldest(&mut self) -> Result<(), KitError> {
         let Some((job, members)) = self.running.pop_front() else { return Ok(()) };
         release(&mut self.c, job).await?;
         self.released(job, &members);
@@ -292,7 +263,7 @@ impl Client {
     }
 
     /// Submits `n` jobs (256 per request) into the pending queue.
-    async fn submit(&mut self, n: usize) -> Result<(), LoadError> {
+    async fn submit(&mut self, n: usize) -> Result<(), KitError> {
         let mut left = n;
         while left > 0 {
             let k = left.min(256);
@@ -310,7 +281,7 @@ impl Client {
         Ok(())
     }
 
-    async fn run(mut self, shared: Arc<Shared>, fill: f64, batch: usize) -> Result<Client, LoadError> {
+    async fn run(mut self, shared: Arc<Shared>, fill: f64, batch: usize) -> Result<Client, KitError> {
         let start = Instant::now();
         let mut sent: u64 = 0;
         while !shared.stop.load(Ordering::Relaxed) {
@@ -361,7 +332,7 @@ impl Client {
                     }
                     let mut out = Vec::new();
                     while let Some(r) = set.join_next().await {
-                        out.push(r.map_err(|e| LoadError::Task(e.to_string())).and_then(|r| r));
+                        out.push(r.map_err(|e| KitError::ClientTask(e.to_string())).and_then(|r| r));
                     }
                     out
                 }
@@ -402,7 +373,7 @@ impl Client {
             for ((p, spec), r) in props.into_iter().zip(results) {
                 let decision = match r.decision.map(tessera_proto::RemoteDecision::try_from) {
                     Some(Ok(d)) => d,
-                    Some(Err(e)) => return Err(LoadError::Decode(format!("undecodable decision: {e}"))),
+                    Some(Err(e)) => return Err(KitError::Decode(format!("undecodable decision: {e}"))),
                     None => {
                         // Outcome unknown: retry the same id (idempotent).
                         self.stats.unknown += 1;
@@ -446,7 +417,7 @@ impl Client {
 
 /// Releases a job. A release retried after an unknown outcome (a leader change) finds the job
 /// already finished: that is the first attempt's success.
-async fn release(c: &mut ViewClient, job: u64) -> Result<(), LoadError> {
+async fn release(c: &mut ViewClient, job: u64) -> Result<(), KitError> {
     match c.release(job, false).await {
         Ok(_) => Ok(()),
         Err(e)
@@ -456,7 +427,7 @@ async fn release(c: &mut ViewClient, job: u64) -> Result<(), LoadError> {
         {
             Ok(())
         }
-        Err(source) => Err(LoadError::Client { what: format!("releasing job {job}"), source }),
+        Err(source) => Err(KitError::Call { what: format!("releasing job {job}"), source }),
     }
 }
 
@@ -476,27 +447,27 @@ pub async fn run(
     addrs: &[String],
     cluster: Option<&mut ProcessCluster>,
     load: &CommitLoad,
-) -> Result<CommitReport, LoadError> {
+) -> Result<CommitReport, KitError> {
     if load.clients == 0 || load.batch == 0 || load.batch > 1024 {
-        return Err(LoadError::Settings("clients must be at least 1 and batch in 1..=1024".into()));
+        return Err(KitError::BadLoad("clients must be at least 1 and batch in 1..=1024".into()));
     }
     if !(0.05..=1.0).contains(&load.fill) {
-        return Err(LoadError::Settings("fill must be in 0.05..=1".into()));
+        return Err(KitError::BadLoad("fill must be in 0.05..=1".into()));
     }
     if load.kill_leader_after.is_some() && cluster.is_none() {
-        return Err(LoadError::Settings("killing the leader needs a local process cluster".into()));
+        return Err(KitError::BadLoad("killing the leader needs a local process cluster".into()));
     }
     let mut probe = ViewClient::new(addrs.to_vec()).map_err(call("client"))?.with_deadline(Duration::from_secs(30));
     let leader = probe.wait_for_leader().await.map_err(call("waiting for a leader"))?;
     tracing::info!(replica = leader.leader, addr = %leader.leader_addr, "bench: leader elected");
     let snap = probe.snapshot_of(&leader.leader_addr, true).await.map_err(call("reading the view"))?;
     let view = ClusterView::from_snapshot(
-        ViewSnapshot::try_from(snap.snapshot.ok_or_else(|| LoadError::Decode("empty snapshot".into()))?)
-            .map_err(|e| LoadError::Decode(format!("decoding the view: {e}")))?,
+        ViewSnapshot::try_from(snap.snapshot.ok_or_else(|| KitError::Decode("empty snapshot".into()))?)
+            .map_err(|e| KitError::Decode(format!("decoding the view: {e}")))?,
     );
     let servers = view.servers().len();
     if servers < load.clients as usize {
-        return Err(LoadError::Cluster(format!(
+        return Err(KitError::ClusterUnfit(format!(
             "{servers} servers for {} clients: each client needs at least one",
             load.clients
         )));
@@ -521,7 +492,7 @@ pub async fn run(
             .collect();
         let records: HashMap<ServerId, ServerRecord> = mine.iter().map(|s| (*s, view.servers()[s.index()])).collect();
         if records.values().any(|r| r.free_gpus != topo.all_devices() || r.free_cores != topo.all_cores()) {
-            return Err(LoadError::Cluster("the target cluster is not fresh (some servers are in use)".into()));
+            return Err(KitError::ClusterUnfit("the target cluster is not fresh (some servers are in use)".into()));
         }
         let mut shapes = weighted.clone();
         shapes.rotate_left((id as usize * 7) % weighted.len());
@@ -554,7 +525,7 @@ pub async fn run(
             set.spawn(async move { client.submit(n).await.map(|()| client) });
         }
         while let Some(c) = set.join_next().await {
-            clients_ready.push(c.map_err(|e| LoadError::Task(e.to_string()))??);
+            clients_ready.push(c.map_err(|e| KitError::ClientTask(e.to_string()))??);
         }
         clients_ready.sort_by_key(|c| c.id);
     }
@@ -572,7 +543,7 @@ pub async fn run(
         let st = probe.wait_for_leader().await.map_err(call("waiting for a leader"))?;
         let id = l
             .id_of(&st.leader_addr)
-            .ok_or_else(|| LoadError::Cluster(format!("leader {} not in the local cluster", st.leader_addr)))?;
+            .ok_or_else(|| KitError::ClusterUnfit(format!("leader {} not in the local cluster", st.leader_addr)))?;
         *shared.killed.lock().await = Some((Instant::now(), st.leader_addr.clone()));
         l.kill(id)?;
         tracing::info!(replica = id, at_s = start.elapsed().as_secs_f64(), "bench: killed the leader (kill -9)");
@@ -588,7 +559,7 @@ pub async fn run(
     let mut acks = AckLog::new();
     let mut first_after_kill: Option<Instant> = None;
     for t in tasks {
-        let c = t.await.map_err(|e| LoadError::Task(e.to_string()))??;
+        let c = t.await.map_err(|e| KitError::ClientTask(e.to_string()))??;
         st.committed += c.stats.committed;
         st.conflicts += c.stats.conflicts;
         st.rejected += c.stats.rejected;
@@ -652,7 +623,7 @@ struct Check {
 }
 
 /// Waits for every replica to reach the same applied index, then checks each one's view.
-async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64), LoadError> {
+async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64), KitError> {
     let mut c = ViewClient::new(addrs.to_vec()).map_err(call("client"))?.with_deadline(Duration::from_secs(5));
     let t0 = Instant::now();
     let mut applied: Vec<u64> = Vec::new();
@@ -671,7 +642,9 @@ async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64), LoadErr
     }
     let converged_ms = t0.elapsed().as_secs_f64() * 1000.0;
     if !applied.iter().all(|x| *x == applied[0]) {
-        return Err(LoadError::Cluster(format!("replicas did not converge within 60 s: applied indexes {applied:?}")));
+        return Err(KitError::ClusterUnfit(format!(
+            "replicas did not converge within 60 s: applied indexes {applied:?}"
+        )));
     }
     // Independent check of the clients' own record: no device in two live acknowledged gangs.
     let mut held: HashMap<ServerId, (u64, CoreMask)> = HashMap::new();
@@ -689,8 +662,8 @@ async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64), LoadErr
     let mut hashes = Vec::new();
     for a in addrs {
         let s = c.snapshot_of(a, false).await.map_err(call("reading a replica's view"))?;
-        let snap = ViewSnapshot::try_from(s.snapshot.ok_or_else(|| LoadError::Decode("empty snapshot".into()))?)
-            .map_err(|e| LoadError::Decode(format!("decoding a replica's view: {e}")))?;
+        let snap = ViewSnapshot::try_from(s.snapshot.ok_or_else(|| KitError::Decode("empty snapshot".into()))?)
+            .map_err(|e| KitError::Decode(format!("decoding a replica's view: {e}")))?;
         let view = ClusterView::from_snapshot(snap);
         hashes.push(view.state_hash());
         let rep = invariants::check(&view);

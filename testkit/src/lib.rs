@@ -35,11 +35,12 @@ mod process;
 
 pub use process::ProcessCluster;
 
-/// Why a local cluster could not start or stopped badly.
+/// The kit's one error type: why a local cluster could not start or stopped badly, or why a
+/// load against a cluster ([`commit_load`]) could not run to its end.
 #[derive(Debug, Error)]
 pub enum KitError {
     /// A replica could not be configured, bound or run.
-    #[error("replica {replica}: {source}")]
+    #[error("replica {replica}")]
     Replica {
         /// Its id.
         replica: u64,
@@ -47,12 +48,20 @@ pub enum KitError {
         source: ViewServerError,
     },
     /// The data directory could not be made.
-    #[error("data directory {dir}: {why}")]
+    #[error("data directory {dir}")]
     DataDir {
         /// The directory.
         dir: String,
         /// Why.
-        why: String,
+        source: std::io::Error,
+    },
+    /// The cluster spec could not be written into the data directory.
+    #[error("cannot write the cluster spec into {dir}")]
+    WriteSpec {
+        /// The directory.
+        dir: String,
+        /// Why.
+        source: tessera_view::SpecError,
     },
     /// A replica's task ended abnormally (it panicked).
     #[error("replica {replica} panicked: {why}")]
@@ -76,6 +85,26 @@ pub enum KitError {
     /// The client could not be built.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A call to the view failed for good.
+    #[error("{what}")]
+    Call {
+        /// What the call was for.
+        what: String,
+        /// Why it failed.
+        source: ClientError,
+    },
+    /// A load's settings cannot work; says which and why.
+    #[error("{0}")]
+    BadLoad(String),
+    /// The target cluster cannot take this load (too small, not fresh, no leader in the kit).
+    #[error("{0}")]
+    ClusterUnfit(String),
+    /// A reply from the view could not be decoded.
+    #[error("{0}")]
+    Decode(String),
+    /// A load's client task panicked or was cancelled.
+    #[error("a client task failed: {0}")]
+    ClientTask(String),
 }
 
 /// How to start a [`LocalCluster`].
@@ -174,14 +203,14 @@ impl LocalClusterBuilder {
         match &self.data_dir {
             Some(d) => {
                 std::fs::create_dir_all(d)
-                    .map_err(|e| KitError::DataDir { dir: d.display().to_string(), why: e.to_string() })?;
+                    .map_err(|source| KitError::DataDir { dir: d.display().to_string(), source })?;
                 Ok((None, d.clone()))
             }
             None => {
-                let t = tempfile::Builder::new().prefix("tessera-local-").tempdir().map_err(|e| KitError::DataDir {
-                    dir: std::env::temp_dir().display().to_string(),
-                    why: e.to_string(),
-                })?;
+                let t = tempfile::Builder::new()
+                    .prefix("tessera-local-")
+                    .tempdir()
+                    .map_err(|source| KitError::DataDir { dir: std::env::temp_dir().display().to_string(), source })?;
                 let p = t.path().to_path_buf();
                 Ok((Some(t), p))
             }

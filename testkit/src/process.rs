@@ -53,7 +53,7 @@ impl LocalClusterBuilder {
         let spec_file = self
             .spec
             .write_files(&dir)
-            .map_err(|e| KitError::DataDir { dir: dir.display().to_string(), why: e.to_string() })?;
+            .map_err(|source| KitError::WriteSpec { dir: dir.display().to_string(), source })?;
         let (bound, addrs) = self.bind_all()?;
         let mut cluster = ProcessCluster {
             bin: bin.to_path_buf(),
