@@ -49,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_scheduler::{LocalView, Overlay};
+    use tessera_scheduler::{Context, LocalView, Overlay};
     use tessera_view::{ClusterSpec, ClusterView, Decision, Proposal, ProposalId};
 
     #[test]
@@ -68,6 +68,7 @@ mod tests {
             waited_s: 0,
             attempt: 0,
             salt: 1,
+            ctx: Context::empty(),
         };
         let Verdict::Propose(members) = NewestInRack.schedule(&a) else { panic!("expected a proposal") };
         let racks: Vec<u32> = members

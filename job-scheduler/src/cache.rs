@@ -12,6 +12,7 @@
 
 use crate::LocalView;
 use crate::SchedulerError;
+use crate::scheduler::RunningIndex;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -36,6 +37,8 @@ pub struct CacheState {
     pub server_names: Vec<String>,
     /// Unhealthy devices per server (bit i = device i), by id.
     pub unhealthy: Vec<u64>,
+    /// The jobs holding GPUs, per server (for schedulers' [`crate::scheduler::Context`]).
+    pub running: RunningIndex,
 }
 
 impl CacheState {
@@ -43,6 +46,7 @@ impl CacheState {
         CacheState {
             view: LocalView::from_snapshot(s),
             jobs: s.jobs.iter().map(|j| (j.id, j.clone())).collect(),
+            running: RunningIndex::from_jobs(&s.jobs),
             server_names: s.server_names.clone(),
             unhealthy: s.unhealthy.clone(),
         }
@@ -54,6 +58,7 @@ impl CacheState {
             return false;
         }
         for j in &d.jobs {
+            self.running.update(j);
             self.jobs.insert(j.id, j.clone());
         }
         true

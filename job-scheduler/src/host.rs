@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn the_default_registry_holds_the_builtins_and_places_unnamed_jobs_locality_tolerant() {
         let r = Registry::default();
-        assert_eq!(r.names(), "cpu-aware, locality-tolerant, optimus");
+        assert_eq!(r.names(), "cpu-aware, fifo-firstfit, gandiva, hived, locality-tolerant, optimus");
         for name in BUILTIN {
             assert_eq!(name_of(&r, Some(name)).as_deref(), Some(name));
         }
@@ -304,7 +304,10 @@ mod tests {
         let r = r.with_default("default").expect("alias accepted");
         assert_eq!(name_of(&r, None).as_deref(), Some("locality-tolerant"));
         let e = Registry::default().with_default("no-such").expect_err("unknown");
-        assert_eq!(e.to_string(), "unknown scheduler `no-such` (expected cpu-aware, locality-tolerant, optimus)");
+        assert_eq!(
+            e.to_string(),
+            "unknown scheduler `no-such` (expected cpu-aware, fifo-firstfit, gandiva, hived, locality-tolerant, optimus)"
+        );
     }
 
     #[test]

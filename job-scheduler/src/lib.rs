@@ -46,5 +46,8 @@ pub use local_view::{LocalView, Overlay};
 pub use migration_task::MigrationConfig;
 pub use placement_policy::Policy;
 pub use runtime::{PlaceMachine, Placed, RuntimeOptions, place_job};
-pub use scheduler::{Attempt, CpuAware, LocalityTolerant, Optimus, Scheduler, Verdict};
+pub use scheduler::{
+    Attempt, Context, CpuAware, FifoFirstFit, Gandiva, Hived, LocalityTolerant, Optimus, RunningIndex, Scheduler,
+    Verdict,
+};
 pub use search::{NoPlacement, find_placement};

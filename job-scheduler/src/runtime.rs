@@ -35,7 +35,7 @@
 use crate::SchedulerError;
 use crate::cache::ViewCache;
 use crate::local_view::{LocalView, Overlay};
-use crate::scheduler::{Attempt, Scheduler, Verdict};
+use crate::scheduler::{Attempt, Context, Scheduler, Verdict};
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 use tessera_proto::backoff::Backoff;
@@ -105,6 +105,8 @@ pub enum Event<'a> {
         view: &'a LocalView,
         /// The copy's version.
         version: ViewVersion,
+        /// What the host knows beyond the server records (the jobs running on each server).
+        ctx: Context<'a>,
     },
     /// The answer to the proposal of the last [`Action::Propose`].
     Answer(Answer),
@@ -275,7 +277,7 @@ impl<'s> PlaceMachine<'s> {
     /// Takes one event at time `now` and says what to do next.
     pub fn step(&mut self, now: Duration, event: Event<'_>) -> Action {
         match (std::mem::replace(&mut self.phase, Phase::Over), event) {
-            (Phase::Look, Event::View { job, view, version }) => self.look(now, job, view, version),
+            (Phase::Look, Event::View { job, view, version, ctx }) => self.look(now, job, view, version, ctx),
             (Phase::Proposed(p), Event::Answer(a)) => self.answered(now, p, a),
             (Phase::Reading(based_on), Event::JobState(s)) => match s {
                 Some(s) if s != JobState::Pending => Action::Done(Placed::NotPending(s)),
@@ -295,7 +297,14 @@ impl<'s> PlaceMachine<'s> {
         }
     }
 
-    fn look(&mut self, now: Duration, job: Option<&Job>, view: &LocalView, version: ViewVersion) -> Action {
+    fn look(
+        &mut self,
+        now: Duration,
+        job: Option<&Job>,
+        view: &LocalView,
+        version: ViewVersion,
+        ctx: Context<'_>,
+    ) -> Action {
         let Some(j) = job else {
             // The copy may not have caught up with a job submitted just now.
             let deadline = *self.missing_since.get_or_insert(now) + self.max_wait;
@@ -322,6 +331,7 @@ impl<'s> PlaceMachine<'s> {
             waited_s,
             attempt: self.attempt,
             salt: self.salt.wrapping_add(self.job.0),
+            ctx,
         });
         self.attempt += 1;
         match verdict {
@@ -427,7 +437,10 @@ pub async fn place_job(
     let now = || waited_from.elapsed();
     let look = |m: &mut PlaceMachine<'_>| {
         let version = cache.version();
-        cache.read(|s| m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version }))
+        cache.read(|s| {
+            let ctx = Context { running: &s.running };
+            m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version, ctx })
+        })
     };
     let mut m = PlaceMachine::new(scheduler, job, Duration::ZERO, opts);
     let mut action = look(&mut m);
@@ -545,6 +558,7 @@ mod tests {
                     waited_s: 0,
                     attempt: 0,
                     salt: n,
+                    ctx: Context::empty(),
                 };
                 let Verdict::Propose(members) = sched.schedule(&a) else { panic!("a server is free") };
                 let p = Proposal { id: ProposalId(1001 + 2 * n), job: id, members, based_on: self.view.version() };
@@ -555,7 +569,8 @@ mod tests {
         /// Shows `m` the view at `now`.
         fn look(&self, m: &mut PlaceMachine<'_>, now: Duration) -> Action {
             let local = LocalView::of_view(&self.view);
-            m.step(now, Event::View { job: self.view.job(self.job), view: &local, version: self.view.version() })
+            let ctx = Context::empty();
+            m.step(now, Event::View { job: self.view.job(self.job), view: &local, version: self.view.version(), ctx })
         }
     }
 
@@ -771,7 +786,7 @@ mod tests {
         let f = Fixture::new(1, spec(1, LocalityLevel::Server, LocalityLevel::Server, None));
         let empty = LocalView::of_view(&f.view);
         let missing = |m: &mut PlaceMachine<'_>, now| {
-            m.step(now, Event::View { job: None, view: &empty, version: f.view.version() })
+            m.step(now, Event::View { job: None, view: &empty, version: f.view.version(), ctx: Context::empty() })
         };
         let sched = LocalityTolerant::default();
         let mut m = machine(&sched, &f);

@@ -1,6 +1,9 @@
 //! The built-in schedulers on real views, each proposal checked by the real approver.
 
-use tessera_scheduler::{Attempt, CpuAware, LocalView, LocalityTolerant, Optimus, Overlay, Policy, Scheduler, Verdict};
+use tessera_scheduler::{
+    Attempt, Context, CpuAware, FifoFirstFit, Gandiva, Hived, LocalView, LocalityTolerant, Optimus, Overlay, Policy,
+    RunningIndex, Scheduler, Verdict,
+};
 use tessera_view::{
     ClusterSpec, ClusterView, CpuDemand, Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Predictor, Proposal,
     ProposalId,
@@ -25,6 +28,7 @@ fn schedule(v: &mut ClusterView, s: &dyn Scheduler, spec: JobSpec, n: u64) -> Re
     let job = v.job(id).expect("job").clone();
     let local = LocalView::of_view(v);
     let overlay = Overlay::default();
+    let running = RunningIndex::from_jobs(v.jobs());
     let a = Attempt {
         job: &job,
         view: &local,
@@ -33,6 +37,7 @@ fn schedule(v: &mut ClusterView, s: &dyn Scheduler, spec: JobSpec, n: u64) -> Re
         waited_s: 0,
         attempt: 0,
         salt: n,
+        ctx: Context { running: &running },
     };
     match s.schedule(&a) {
         Verdict::Propose(members) => {
@@ -151,6 +156,7 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
         waited_s: 0,
         attempt: 0,
         salt: 0,
+        ctx: Context::empty(),
     };
     for s in [&LocalityTolerant::default() as &dyn Scheduler, &CpuAware::default(), &Optimus] {
         match s.schedule(&a) {
@@ -158,4 +164,76 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
             other => panic!("{}: {other:?}", s.name()),
         }
     }
+}
+
+fn servers_of(members: &[MemberPlacement]) -> Vec<u32> {
+    members.iter().map(|m| m.server.0).collect()
+}
+
+fn shaped(name: &str, members: u32, per: u32, prefer: LocalityLevel, tolerate: LocalityLevel) -> JobSpec {
+    let mut s = JobSpec::simple(name, members, per);
+    (s.prefer, s.tolerate) = (prefer, tolerate);
+    s
+}
+
+#[test]
+fn fifo_firstfit_fills_the_lowest_numbered_servers_first() {
+    let mut v = view(1);
+    let any = LocalityLevel::Any;
+    let a = schedule(&mut v, &FifoFirstFit, shaped("a", 3, 1, any, any), 1).expect("placed");
+    assert_eq!(servers_of(&a), [0, 0, 0]);
+    // Six one-GPU members: the five left on server 0, then server 1, whatever the topology.
+    let b = schedule(&mut v, &FifoFirstFit, shaped("b", 6, 1, any, any), 2).expect("placed");
+    assert_eq!(servers_of(&b), [0, 0, 0, 0, 0, 1]);
+    let full = schedule(&mut v, &FifoFirstFit, shaped("c", 8, 1, any, any), 3);
+    assert!(full.is_err(), "7 GPUs free, 8 asked: {full:?}");
+}
+
+#[test]
+fn gandiva_puts_a_job_beside_jobs_of_its_own_size_then_on_an_empty_server() {
+    let mut v = view(1);
+    let (srv, any) = (LocalityLevel::Server, LocalityLevel::Any);
+    let two = schedule(&mut v, &Gandiva, shaped("two", 1, 2, srv, any), 1).expect("placed");
+    assert_eq!(servers_of(&two), [0], "every server empty: the first");
+    // A 4-GPU job avoids the server running a job of another size while an empty one is left.
+    let four = schedule(&mut v, &Gandiva, shaped("four", 1, 4, srv, any), 2).expect("placed");
+    assert_eq!(servers_of(&four), [1]);
+    // Shown no running jobs (an empty context), every server looks empty: best fit would pick
+    // the fuller server 1 for the next 2-GPU job ...
+    let id = v.submit(shaped("two-b", 1, 2, srv, any)).expect("admitted");
+    let job = v.job(id).expect("job").clone();
+    let local = LocalView::of_view(&v);
+    let overlay = Overlay::default();
+    let blind = Attempt {
+        job: &job,
+        view: &local,
+        overlay: &overlay,
+        allowed: any,
+        waited_s: 0,
+        attempt: 0,
+        salt: 4,
+        ctx: Context::empty(),
+    };
+    let Verdict::Propose(m) = Gandiva.schedule(&blind) else { panic!("room left") };
+    assert_eq!(servers_of(&m), [1]);
+    // ... but knowing them, Gandiva puts it beside the 2-GPU job on server 0.
+    let again = schedule(&mut v, &Gandiva, shaped("two-c", 1, 2, srv, any), 3).expect("placed");
+    assert_eq!(servers_of(&again), [0]);
+}
+
+#[test]
+fn hived_waits_for_a_group_of_its_level_rather_than_take_a_looser_one() {
+    let mut v = view(1);
+    let srv = LocalityLevel::Server;
+    for (i, name) in ["a", "b"].into_iter().enumerate() {
+        schedule(&mut v, &Hived, shaped(name, 1, 6, srv, srv), i as u64).expect("one per server");
+    }
+    // 2 GPUs free on each server: a 4-GPU gang that must stay on one server waits ...
+    let wait = schedule(&mut v, &Hived, shaped("cell", 2, 2, srv, srv), 3);
+    assert!(wait.is_err(), "{wait:?}");
+    // ... and one whose cell is the InfiniBand domain takes the two servers.
+    let ib = schedule(&mut v, &Hived, shaped("ib", 2, 2, srv, LocalityLevel::IbDomain), 4).expect("placed");
+    let mut s = servers_of(&ib);
+    s.sort_unstable();
+    assert_eq!(s, [0, 1]);
 }

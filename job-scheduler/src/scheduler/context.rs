@@ -1,0 +1,134 @@
+//! [`Context`]: what a scheduler is shown beyond the server records — today the jobs running on
+//! each server ([`RunningIndex`]), which affinity placements (Gandiva) and victim choice need.
+//! The host builds it once and shares it with every attempt: the live host keeps it in its
+//! copy of the view ([`crate::cache::CacheState::running`]), the simulator beside its event loop.
+
+use std::collections::BTreeMap;
+use tessera_view::{Job, JobId, ServerId};
+
+/// What the host knows beyond the server records, shared by every attempt it makes.
+#[derive(Clone, Copy, Debug)]
+pub struct Context<'a> {
+    /// Jobs holding GPUs, per server.
+    pub running: &'a RunningIndex,
+}
+
+/// No jobs known: what tests and tools that hold only server records pass.
+static NOTHING_RUNNING: RunningIndex = RunningIndex::new();
+
+impl Context<'static> {
+    /// A context that knows nothing beyond the server records.
+    pub fn empty() -> Context<'static> {
+        Context { running: &NOTHING_RUNNING }
+    }
+}
+
+/// A job holding GPUs on a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Running {
+    /// The job.
+    pub job: JobId,
+    /// Its GPUs in all (over every server it spans).
+    pub gpus: u32,
+}
+
+/// The jobs holding GPUs, per server; kept current by the host as jobs start, move and end.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunningIndex {
+    per_server: Vec<Vec<Running>>,
+    /// The servers each listed job is on, so an update touches only those.
+    servers_of: BTreeMap<JobId, Vec<ServerId>>,
+}
+
+impl RunningIndex {
+    /// An empty index.
+    pub const fn new() -> RunningIndex {
+        RunningIndex { per_server: Vec::new(), servers_of: BTreeMap::new() }
+    }
+
+    /// The index of the jobs among `jobs` that hold a placement.
+    pub fn from_jobs<'j>(jobs: impl IntoIterator<Item = &'j Job>) -> RunningIndex {
+        let mut idx = RunningIndex::new();
+        for j in jobs {
+            idx.update(j);
+        }
+        idx
+    }
+
+    /// The jobs on server `s`, in the order they arrived there.
+    pub fn on(&self, s: ServerId) -> &[Running] {
+        self.per_server.get(s.index()).map_or(&[], Vec::as_slice)
+    }
+
+    /// Records that `job` (of `gpus` GPUs in all) holds GPUs on `servers`.
+    pub fn add(&mut self, job: JobId, gpus: u32, servers: impl IntoIterator<Item = ServerId>) {
+        for s in servers {
+            if self.per_server.len() <= s.index() {
+                self.per_server.resize_with(s.index() + 1, Vec::new);
+            }
+            let on = &mut self.per_server[s.index()];
+            if !on.iter().any(|r| r.job == job) {
+                on.push(Running { job, gpus });
+                self.servers_of.entry(job).or_default().push(s);
+            }
+        }
+    }
+
+    /// Forgets `job` wherever it is listed.
+    pub fn remove(&mut self, job: JobId) {
+        for s in self.servers_of.remove(&job).unwrap_or_default() {
+            if let Some(on) = self.per_server.get_mut(s.index()) {
+                on.retain(|r| r.job != job);
+            }
+        }
+    }
+
+    /// Jobs listed.
+    pub fn jobs(&self) -> usize {
+        self.servers_of.len()
+    }
+
+    /// Brings the index up to date with `job` as it is now: listed on the servers of its
+    /// placement while it holds one, nowhere otherwise.
+    pub fn update(&mut self, job: &Job) {
+        self.remove(job.id);
+        if job.state.holds_resources()
+            && let Some(p) = &job.placement
+        {
+            self.add(job.id, job.spec.total_gpus(), p.members.iter().map(|m| m.server));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::fit::FitMode;
+    use tessera_view::{
+        ClusterSpec, ClusterView, Command, Decision, JobSpec, LocalityLevel, Proposal, ProposalId, Topology,
+    };
+
+    #[test]
+    fn the_index_follows_jobs_as_they_are_placed_and_end() {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
+        let id = v.submit(JobSpec::simple("j", 2, 8)).expect("admitted");
+        let mut idx = RunningIndex::from_jobs(v.jobs());
+        assert_eq!(idx.jobs(), 0, "a pending job holds nothing");
+        let spec = v.job(id).expect("job").spec.clone();
+        let local = crate::LocalView::of_view(&v);
+        let found =
+            crate::find_placement(&local, &crate::Overlay::default(), &spec, LocalityLevel::Any, FitMode::Pack, 1);
+        let members = found.expect("two free servers").members;
+        let d = v.propose(&Proposal { id: ProposalId(1), job: id, members, based_on: v.version() });
+        assert!(matches!(d, Decision::Accepted { .. }), "{d:?}");
+        idx.update(v.job(id).expect("job"));
+        assert_eq!(idx.on(ServerId(0)), [Running { job: id, gpus: 16 }]);
+        assert_eq!(idx.on(ServerId(1)), [Running { job: id, gpus: 16 }]);
+        assert_eq!(idx, RunningIndex::from_jobs(v.jobs()), "incremental equals rebuilt");
+        v.apply(&Command::Release { job: id, failed: false });
+        idx.update(v.job(id).expect("ended jobs are kept a while"));
+        assert_eq!((idx.jobs(), idx.on(ServerId(0)).len()), (0, 0));
+        assert!(idx.on(ServerId(99)).is_empty(), "an unknown server runs nothing");
+    }
+}
