@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera_scheduler::sim::experiment::DEFAULT_OFFERED_LOAD;
 use tessera_scheduler::sim::{
-    Experiment, ExperimentSpec, ModelChoice, PolicyReport, SIZE_BUCKETS, SimPolicy, TraceSource,
+    Contender, Experiment, ExperimentSpec, ModelChoice, PolicyReport, SIZE_BUCKETS, SimPolicy, TraceSource,
 };
 
 #[derive(Args)]
@@ -30,9 +30,10 @@ pub struct SimArgs {
     /// Philly virtual cluster to replay, or `all` (every VC on one clock).
     #[arg(long, default_value = "all")]
     vc: String,
-    /// Policies, comma-separated (default: all six).
-    #[arg(long, value_delimiter = ',', value_parser = SimPolicy::parse)]
-    policies: Vec<SimPolicy>,
+    /// Policies, comma-separated: the six presets (the default: all of them) or any built-in
+    /// scheduler by name (locality-tolerant, cpu-aware, optimus, ...).
+    #[arg(long, value_delimiter = ',', value_parser = Contender::builtin)]
+    policies: Vec<Contender>,
     /// Cluster spec file. Default: Philly on `seed-8gpu` servers sized so that the trace offers
     /// `--offered-load` of their GPUs (queues form); Alibaba on its real node list.
     #[arg(long)]
@@ -66,7 +67,11 @@ pub struct SimArgs {
 }
 
 pub fn run(args: SimArgs) -> Result<ExitCode> {
-    let policies = if args.policies.is_empty() { SimPolicy::ALL.to_vec() } else { dedup(&args.policies) };
+    let policies: Vec<Contender> = if args.policies.is_empty() {
+        SimPolicy::ALL.into_iter().map(Contender::from).collect()
+    } else {
+        dedup(&args.policies)
+    };
     let inputs = experiment(&args).load()?;
     let gpus: u64 = inputs.cluster_gpus();
     let mut summary = vec![
@@ -114,7 +119,7 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
         .iter()
         .filter(|(_, r)| r.invariant_violations > 0 || r.finished < r.jobs)
         .map(|(p, r)| {
-            format!("{}: {} invariant violations, {}/{} finished", p.name(), r.invariant_violations, r.finished, r.jobs)
+            format!("{}: {} invariant violations, {}/{} finished", p, r.invariant_violations, r.finished, r.jobs)
         })
         .collect();
     if !bad.is_empty() {
@@ -123,11 +128,11 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn dedup(p: &[SimPolicy]) -> Vec<SimPolicy> {
-    let mut out: Vec<SimPolicy> = Vec::new();
+fn dedup(p: &[Contender]) -> Vec<Contender> {
+    let mut out: Vec<Contender> = Vec::new();
     for x in p {
-        if !out.contains(x) {
-            out.push(*x);
+        if !out.iter().any(|o| o.name == x.name) {
+            out.push(x.clone());
         }
     }
     out
@@ -171,7 +176,7 @@ fn experiment(args: &SimArgs) -> ExperimentSpec {
 
 /// Runs every policy, up to `--threads` at once, with one progress bar each (drawn only when
 /// stderr is a terminal). Results come back in `policies` order.
-fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[SimPolicy]) -> Result<Vec<(SimPolicy, PolicyReport)>> {
+fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[Contender]) -> Result<Vec<(String, PolicyReport)>> {
     let target =
         if std::io::stderr().is_terminal() { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
     let multi = MultiProgress::with_draw_target(target);
@@ -183,7 +188,7 @@ fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[SimPolicy]) -> 
         .map(|p| {
             let b = multi.add(ProgressBar::new(1));
             b.set_style(style.clone());
-            b.set_prefix(p.name());
+            b.set_prefix(p.name.clone());
             b
         })
         .collect();
@@ -194,17 +199,17 @@ fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[SimPolicy]) -> 
     })?;
     let mut out = Vec::new();
     for ((p, r), bar) in runs.into_iter().zip(&bars) {
-        let (report, wall_s) = r.with_context(|| p.name())?;
+        let (report, wall_s) = r.with_context(|| p.clone())?;
         bar.finish_with_message(format!("{wall_s:.1} s"));
         // Wall time goes to stderr only: stdout stays identical across runs with one seed.
-        eprintln!("{:<30} simulated in {wall_s:.1} s", p.name());
+        eprintln!("{p:<30} simulated in {wall_s:.1} s");
         out.push((p, report));
     }
     Ok(out)
 }
 
-fn json_object(reports: &[(SimPolicy, PolicyReport)]) -> BTreeMap<&'static str, &PolicyReport> {
-    reports.iter().map(|(p, r)| (p.name(), r)).collect()
+fn json_object(reports: &[(String, PolicyReport)]) -> BTreeMap<&str, &PolicyReport> {
+    reports.iter().map(|(p, r)| (p.as_str(), r)).collect()
 }
 
 /// `1234567.8` → `1,234,568`.
@@ -221,7 +226,7 @@ fn thousands(x: f64) -> String {
     if n < 0 { format!("-{out}") } else { out }
 }
 
-fn print_table(reports: &[(SimPolicy, PolicyReport)]) {
+fn print_table(reports: &[(String, PolicyReport)]) {
     println!();
     println!(
         "{:<30} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:>6}",
@@ -245,7 +250,7 @@ fn print_table(reports: &[(SimPolicy, PolicyReport)]) {
         let q = |b: &str| r.queue_s_by_size.get(b).copied().map_or_else(|| "-".into(), thousands);
         println!(
             "{:<30} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>5.2} {:>10} {:>10} {:>10} {:>10} {:>5.2} {:>5.2} {:>6}",
-            p.name(),
+            p,
             r.finished,
             thousands(r.avg_jct_s),
             thousands(r.p50_jct_s),
@@ -269,11 +274,11 @@ fn print_table(reports: &[(SimPolicy, PolicyReport)]) {
     );
 }
 
-fn write_outputs(dir: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+fn write_outputs(dir: &Path, reports: &[(String, PolicyReport)]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
     for (p, r) in reports {
-        write_jobs_csv(&dir.join(format!("{}-jobs.csv", p.name())), r)?;
-        write_utilization_csv(&dir.join(format!("{}-utilization.csv", p.name())), r)?;
+        write_jobs_csv(&dir.join(format!("{}-jobs.csv", p)), r)?;
+        write_utilization_csv(&dir.join(format!("{}-utilization.csv", p)), r)?;
     }
     let summary = dir.join("summary.json");
     std::fs::write(&summary, serde_json::to_string_pretty(&json_object(reports))? + "\n")
@@ -331,7 +336,7 @@ fn write_utilization_csv(path: &Path, r: &PolicyReport) -> Result<()> {
 
 /// SVG plots (plotters' SVG backend; text is written as SVG `<text>`, no font files needed).
 mod plots {
-    use super::{PolicyReport, SIZE_BUCKETS, SimPolicy};
+    use super::{PolicyReport, SIZE_BUCKETS};
     use anyhow::{Result, anyhow};
     use plotters::prelude::*;
     use std::path::Path;
@@ -363,7 +368,7 @@ mod plots {
     }
 
     /// JCT CDF per policy on one chart, logarithmic time axis.
-    pub fn jct_cdf(path: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+    pub fn jct_cdf(path: &Path, reports: &[(String, PolicyReport)]) -> Result<()> {
         let e = err(path);
         let all = reports.iter().flat_map(|(_, r)| r.jct_s.iter().copied());
         let lo = all.clone().filter(|x| *x > 0.0).fold(f64::INFINITY, f64::min);
@@ -394,7 +399,7 @@ mod plots {
     }
 
     /// Busy-GPU fraction over time per policy.
-    pub fn utilization(path: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+    pub fn utilization(path: &Path, reports: &[(String, PolicyReport)]) -> Result<()> {
         let e = err(path);
         let end = reports.iter().flat_map(|(_, r)| r.utilization.last().map(|(t, _)| *t)).fold(0.0, f64::max);
         let (unit, div) = if end > 3.0 * 86_400.0 { ("days", 86_400.0) } else { ("hours", 3_600.0) };
@@ -423,7 +428,7 @@ mod plots {
     }
 
     /// Mean queueing delay by job-size bucket, one bar per policy in each bucket's group.
-    pub fn queue_by_size(path: &Path, reports: &[(SimPolicy, PolicyReport)]) -> Result<()> {
+    pub fn queue_by_size(path: &Path, reports: &[(String, PolicyReport)]) -> Result<()> {
         let e = err(path);
         let value = |r: &PolicyReport, b: &str| r.queue_s_by_size.get(b).copied().unwrap_or(0.0) / 3_600.0;
         let y_max = reports
@@ -470,7 +475,7 @@ mod plots {
             chart
                 .draw_series(bars)
                 .map_err(&e)?
-                .label(p.name())
+                .label(p)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(&e)?;
@@ -492,7 +497,7 @@ mod plots {
     /// One line per policy, `points(report)` giving its `(x, y)` points, with a legend entry.
     fn draw_lines<'a, X: Ranged<ValueType = f64>>(
         chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
-        reports: &[(SimPolicy, PolicyReport)],
+        reports: &[(String, PolicyReport)],
         width: u32,
         points: impl Fn(&PolicyReport) -> Vec<(f64, f64)>,
     ) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
@@ -500,7 +505,7 @@ mod plots {
             let c = color(i);
             chart
                 .draw_series(LineSeries::new(points(r), c.stroke_width(width)))?
-                .label(p.name())
+                .label(p)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
         }
         Ok(())

@@ -1,27 +1,28 @@
-//! The scheduling policies the simulator compares.
+//! The contenders the simulator compares: a [`Contender`] is a [`Scheduler`] (any built-in, or
+//! one a user wrote with the SDK), how it writes a trace's job as a job spec ([`SpecStyle`]),
+//! and whether its host migrates jobs. [`SimPolicy`] names the presets `tessera sim` runs by
+//! default; every other built-in scheduler is a contender by its name too.
 //!
-//! Every policy places through the same approver ([`tessera_view::ClusterView::propose`]) and
-//! builds members with the same fit code; they differ in how a job's spec is written (gang
-//! shape, locality, CPU demand) and how servers are chosen:
+//! Every contender places through the same approver ([`tessera_view::ClusterView::propose`])
+//! and builds members with the same fit code; the schedulers are the very types a live host
+//! runs ([`crate::scheduler`]), so each policy exists once:
 //!
-//! | policy | placement | locality | CPU | migration |
+//! | preset | scheduler | spec style | CPU | migration |
 //! |---|---|---|---|---|
-//! | `fifo-firstfit` | one-GPU members on the first servers with free GPUs, in server order | none | share per GPU | no |
-//! | `gandiva` | servers already running jobs of the same size first (affinity), then empty, then any; best fit | tightest found, any accepted | share per GPU | yes |
-//! | `hived` | buddy cells: the tightest level whose group holds the job, best fit, never relaxed | that level | share per GPU | no |
-//! | `tessera` | [`find_placement`] at the tightest level the job allows now, relaxing one level per `relax_after_s`; load-adaptive spread/pack ([`Policy`]) | prefer → any | predicted: want θ, accept ⌈θ/2⌉ | yes |
+//! | `fifo-firstfit` | [`FifoFirstFit`]: one-GPU members on the first servers with free GPUs | [`SpecStyle::OneGpuMembers`] | share per GPU | no |
+//! | `gandiva` | [`Gandiva`]: affinity to servers running same-size jobs, then empty ones | [`SpecStyle::Preferred`] | share per GPU | yes |
+//! | `hived` | [`Hived`]: buddy cells, the tightest level whose group holds the job, never relaxed | [`SpecStyle::Cell`] | share per GPU | no |
+//! | `tessera` | [`CpuAware`]: tightest level allowed now, relaxing one level per `relax_after_s`; load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept ⌈θ/2⌉ | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
-//! | `tessera-gpu-proportional-cpu` | as `tessera` | | share per GPU | yes |
+//! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
 
 use super::model::SpeedModel;
 use super::trace_loader::SimJob;
 use crate::error::SchedulerError;
-use crate::local_view::{LocalView, Overlay};
-use crate::placement_policy::Policy;
-use crate::search::{find_placement, plan_on_server};
+use crate::scheduler::{self, CpuAware, FifoFirstFit, Gandiva, Hived, Scheduler};
 use std::fmt;
-use tessera_view::fit::{self, FitMode};
-use tessera_view::{CpuDemand, JobSpec, LocalityLevel, MemberPlacement, Predictor, ServerId, Topology};
+use std::sync::Arc;
+use tessera_view::{CpuDemand, JobSpec, LocalityLevel, Predictor, Topology};
 
 /// Seconds a `tessera` job waits at one locality level before accepting the next looser one.
 pub const RELAX_AFTER_S: u64 = 1800;
@@ -83,19 +84,57 @@ impl SimPolicy {
         matches!(self, SimPolicy::Gandiva | SimPolicy::Tessera | SimPolicy::TesseraGpuProportionalCpu)
     }
 
-    fn cpu_aware(self) -> bool {
-        matches!(self, SimPolicy::Tessera | SimPolicy::TesseraNoMigration)
+    /// The scheduler it runs.
+    pub fn scheduler(self) -> Arc<dyn Scheduler> {
+        match self {
+            SimPolicy::FifoFirstFit => Arc::new(FifoFirstFit),
+            SimPolicy::Gandiva => Arc::new(Gandiva),
+            SimPolicy::Hived => Arc::new(Hived),
+            SimPolicy::Tessera | SimPolicy::TesseraNoMigration | SimPolicy::TesseraGpuProportionalCpu => {
+                Arc::new(CpuAware::default())
+            }
+        }
     }
 
-    fn is_tessera(self) -> bool {
-        matches!(self, SimPolicy::Tessera | SimPolicy::TesseraNoMigration | SimPolicy::TesseraGpuProportionalCpu)
+    /// How it writes a trace's job as a spec.
+    pub fn style(self) -> SpecStyle {
+        match self {
+            SimPolicy::FifoFirstFit => SpecStyle::OneGpuMembers,
+            SimPolicy::Gandiva => SpecStyle::Preferred,
+            SimPolicy::Hived => SpecStyle::Cell,
+            SimPolicy::Tessera | SimPolicy::TesseraNoMigration => SpecStyle::Relaxing { cpu_aware: true },
+            SimPolicy::TesseraGpuProportionalCpu => SpecStyle::Relaxing { cpu_aware: false },
+        }
     }
+}
 
-    /// The job spec this policy submits for a trace job. `theta` is the job's CPU sweet point.
+/// How a contender writes a trace's job as a job spec: the gang shape, locality and CPU demand
+/// a user of that system would write (a HiveD user asks for a cell, a GPU-count user for N
+/// GPUs), which is not placement and so not the scheduler's to decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecStyle {
+    /// N one-GPU members, any locality (a GPU-count scheduler's request).
+    OneGpuMembers,
+    /// One member per server-sized piece; prefer and tolerate the tightest level whose group
+    /// holds the job (HiveD's cell).
+    Cell,
+    /// One member per server-sized piece; prefer that level, tolerate any.
+    Preferred,
+    /// One member per server-sized piece; prefer that level and relax one level per
+    /// [`RELAX_AFTER_S`]; with `cpu_aware`, the job's predicted CPU demand (want θ cores per
+    /// GPU, accept ⌈θ/2⌉) and its memory.
+    Relaxing {
+        /// Whether the spec carries the predicted CPU demand and memory.
+        cpu_aware: bool,
+    },
+}
+
+impl SpecStyle {
+    /// The job spec for a trace job. `theta` is the job's CPU sweet point.
     pub fn spec(self, job: &SimJob, theta: f64, topologies: &[Topology]) -> JobSpec {
         let max_devices = topologies.iter().map(|t| t.devices).max().unwrap_or(1);
         let g = job.gpus;
-        let (members, per) = if self == SimPolicy::FifoFirstFit {
+        let (members, per) = if self == SpecStyle::OneGpuMembers {
             (g, 1)
         } else if g <= max_devices {
             (1, g)
@@ -108,15 +147,15 @@ impl SimPolicy {
         spec.gpu_type = job.gpu_type.clone();
         let cell = preferred_level(g, topologies);
         match self {
-            SimPolicy::FifoFirstFit => spec.prefer = LocalityLevel::Any,
-            SimPolicy::Hived => (spec.prefer, spec.tolerate) = (cell, cell),
-            SimPolicy::Gandiva => spec.prefer = cell,
-            _ => {
+            SpecStyle::OneGpuMembers => spec.prefer = LocalityLevel::Any,
+            SpecStyle::Cell => (spec.prefer, spec.tolerate) = (cell, cell),
+            SpecStyle::Preferred => spec.prefer = cell,
+            SpecStyle::Relaxing { .. } => {
                 spec.prefer = cell;
                 spec.relax_after_s = Some(RELAX_AFTER_S);
             }
         }
-        if self.cpu_aware() {
+        if self == (SpecStyle::Relaxing { cpu_aware: true }) {
             let theta = theta.max(1.0);
             let predictor = Predictor { p0: 1.0, p1: 1.0, p2: 1.0, theta };
             spec.cpu = CpuDemand::Predicted { predictor, min_cores_per_gpu: (theta / 2.0).ceil().max(1.0) as u32 };
@@ -124,33 +163,65 @@ impl SimPolicy {
         }
         spec
     }
+}
 
-    /// Finds members for `spec` on `view` now (the job has waited `waited_s`), or `None`.
-    pub fn place(
-        self,
-        view: &LocalView,
-        spec: &JobSpec,
-        waited_s: f64,
-        salt: u64,
-        affinity: &dyn Fn(ServerId) -> Affinity,
-    ) -> Option<Vec<MemberPlacement>> {
-        let overlay = Overlay::default();
-        match self {
-            SimPolicy::FifoFirstFit => first_fit(view, spec),
-            SimPolicy::Hived => {
-                find_placement(view, &overlay, spec, spec.tolerate, FitMode::Pack, salt).ok().map(|f| f.members)
-            }
-            SimPolicy::Gandiva if spec.members == 1 => gandiva(view, spec, affinity),
-            SimPolicy::Gandiva => {
-                find_placement(view, &overlay, spec, spec.tolerate, FitMode::Pack, salt).ok().map(|f| f.members)
-            }
-            _ => {
-                debug_assert!(self.is_tessera());
-                let allowed = spec.allowed_level(waited_s as u64);
-                let mode = Policy::default().mode(view, spec);
-                find_placement(view, &overlay, spec, allowed, mode, salt).ok().map(|f| f.members)
+/// One contender of a simulation: a scheduler, the spec style its users write, and whether its
+/// host migrates jobs (the simulator's migration step, [`tessera_view::migration_planner`]).
+#[derive(Clone, Debug)]
+pub struct Contender {
+    /// Its name in reports.
+    pub name: String,
+    /// The scheduler every job of the run is placed with.
+    pub scheduler: Arc<dyn Scheduler>,
+    /// How trace jobs are written as specs.
+    pub style: SpecStyle,
+    /// Whether the host migrates jobs to let blocked ones start.
+    pub migrates: bool,
+}
+
+impl Contender {
+    /// A contender named `name` that runs `scheduler` on specs written in `style`, without
+    /// migration ([`Contender::migrating`] turns it on).
+    pub fn new(name: impl Into<String>, scheduler: Arc<dyn Scheduler>, style: SpecStyle) -> Contender {
+        Contender { name: name.into(), scheduler, style, migrates: false }
+    }
+
+    /// The same contender with migration on or off.
+    pub fn migrating(mut self, on: bool) -> Contender {
+        self.migrates = on;
+        self
+    }
+
+    /// A preset ([`SimPolicy`]) by name, or any built-in scheduler by its name (on specs written
+    /// as [`SpecStyle::Relaxing`] with the CPU predicted, without migration).
+    pub fn builtin(name: &str) -> Result<Contender, SchedulerError> {
+        if let Some(p) = SimPolicy::ALL.into_iter().find(|p| p.name() == name) {
+            return Ok(Contender::from(p));
+        }
+        let s = scheduler::builtin(name).ok_or_else(|| SchedulerError::UnknownName {
+            what: "policy",
+            name: name.to_string(),
+            expected: format!("one of {}", Contender::names().join(", ")),
+        })?;
+        let name = s.name().to_string();
+        Ok(Contender::new(name, Arc::from(s), SpecStyle::Relaxing { cpu_aware: true }))
+    }
+
+    /// Every name [`Contender::builtin`] accepts: the presets, then the other built-in schedulers.
+    pub fn names() -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = SimPolicy::ALL.iter().map(|p| p.name()).collect();
+        for n in scheduler::BUILTIN {
+            if !v.contains(&n) {
+                v.push(n);
             }
         }
+        v
+    }
+}
+
+impl From<SimPolicy> for Contender {
+    fn from(p: SimPolicy) -> Contender {
+        Contender::new(p.name(), p.scheduler(), p.style()).migrating(p.migrates())
     }
 }
 
@@ -167,80 +238,6 @@ pub fn preferred_level(gpus: u32, topologies: &[Topology]) -> LocalityLevel {
         .into_iter()
         .find(|&l| topologies.iter().any(|t| t.max_group(l) >= gpus))
         .unwrap_or(LocalityLevel::Rack)
-}
-
-/// What a server runs, for Gandiva's affinity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Affinity {
-    /// No job.
-    Empty,
-    /// Only jobs of this many GPUs.
-    Size(u32),
-    /// Jobs of several sizes.
-    Mixed,
-}
-
-/// First fit by GPU count: members (one GPU each) go to the lowest-numbered servers with a free
-/// GPU, in order, ignoring topology.
-fn first_fit(view: &LocalView, spec: &JobSpec) -> Option<Vec<MemberPlacement>> {
-    let mut members = Vec::with_capacity(spec.members as usize);
-    for (i, rec) in view.servers().iter().enumerate() {
-        let topo = view.topology_of(rec.config_set);
-        if spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
-            continue;
-        }
-        let req = fit::member_request(spec, topo);
-        let mut rec = *rec;
-        while members.len() < spec.members as usize {
-            let Some((m, _)) =
-                fit::plan_member(topo, &rec, ServerId(i as u32), &req, LocalityLevel::Server, FitMode::Pack)
-            else {
-                break;
-            };
-            rec.free_gpus &= !m.gpus;
-            rec.free_cores = rec.free_cores.without(m.cores);
-            rec.free_memory_mib -= m.memory_mib;
-            members.push(m);
-        }
-        if members.len() == spec.members as usize {
-            return Some(members);
-        }
-    }
-    None
-}
-
-/// Gandiva-like packing for a one-server job: servers running only jobs of the same size
-/// first, then empty servers, then the rest; within a class the tightest level, then the
-/// fullest server.
-fn gandiva(view: &LocalView, spec: &JobSpec, affinity: &dyn Fn(ServerId) -> Affinity) -> Option<Vec<MemberPlacement>> {
-    let g = spec.total_gpus();
-    let mut best: Option<((u8, LocalityLevel, u32), Vec<MemberPlacement>)> = None;
-    for (i, rec) in view.servers().iter().enumerate() {
-        let free = rec.free_gpus.count_ones();
-        if free < g {
-            continue;
-        }
-        let s = ServerId(i as u32);
-        let class = match affinity(s) {
-            Affinity::Size(n) if n == g => 0,
-            Affinity::Empty => 1,
-            _ => 2,
-        };
-        if best.as_ref().is_some_and(|(k, _)| k.0 < class) {
-            continue;
-        }
-        let topo = view.topology_of(rec.config_set);
-        if spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
-            continue;
-        }
-        let req = fit::member_request(spec, topo);
-        let Some(ms) = plan_on_server(topo, rec, s, &req, 1, LocalityLevel::Server, FitMode::Pack) else { continue };
-        let key = (class, topo.level_of(ms.iter().fold(0, |a, m| a | m.gpus)), free);
-        if best.as_ref().is_none_or(|(k, _)| key < *k) {
-            best = Some((key, ms));
-        }
-    }
-    best.map(|(_, ms)| ms)
 }
 
 /// A job's CPU sweet point: the trace's own request when it gives one, else its class's θ.

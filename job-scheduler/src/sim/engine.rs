@@ -9,11 +9,12 @@
 //! speed; speeds change when jobs start, end or move beside it (interference) and are
 //! recomputed for the jobs on the servers touched.
 
-use super::compared_policies::{self, Affinity, SimPolicy};
+use super::compared_policies::{self, Contender};
 use super::model::SpeedModel;
 use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
-use crate::local_view::LocalView;
+use crate::local_view::{LocalView, Overlay};
+use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -35,8 +36,8 @@ const UTILIZATION_POINTS: usize = 400;
 /// One run's parameters.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// The policy.
-    pub policy: SimPolicy,
+    /// The contender: its scheduler, how it writes trace jobs as specs, whether it migrates.
+    pub contender: Contender,
     /// Seed: decorrelates the searches' probe order (the only randomness).
     pub seed: u64,
     /// Arrival-rate multiplier: arrival times are divided by it.
@@ -48,9 +49,15 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// Defaults for `policy`.
-    pub fn new(policy: SimPolicy) -> SimConfig {
-        SimConfig { policy, seed: 1, load_scale: 1.0, migration: MigrationParams::default(), invariant_check_every: 0 }
+    /// Defaults for `contender` (a [`super::SimPolicy`] preset or any [`Contender`]).
+    pub fn new(contender: impl Into<Contender>) -> SimConfig {
+        SimConfig {
+            contender: contender.into(),
+            seed: 1,
+            load_scale: 1.0,
+            migration: MigrationParams::default(),
+            invariant_check_every: 0,
+        }
     }
 }
 
@@ -94,6 +101,10 @@ pub struct PolicyReport {
     pub cpu_fallbacks: u64,
     /// Proposals the approver refused (0 expected: searches plan on a current view).
     pub rejected_proposals: u64,
+    /// Jobs the scheduler gave up on (cancelled with its reason; 0 for the built-ins on a
+    /// cluster that admitted the jobs). Left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gave_up: u64,
     /// Invariant checks run.
     pub invariant_checks: u64,
     /// Violations they found (0 expected).
@@ -165,6 +176,8 @@ struct Rt {
     speed_time: f64,
     /// Counts the job's moves; a resume event names the move it ends.
     moves: u64,
+    /// Times its scheduler was asked.
+    attempts: u32,
 }
 
 struct Sim<'a> {
@@ -182,6 +195,8 @@ struct Sim<'a> {
     seq: u64,
     next_proposal: u64,
     server_jobs: Vec<Vec<usize>>,
+    /// The same jobs by view id, as schedulers see them ([`Context::running`]).
+    running: RunningIndex,
     total_gpus: u64,
     busy_gpus: u64,
     last_t: f64,
@@ -209,6 +224,7 @@ pub fn simulate(
         cfg,
         model,
         server_jobs: vec![Vec::new(); view.servers().len()],
+        running: RunningIndex::new(),
         view,
         local,
         jobs: Vec::with_capacity(trace.jobs.len()),
@@ -234,7 +250,7 @@ pub fn simulate(
     for (i, j) in trace.jobs.iter().enumerate() {
         let class = model.class_of(&j.job_type);
         let theta = compared_policies::theta_of(j, model, class);
-        let spec = cfg.policy.spec(j, theta, sim.view.topologies());
+        let spec = cfg.contender.style.spec(j, theta, sim.view.topologies());
         let preferred = compared_policies::preferred_level(j.gpus, sim.view.topologies());
         sim.jobs.push(Rt {
             view_id: JobId(0),
@@ -257,6 +273,7 @@ pub fn simulate(
             next_wake_s: 0.0,
             speed_time: 0.0,
             moves: 0,
+            attempts: 0,
         });
         let t = sim.jobs[i].arrival_s;
         sim.push(t, Event::Arrive(i));
@@ -391,22 +408,35 @@ impl Sim<'_> {
                 rt.spec.memory_mib_per_gpu,
                 rt.spec.gpu_type.clone(),
             );
-            if failed.contains(&key) {
+            let by_shape = self.cfg.contender.scheduler.decides_by_shape();
+            if by_shape && failed.contains(&key) {
                 self.wake_later(i, now, allowed);
                 continue;
             }
             let salt = splitmix(self.cfg.seed ^ (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-            let server_jobs = &self.server_jobs;
-            let jobs = &self.jobs;
-            let affinity = |s: ServerId| -> Affinity {
-                let on = &server_jobs[s.index()];
-                match on.first() {
-                    None => Affinity::Empty,
-                    Some(&f) if on.iter().all(|&j| jobs[j].gpus == jobs[f].gpus) => Affinity::Size(jobs[f].gpus),
-                    Some(_) => Affinity::Mixed,
+            let verdict = {
+                let rt = &self.jobs[i];
+                let job = self.view.job(rt.view_id).expect("a pending job is in the view");
+                self.cfg.contender.scheduler.schedule(&Attempt {
+                    job,
+                    view: &self.local,
+                    overlay: &Overlay::default(),
+                    allowed,
+                    waited_s: waited.max(0.0) as u64,
+                    attempt: rt.attempts,
+                    salt,
+                    ctx: Context { running: &self.running },
+                })
+            };
+            self.jobs[i].attempts += 1;
+            let found = match verdict {
+                Verdict::Propose(members) => Some(members),
+                Verdict::Wait(_) => None,
+                Verdict::GiveUp(reason) => {
+                    self.give_up(i, reason);
+                    continue;
                 }
             };
-            let found = self.cfg.policy.place(&self.local, &self.jobs[i].spec, waited, salt, &affinity);
             match found {
                 Some(members) => {
                     if !self.propose(i, members, now) {
@@ -415,7 +445,7 @@ impl Sim<'_> {
                 }
                 None => {
                     let plan_now =
-                        self.cfg.policy.migrates() && !migrated && self.jobs[i].gpus > 1 && now >= self.next_plan_s;
+                        self.cfg.contender.migrates && !migrated && self.jobs[i].gpus > 1 && now >= self.next_plan_s;
                     if plan_now {
                         migrated = true; // one attempt per pass
                     }
@@ -430,6 +460,15 @@ impl Sim<'_> {
                 }
             }
         }
+    }
+
+    /// Cancels job `i` for its scheduler, which gave up on it.
+    fn give_up(&mut self, i: usize, reason: String) {
+        let job = self.jobs[i].view_id;
+        let out = self.view.apply(&Command::Cancel { job, reason: Some(reason) });
+        debug_assert_eq!(out, Outcome::Ended(Ok(())));
+        self.pending.remove(&i);
+        self.rep.gave_up += 1;
     }
 
     /// Schedules a pass when a waiting job's tolerance next relaxes.
@@ -491,6 +530,7 @@ impl Sim<'_> {
         for s in &servers {
             self.server_jobs[s.index()].push(i);
         }
+        self.running.add(self.jobs[i].view_id, self.jobs[i].gpus, servers.iter().copied());
         self.respeed(&servers);
     }
 
@@ -500,6 +540,7 @@ impl Sim<'_> {
         for s in &servers {
             self.server_jobs[s.index()].retain(|&j| j != i);
         }
+        self.running.remove(self.jobs[i].view_id);
         servers
     }
 
@@ -633,9 +674,11 @@ impl Sim<'_> {
         }
         self.set_speed(j, now);
         servers.extend(p.members.iter().map(|m| m.server));
-        for s in p.members.iter().map(|m| m.server).collect::<BTreeSet<_>>() {
+        let to: BTreeSet<ServerId> = p.members.iter().map(|m| m.server).collect();
+        for s in &to {
             self.server_jobs[s.index()].push(j);
         }
+        self.running.add(self.jobs[j].view_id, self.jobs[j].gpus, to);
         self.respeed(&servers);
         self.jobs[j].moves += 1;
         let moves = self.jobs[j].moves;
@@ -741,4 +784,8 @@ fn downsample(series: &[(f64, u64)], end: f64, total: u64) -> Vec<(f64, f64)> {
         out.push((a, area / dt / total as f64));
     }
     out
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

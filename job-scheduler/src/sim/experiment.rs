@@ -6,7 +6,7 @@
 
 use crate::error::SchedulerError;
 use crate::sim::trace_loader::{load_alibaba_nodes, load_alibaba_pods, load_philly};
-use crate::sim::{PolicyReport, SimConfig, SimPolicy, SpeedModel, Trace};
+use crate::sim::{Contender, PolicyReport, SimConfig, SpeedModel, Trace};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera_view::{ClusterSpec, Topology};
@@ -198,33 +198,39 @@ impl Experiment {
         c.groups.iter().map(|g| u64::from(g.servers) * u64::from(c.topologies[g.topology].devices)).sum()
     }
 
-    /// Runs every policy, at most `threads` at once (each run is deterministic on its own, so
-    /// results do not depend on the thread count), calling `progress(k, done, total)` as
-    /// policy `k` advances. Results come back in `policies` order.
+    /// The inputs as given: `trace` replayed on `cluster` under `model`, arrivals as in the
+    /// trace, seed 1 (what a library user simulating their own scheduler starts from).
+    pub fn new(trace: Trace, cluster: ClusterSpec, model: SpeedModel) -> Experiment {
+        Experiment { trace, cluster, cluster_note: "given".into(), model, load_scale: 1.0, seed: 1, notes: Vec::new() }
+    }
+
+    /// Runs every contender, at most `threads` at once (each run is deterministic on its own,
+    /// so results do not depend on the thread count), calling `progress(k, done, total)` as
+    /// contender `k` advances. Results come back in `contenders` order, each with its name.
     pub fn run(
         &self,
-        policies: &[SimPolicy],
+        contenders: &[Contender],
         threads: usize,
         progress: &(dyn Fn(usize, u64, u64) + Sync),
-    ) -> Result<Vec<(SimPolicy, PolicyRun)>, SchedulerError> {
+    ) -> Result<Vec<(String, PolicyRun)>, SchedulerError> {
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.clamp(1, policies.len().max(1)))
+            .num_threads(threads.clamp(1, contenders.len().max(1)))
             .thread_name(|i| format!("sim-{i}"))
             .build()?;
         Ok(pool.install(|| {
             use rayon::prelude::*;
-            policies
+            contenders
                 .par_iter()
                 .enumerate()
-                .map(|(k, &policy)| {
-                    let mut cfg = SimConfig::new(policy);
+                .map(|(k, contender)| {
+                    let mut cfg = SimConfig::new(contender.clone());
                     cfg.seed = self.seed;
                     cfg.load_scale = self.load_scale;
                     let t0 = Instant::now();
                     let r = crate::sim::simulate(&self.cluster, &self.trace, &self.model, &cfg, &mut |done, total| {
                         progress(k, done, total)
                     });
-                    (policy, r.map(|r| (r, t0.elapsed().as_secs_f64())))
+                    (contender.name.clone(), r.map(|r| (r, t0.elapsed().as_secs_f64())))
                 })
                 .collect()
         }))
@@ -234,6 +240,7 @@ impl Experiment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::SimPolicy;
 
     fn philly(dir: &Path, rows: &str) -> PathBuf {
         let p = dir.join("t.csv");
@@ -266,7 +273,7 @@ mod tests {
             (0..60).map(|i| format!("{i},a,{},{},{},LM,1\n", i * 30, 1 << (i % 4), 600 + i * 10)).collect();
         let p = philly(dir, &rows);
         let e = ExperimentSpec::new(dir, TraceSource::File(p)).load().expect("load");
-        let policies = [SimPolicy::FifoFirstFit, SimPolicy::Tessera];
+        let policies = [SimPolicy::FifoFirstFit, SimPolicy::Tessera].map(Contender::from);
         let one = e.run(&policies, 1, &|_, _, _| {}).expect("run");
         let two = e.run(&policies, 2, &|_, _, _| {}).expect("run");
         for ((p1, a), (p2, b)) in one.iter().zip(&two) {

@@ -2,8 +2,9 @@
 //!
 //! A deterministic, seeded discrete-event simulation that replays a job trace on a simulated
 //! cluster through the live system's own code: jobs are admitted by
-//! [`tessera_view::ClusterView::submit`], placed by the policies' searches over a
-//! [`crate::LocalView`] kept current from the view's change log, approved by
+//! [`tessera_view::ClusterView::submit`], placed by the same [`crate::Scheduler`]s a live host
+//! runs (built-in or a user's own: a [`Contender`]) over a [`crate::LocalView`] kept current
+//! from the view's change log, approved by
 //! [`tessera_view::ClusterView::propose`], moved by [`tessera_view::migration_planner::plan`] and
 //! `Command::Migrate`, started by task reports and ended by releases. No network, no Raft, no
 //! wall clock: simulated time advances from event to event.
@@ -12,7 +13,7 @@
 //! |---|---|
 //! | [`trace_loader`] | loaders: Philly per-VC jobs, Alibaba v2023 pods and node list |
 //! | [`model`] | the job-speed model (locality, interference, CPU) and the `ideal` model |
-//! | [`compared_policies`] | the compared policies and how each writes specs and chooses servers |
+//! | [`compared_policies`] | [`Contender`]s: a scheduler, the spec style its users write, migration on or off; the [`SimPolicy`] presets |
 //! | [`engine`] | the event loop and the metrics of one run |
 //! | [`experiment`] | one experiment as a value (trace, cluster, model, load) and its policies run side by side |
 
@@ -22,13 +23,32 @@ pub mod experiment;
 pub mod model;
 pub mod trace_loader;
 
-pub use compared_policies::SimPolicy;
+pub use compared_policies::{Contender, SimPolicy, SpecStyle};
 pub use engine::{JobRecord, PolicyReport, SimConfig, simulate};
 pub use experiment::{Experiment, ExperimentSpec, ModelChoice, TraceSource};
 pub use model::SpeedModel;
 pub use trace_loader::{SimJob, Trace};
 
 use tessera_view::{ClusterSpec, Topology};
+
+/// Runs `contenders` over `trace` on `cluster` under `model` (arrivals as in the trace, seed 1),
+/// at most `threads` at once, and returns each one's report by name, in order: the library
+/// call behind `tessera sim`, for simulating a scheduler of one's own (see
+/// `examples/simulate_my_scheduler.rs`). A contender that fails (a job no policy can admit)
+/// fails the call.
+pub fn run(
+    trace: &Trace,
+    cluster: &ClusterSpec,
+    model: &SpeedModel,
+    contenders: &[Contender],
+    threads: usize,
+) -> Result<Vec<(String, PolicyReport)>, crate::SchedulerError> {
+    let e = Experiment::new(trace.clone(), cluster.clone(), model.clone());
+    e.run(contenders, threads, &|_, _, _| {})?
+        .into_iter()
+        .map(|(name, r)| r.map(|(report, _)| (name, report)))
+        .collect()
+}
 
 /// Size buckets of the queueing report: `1`, `2-4`, `8` (5 to 8 GPUs) and `>8`.
 pub const SIZE_BUCKETS: [&str; 4] = ["1", "2-4", "8", ">8"];
