@@ -41,6 +41,10 @@ echo "== trace-driven simulator, short: the whole Philly trace under the four fa
 echo "   non-zero on a malformed trace, an invariant violation or an unfinished job)"
 "$CARGO_TARGET_DIR/release/tessera" sim --trace philly --policies fifo-firstfit,gandiva,hived,tessera-gpu-proportional-cpu --json > /dev/null
 
+echo "== robustness matrix, quick: every policy on the 8-server cells (exits non-zero on an invariant"
+echo "   violation, an unfinished job or a refused proposal; the targets it prints are tracked in docs/EVALUATION.md)"
+"$CARGO_TARGET_DIR/release/tessera" sim --matrix --quick
+
 echo "== all checks passed in $(( $(date +%s) - start )) s"
 # One closing line with the totals over every test binary (cargo prints one line per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) g += $i } }

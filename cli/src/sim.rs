@@ -14,13 +14,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera_scheduler::sim::experiment::DEFAULT_OFFERED_LOAD;
 use tessera_scheduler::sim::{
-    Contender, Experiment, ExperimentSpec, ModelChoice, PolicyReport, SIZE_BUCKETS, SimPolicy, TraceSource,
+    Contender, Experiment, ExperimentSpec, ModelChoice, PolicyReport, SIZE_BUCKETS, SimPolicy, TraceSource, matrix,
+    synthetic::SyntheticSpec,
 };
 
 #[derive(Args)]
 pub struct SimArgs {
     /// Trace: `philly` (the Philly-derived per-VC jobs), `alibaba` (the Alibaba PAI v2023 pods,
-    /// on their real node list by default) or the path of a CSV with the columns of either.
+    /// on their real node list by default), `synthetic` (generated: see --synthetic) or the path
+    /// of a CSV with the columns of either.
     #[arg(long, default_value = "philly")]
     trace: String,
     /// Folder holding the traces (default: `../shared/traces` from the working directory, else
@@ -58,6 +60,21 @@ pub struct SimArgs {
     /// Policies run at once (default: the machine's cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// With `--trace synthetic`: the generator's settings as `key=value` pairs, e.g.
+    /// `seed=3,jobs=2000,multi=0.05,burst=4` (defaults: seed 1, 4,000 jobs, 3% of 16–64 GPUs,
+    /// bursts at 4× the calm arrival rate; also burst_s, calm_s).
+    #[arg(long, value_parser = SyntheticSpec::parse)]
+    synthetic: Option<SyntheticSpec>,
+    /// Run the robustness matrix instead of one experiment: every policy on the Philly trace and
+    /// synthetic traces × offered loads × cluster sizes × speed models (docs/EVALUATION.md).
+    #[arg(long)]
+    matrix: bool,
+    /// With --matrix: only the 8-server cells, on a Philly slice and one synthetic trace (CI).
+    #[arg(long, requires = "matrix")]
+    quick: bool,
+    /// With --matrix: exit with status 1 when a cell misses a target.
+    #[arg(long, requires = "matrix")]
+    check: bool,
     /// Print one JSON object keyed by policy name instead of a table.
     #[arg(long)]
     json: bool,
@@ -67,12 +84,15 @@ pub struct SimArgs {
 }
 
 pub fn run(args: SimArgs) -> Result<ExitCode> {
+    if args.matrix {
+        return run_matrix(&args);
+    }
     let policies: Vec<Contender> = if args.policies.is_empty() {
         SimPolicy::ALL.into_iter().map(Contender::from).collect()
     } else {
         dedup(&args.policies)
     };
-    let inputs = experiment(&args).load()?;
+    let inputs = experiment(&args)?.load()?;
     let gpus: u64 = inputs.cluster_gpus();
     let mut summary = vec![
         format!(
@@ -153,10 +173,14 @@ fn traces_dir(args: &SimArgs) -> PathBuf {
 }
 
 /// The experiment the flags describe.
-fn experiment(args: &SimArgs) -> ExperimentSpec {
+fn experiment(args: &SimArgs) -> Result<ExperimentSpec> {
+    if args.synthetic.is_some() && args.trace != "synthetic" {
+        bail!("--synthetic applies to --trace synthetic");
+    }
     let trace = match args.trace.as_str() {
         "philly" => TraceSource::Philly,
         "alibaba" => TraceSource::Alibaba,
+        "synthetic" => TraceSource::Synthetic(args.synthetic.clone().unwrap_or_else(|| SyntheticSpec::new(1))),
         p => TraceSource::File(PathBuf::from(p)),
     };
     let mut e = ExperimentSpec::new(&traces_dir(args), trace);
@@ -171,7 +195,7 @@ fn experiment(args: &SimArgs) -> ExperimentSpec {
         Some(f) => ModelChoice::File(PathBuf::from(f)),
     };
     e.max_jobs = args.max_jobs;
-    e
+    Ok(e)
 }
 
 /// Runs every policy, up to `--threads` at once, with one progress bar each (drawn only when
@@ -206,6 +230,87 @@ fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[Contender]) -> 
         out.push((p, report));
     }
     Ok(out)
+}
+
+/// `tessera sim --matrix`: every cell, one line of progress each on stderr, then the table (or
+/// the JSON array with `--json`).
+fn run_matrix(args: &SimArgs) -> Result<ExitCode> {
+    let contenders = if args.policies.is_empty() { matrix::default_contenders() } else { dedup(&args.policies) };
+    let cells = matrix::cells(args.quick);
+    let dir = traces_dir(args);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = args.threads.unwrap_or(cores);
+    let t0 = std::time::Instant::now();
+    let mut results = Vec::with_capacity(cells.len());
+    for (k, cell) in cells.iter().enumerate() {
+        let r = matrix::run_cell(cell, &dir, &contenders, threads).with_context(|| cell.label())?;
+        eprintln!("[{}/{}] {:<40} {:>6.1} s", k + 1, cells.len(), r.label, r.wall_s);
+        results.push(r);
+    }
+    eprintln!("matrix: {} cells in {:.0} s", results.len(), t0.elapsed().as_secs_f64());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print_matrix(&results, &contenders);
+    }
+    let bad: Vec<String> = results
+        .iter()
+        .flat_map(|c| c.entries.iter().map(move |(n, e)| (c, n, &e.report)))
+        .filter(|(_, _, r)| r.invariant_violations > 0 || r.finished < r.jobs || r.rejected_proposals > 0)
+        .map(|(c, n, r)| {
+            format!(
+                "{} / {n}: {} invariant violations, {}/{} finished, {} refused proposals",
+                c.label, r.invariant_violations, r.finished, r.jobs, r.rejected_proposals
+            )
+        })
+        .collect();
+    if !bad.is_empty() {
+        bail!("simulation check failed: {}", bad.join("; "));
+    }
+    let missed = results.iter().filter(|r| !r.misses.is_empty()).count();
+    let line = format!("targets met in {} of {} cells", results.len() - missed, results.len());
+    if args.json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    Ok(if args.check && missed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// One row per cell: each policy's avg JCT over fifo-firstfit's, the utilization while jobs
+/// wait of `tessera` minus fifo's (points), and the targets missed.
+fn print_matrix(results: &[matrix::CellResult], contenders: &[Contender]) {
+    let mut header = format!("{:<40} {:>6}", "cell (avg JCT / fifo-firstfit)", "jobs");
+    for c in contenders {
+        header.push_str(&format!(" {:>10}", short(&c.name)));
+    }
+    header.push_str(&format!(" {:>8}  {}", "Δutil", "missed"));
+    println!("{header}");
+    for r in results {
+        let mut line = format!("{:<40} {:>6}", r.label, r.jobs);
+        for c in contenders {
+            let v = r.entries.get(&c.name).and_then(|e| e.jct_ratio).map_or("-".to_string(), |x| format!("{x:.3}"));
+            line.push_str(&format!(" {v:>10}"));
+        }
+        let delta = match (r.entries.get("tessera"), r.entries.get("fifo-firstfit")) {
+            (Some(t), Some(f)) => format!("{:+.1}", 100.0 * (t.util_waiting - f.util_waiting)),
+            _ => "-".to_string(),
+        };
+        line.push_str(&format!(
+            " {delta:>8}  {}",
+            if r.misses.is_empty() { "-".to_string() } else { r.misses.join("; ") }
+        ));
+        println!("{line}");
+    }
+}
+
+/// A column title of at most 10 characters.
+fn short(name: &str) -> String {
+    match name {
+        "tessera-no-migration" => "t-no-migr".into(),
+        "tessera-gpu-proportional-cpu" => "t-prop-cpu".into(),
+        n => n.chars().take(10).collect(),
+    }
 }
 
 fn json_object(reports: &[(String, PolicyReport)]) -> BTreeMap<&str, &PolicyReport> {

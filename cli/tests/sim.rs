@@ -182,3 +182,50 @@ fn unusable_rows_are_counted_and_named_traces_resolve() {
         assert!(v["hived"]["jobs"].as_u64().is_some_and(|n| n > 0), "{v}");
     }
 }
+
+#[test]
+fn a_synthetic_trace_runs_from_its_seed_and_bad_settings_name_the_flag() {
+    let args = ["sim", "--trace", "synthetic", "--synthetic", "seed=4,jobs=300,multi=0.05", "--json"];
+    let first = tessera(&args);
+    let (out, err) = text(&first);
+    assert!(first.status.success(), "{err}");
+    assert!(err.contains("synthetic seed=4 jobs=300"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    for p in POLICIES {
+        assert_eq!(v[p]["finished"], 300, "{p}: every job finishes");
+    }
+    assert_eq!(out, text(&tessera(&args)).0, "one seed, one result");
+    let bad = tessera(&["sim", "--trace", "synthetic", "--synthetic", "jobs=0"]);
+    assert!(!bad.status.success() && text(&bad).1.contains("--synthetic"), "{:?}", text(&bad));
+    let stray = tessera(&["sim", "--synthetic", "seed=2"]);
+    assert!(!stray.status.success() && text(&stray).1.contains("--trace synthetic"), "{:?}", text(&stray));
+}
+
+#[test]
+fn the_quick_matrix_reports_every_cell_against_fifo_firstfit() {
+    if !real_traces_present("quick matrix") {
+        return;
+    }
+    let o = tessera(&["sim", "--matrix", "--quick", "--json"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("targets met in"), "{err}");
+    let cells: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON array");
+    assert_eq!(cells.len(), 8);
+    for c in &cells {
+        let entries = c["entries"].as_object().expect("entries");
+        assert_eq!(entries.len(), POLICIES.len(), "{}", c["label"]);
+        assert_eq!(c["entries"]["fifo-firstfit"]["jct_ratio"], 1.0, "{}", c["label"]);
+        for (name, e) in entries {
+            assert_eq!(e["report"]["invariant_violations"], 0, "{} {name}", c["label"]);
+            assert_eq!(e["report"]["finished"], e["report"]["jobs"], "{} {name}", c["label"]);
+            let u = e["util_waiting"].as_f64().expect("number");
+            assert!((0.0..=1.0).contains(&u), "{} {name}: {u}", c["label"]);
+        }
+        assert!(c["misses"].is_array());
+    }
+    // --check turns a missed target into a failing exit status.
+    let missed = cells.iter().any(|c| !c["misses"].as_array().expect("array").is_empty());
+    let checked = tessera(&["sim", "--matrix", "--quick", "--check"]);
+    assert_eq!(checked.status.success(), !missed, "{}", text(&checked).1);
+}

@@ -5,6 +5,7 @@
 //! tools run the same experiments.
 
 use crate::error::SchedulerError;
+use crate::sim::synthetic::{SyntheticSpec, generate};
 use crate::sim::trace_loader::{load_alibaba_nodes, load_alibaba_pods, load_philly};
 use crate::sim::{Contender, PolicyReport, SimConfig, SpeedModel, Trace};
 use std::path::{Path, PathBuf};
@@ -36,6 +37,8 @@ pub enum TraceSource {
     Alibaba,
     /// A CSV with the columns of either (told apart by its header).
     File(PathBuf),
+    /// A generated trace ([`crate::sim::synthetic`]).
+    Synthetic(SyntheticSpec),
 }
 
 /// Which speed model to use.
@@ -96,11 +99,17 @@ impl ExperimentSpec {
             TraceSource::Philly => (self.traces_dir.join(PHILLY_FILE), false),
             TraceSource::Alibaba => (self.traces_dir.join(ALIBABA_PODS_FILE), true),
             TraceSource::File(p) => (p.clone(), is_alibaba_pods(p)?),
+            TraceSource::Synthetic(_) => (PathBuf::new(), false),
         };
-        if self.vc.is_some() && alibaba {
+        let synthetic = matches!(self.trace, TraceSource::Synthetic(_));
+        if self.vc.is_some() && (alibaba || synthetic) {
             return Err(SchedulerError::Unsupported { setting: "--vc", why: "applies to Philly traces only" });
         }
-        let mut trace = if alibaba { load_alibaba_pods(&path)? } else { load_philly(&path, self.vc.as_deref())? };
+        let mut trace = match &self.trace {
+            TraceSource::Synthetic(s) => generate(s),
+            _ if alibaba => load_alibaba_pods(&path)?,
+            _ => load_philly(&path, self.vc.as_deref())?,
+        };
         let mut notes = Vec::new();
         if let Some(n) = self.max_jobs {
             if n == 0 {

@@ -16,11 +16,15 @@
 //! | [`compared_policies`] | [`Contender`]s: a scheduler, the spec style its users write, migration on or off; the [`SimPolicy`] presets |
 //! | [`engine`] | the event loop and the metrics of one run |
 //! | [`experiment`] | one experiment as a value (trace, cluster, model, load) and its policies run side by side |
+//! | [`synthetic`] | the synthetic trace generator: Philly's sizes and durations, multi-server jobs, bursty arrivals, seeded |
+//! | [`matrix`] | the robustness matrix (`tessera sim --matrix`): cells of trace × load × cluster × model, targets per cell |
 
 pub mod compared_policies;
 pub mod engine;
 pub mod experiment;
+pub mod matrix;
 pub mod model;
+pub mod synthetic;
 pub mod trace_loader;
 
 pub use compared_policies::{Contender, SimPolicy, SpecStyle};
