@@ -12,7 +12,7 @@
 //! | `fifo-firstfit` | [`FifoFirstFit`]: one-GPU members on the first servers with free GPUs | [`SpecStyle::OneGpuMembers`] | share per GPU | no |
 //! | `gandiva` | [`Gandiva`]: affinity to servers running same-size jobs, then empty ones | [`SpecStyle::Preferred`] | share per GPU | yes |
 //! | `hived` | [`Hived`]: buddy cells, the tightest level whose group holds the job, never relaxed | [`SpecStyle::Cell`] | share per GPU | no |
-//! | `tessera` | [`CpuAware`]: tightest level allowed now, relaxing one level per `relax_after_s`; load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept ⌈θ/2⌉ | yes |
+//! | `tessera` | [`CpuAware`]: tightest level allowed now, relaxing one level per `relax_after_s`; load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept down to the proportional share | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
 
@@ -122,7 +122,7 @@ pub enum SpecStyle {
     Preferred,
     /// One member per server-sized piece; prefer that level and relax one level per
     /// [`RELAX_AFTER_S`]; with `cpu_aware`, the job's predicted CPU demand (want θ cores per
-    /// GPU, accept ⌈θ/2⌉) and its memory.
+    /// GPU, accept down to the proportional share) and its memory.
     Relaxing {
         /// Whether the spec carries the predicted CPU demand and memory.
         cpu_aware: bool,
@@ -158,7 +158,13 @@ impl SpecStyle {
         if self == (SpecStyle::Relaxing { cpu_aware: true }) {
             let theta = theta.max(1.0);
             let predictor = Predictor { p0: 1.0, p1: 1.0, p2: 1.0, theta };
-            spec.cpu = CpuDemand::Predicted { predictor, min_cores_per_gpu: (theta / 2.0).ceil().max(1.0) as u32 };
+            // Accept down to the proportional share (never above θ): the fit keeps exactly the
+            // share of cores beside every free GPU, so a job that accepts it can always use a free
+            // GPU, and CPU-aware grants never leave GPUs idle for want of cores; where a server
+            // has spare cores the job still gets up to θ.
+            let share = topologies.iter().map(|t| t.cores() / t.devices.max(1)).min().unwrap_or(1);
+            let min_cores_per_gpu = share.min(theta.ceil() as u32).max(1);
+            spec.cpu = CpuDemand::Predicted { predictor, min_cores_per_gpu };
             spec.memory_mib_per_gpu = job.memory_mib_per_gpu;
         }
         spec
@@ -243,4 +249,37 @@ pub fn preferred_level(gpus: u32, topologies: &[Topology]) -> LocalityLevel {
 /// A job's CPU sweet point: the trace's own request when it gives one, else its class's θ.
 pub fn theta_of(job: &SimJob, model: &SpeedModel, class: usize) -> f64 {
     job.cores_per_gpu.unwrap_or(model.class(class).theta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(gpus: u32) -> SimJob {
+        SimJob {
+            name: "j".into(),
+            arrival_s: 0.0,
+            gpus,
+            duration_s: 60.0,
+            job_type: String::new(),
+            cores_per_gpu: None,
+            memory_mib_per_gpu: None,
+            gpu_type: None,
+        }
+    }
+
+    #[test]
+    fn a_cpu_aware_spec_wants_theta_but_never_needs_more_than_the_share() {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let share = topo.cores() / topo.devices;
+        let style = SpecStyle::Relaxing { cpu_aware: true };
+        for (theta, min) in [(19.0, share), (11.0, share), (2.0, 2), (0.5, 1)] {
+            let spec = style.spec(&job(2), theta, std::slice::from_ref(&topo));
+            let CpuDemand::Predicted { predictor, min_cores_per_gpu } = spec.cpu else { panic!("predicted") };
+            assert_eq!(min_cores_per_gpu, min, "θ = {theta}");
+            assert_eq!(predictor.theta, theta.max(1.0));
+        }
+        let plain = SpecStyle::Relaxing { cpu_aware: false }.spec(&job(2), 19.0, std::slice::from_ref(&topo));
+        assert!(!matches!(plain.cpu, CpuDemand::Predicted { .. }));
+    }
 }
