@@ -14,7 +14,8 @@
 //! prefer = "socket"         # pcie-switch < socket < server < rack < ib-domain < any
 //! tolerate = "rack"
 //! relax_after_s = 600       # optional: loosen one level per this many seconds waited
-//! slowdown = { server = 0.0, rack = 0.28 }   # optional: throughput lost per level (0..1)
+//! slowdown = { server = 0.0, rack = 0.28 }   # optional: throughput lost per level (0..1);
+//!                           # a level declared 0 (and every one before it) is accepted at once
 //!
 //! [cpu]                     # optional; default: the server's core share per GPU
 //! cores_per_gpu = 4         # a fixed grant, or the predictor S(C) = P0 log C + P1 C (C < θ), P2:
@@ -144,7 +145,8 @@ pub struct JobSpec {
     pub tolerate: LocalityLevel,
     /// Seconds of waiting after which the job accepts one level looser than before.
     pub relax_after_s: Option<u64>,
-    /// Throughput lost at each level (0 = none, 0.28 = 28% slower), for cost-aware policies.
+    /// Throughput lost at each level (0 = none, 0.28 = 28% slower), for cost-aware policies; a
+    /// level declared 0 is accepted without waiting ([`JobSpec::allowed_level`]).
     pub slowdown: BTreeMap<LocalityLevel, f64>,
     /// CPU demand.
     pub cpu: CpuDemand,
@@ -319,12 +321,29 @@ impl JobSpec {
         self.members * self.gpus_per_member
     }
 
-    /// The loosest level the job accepts after waiting `waited_s` seconds.
+    /// The loosest level the job accepts after waiting `waited_s` seconds: `prefer` loosened one
+    /// level per `relax_after_s`, and at once as far as the job declares no slowdown (a level
+    /// whose `slowdown` is 0, with every level between `prefer` and it declared 0 too: waiting
+    /// for a tighter placement would gain the job nothing). Never beyond `tolerate`.
     pub fn allowed_level(&self, waited_s: u64) -> LocalityLevel {
-        match self.relax_after_s {
-            Some(step) if step > 0 => self.prefer.relaxed_by((waited_s / step) as usize).min(self.tolerate),
-            _ => self.tolerate,
+        let by_time = match self.relax_after_s {
+            Some(step) if step > 0 => self.prefer.relaxed_by((waited_s / step) as usize),
+            _ => return self.tolerate,
+        };
+        by_time.max(self.free_level()).min(self.tolerate)
+    }
+
+    /// The loosest level reachable from `prefer` through levels the job declares no slowdown at.
+    fn free_level(&self) -> LocalityLevel {
+        let mut level = self.prefer;
+        while level < LocalityLevel::Any {
+            let next = level.relaxed_by(1);
+            if self.slowdown.get(&next) != Some(&0.0) {
+                break;
+            }
+            level = next;
         }
+        level
     }
 
     /// Parses and validates job TOML (a [`JobFile`], then [`JobFile::into_spec`]); `file` names
@@ -522,6 +541,28 @@ pub struct Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn levels_declared_free_of_slowdown_are_allowed_at_once_and_the_timer_relaxes_the_rest() {
+        let mut s = JobSpec::simple("j", 1, 2);
+        (s.prefer, s.tolerate, s.relax_after_s) = (LocalityLevel::PcieSwitch, LocalityLevel::Rack, Some(600));
+        assert_eq!(s.allowed_level(0), LocalityLevel::PcieSwitch, "nothing declared: the timer alone");
+        assert_eq!(s.allowed_level(600), LocalityLevel::Socket);
+        s.slowdown.insert(LocalityLevel::Socket, 0.0);
+        s.slowdown.insert(LocalityLevel::Server, 0.1);
+        assert_eq!(s.allowed_level(0), LocalityLevel::Socket, "a free socket at once");
+        assert_eq!(s.allowed_level(1200), LocalityLevel::Server, "a lossy server only by the timer");
+        // A gap stops the free run: rack is free but server is not.
+        s.slowdown.insert(LocalityLevel::Rack, 0.0);
+        assert_eq!(s.allowed_level(0), LocalityLevel::Socket);
+        // All free: everything up to `tolerate` at once, and never beyond it.
+        s.slowdown = LocalityLevel::ALL.iter().map(|l| (*l, 0.0)).collect();
+        assert_eq!(s.allowed_level(0), LocalityLevel::Rack);
+        // No timer: `tolerate` at once, as before.
+        s.relax_after_s = None;
+        s.slowdown.clear();
+        assert_eq!(s.allowed_level(0), LocalityLevel::Rack);
+    }
 
     fn err(text: &str) -> String {
         JobSpec::from_toml("j.toml", text).map(|_| ()).expect_err("must fail").to_string()

@@ -20,6 +20,7 @@ use super::model::SpeedModel;
 use super::trace_loader::SimJob;
 use crate::error::SchedulerError;
 use crate::scheduler::{self, CpuAware, FifoFirstFit, Gandiva, Hived, Scheduler};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use tessera_view::{CpuDemand, JobSpec, LocalityLevel, Predictor, Topology};
@@ -121,7 +122,7 @@ pub enum SpecStyle {
     /// One member per server-sized piece; prefer that level, tolerate any.
     Preferred,
     /// One member per server-sized piece; prefer that level and relax one level per
-    /// [`RELAX_AFTER_S`]; with `cpu_aware`, the job's predicted CPU demand (want θ cores per
+    /// [`RELAX_AFTER_S`], at once through the levels its speed class loses nothing at; with `cpu_aware`, the job's predicted CPU demand (want θ cores per
     /// GPU, accept down to the proportional share) and its memory.
     Relaxing {
         /// Whether the spec carries the predicted CPU demand and memory.
@@ -130,8 +131,15 @@ pub enum SpecStyle {
 }
 
 impl SpecStyle {
-    /// The job spec for a trace job. `theta` is the job's CPU sweet point.
-    pub fn spec(self, job: &SimJob, theta: f64, topologies: &[Topology]) -> JobSpec {
+    /// The job spec for a trace job. `theta` is the job's CPU sweet point, `slowdown` its loss
+    /// per level ([`SpeedModel::slowdown_of`]: what a Tessera user declares).
+    pub fn spec(
+        self,
+        job: &SimJob,
+        theta: f64,
+        slowdown: &BTreeMap<LocalityLevel, f64>,
+        topologies: &[Topology],
+    ) -> JobSpec {
         let max_devices = topologies.iter().map(|t| t.devices).max().unwrap_or(1);
         let g = job.gpus;
         let (members, per) = if self == SpecStyle::OneGpuMembers {
@@ -153,6 +161,9 @@ impl SpecStyle {
             SpecStyle::Relaxing { .. } => {
                 spec.prefer = cell;
                 spec.relax_after_s = Some(RELAX_AFTER_S);
+                // The job's own losses per level (none under `ideal`), so levels that cost it
+                // nothing are taken at once instead of after a timer.
+                spec.slowdown = slowdown.clone();
             }
         }
         if self == (SpecStyle::Relaxing { cpu_aware: true }) {
@@ -274,12 +285,13 @@ mod tests {
         let share = topo.cores() / topo.devices;
         let style = SpecStyle::Relaxing { cpu_aware: true };
         for (theta, min) in [(19.0, share), (11.0, share), (2.0, 2), (0.5, 1)] {
-            let spec = style.spec(&job(2), theta, std::slice::from_ref(&topo));
+            let spec = style.spec(&job(2), theta, &BTreeMap::new(), std::slice::from_ref(&topo));
             let CpuDemand::Predicted { predictor, min_cores_per_gpu } = spec.cpu else { panic!("predicted") };
             assert_eq!(min_cores_per_gpu, min, "θ = {theta}");
             assert_eq!(predictor.theta, theta.max(1.0));
         }
-        let plain = SpecStyle::Relaxing { cpu_aware: false }.spec(&job(2), 19.0, std::slice::from_ref(&topo));
+        let plain =
+            SpecStyle::Relaxing { cpu_aware: false }.spec(&job(2), 19.0, &BTreeMap::new(), std::slice::from_ref(&topo));
         assert!(!matches!(plain.cpu, CpuDemand::Predicted { .. }));
     }
 }

@@ -142,6 +142,25 @@ impl SpeedModel {
         &self.classes[i].1
     }
 
+    /// The throughput a job of class `class` loses at each locality level, as a job spec's
+    /// `slowdown` declares it: none at one PCIe switch, the class's socket and server losses,
+    /// and its two-server loss for rack and wider levels (the least a gang beyond one server
+    /// can lose). All 0 under the `ideal` model.
+    pub fn slowdown_of(&self, class: usize) -> BTreeMap<LocalityLevel, f64> {
+        let c = self.class(class);
+        let loss = |x: f64| if self.ideal { 0.0 } else { x };
+        [
+            (LocalityLevel::PcieSwitch, 0.0),
+            (LocalityLevel::Socket, loss(c.socket)),
+            (LocalityLevel::Server, loss(c.server)),
+            (LocalityLevel::Rack, loss(c.two_servers)),
+            (LocalityLevel::IbDomain, loss(c.two_servers)),
+            (LocalityLevel::Any, loss(c.two_servers)),
+        ]
+        .into_iter()
+        .collect()
+    }
+
     /// The speed of a job of class `class` (sweet point `theta`) placed at `level` over
     /// `servers` servers with `cores_per_gpu` cores per GPU, `interfered` when it shares a
     /// PCIe switch with another job.
