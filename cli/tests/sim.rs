@@ -91,9 +91,11 @@ fn json_has_every_key_for_every_policy_and_is_deterministic() {
         for key in ["avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "gpu_utilization", "migrations"] {
             assert!(r.get(key).is_some_and(serde_json::Value::is_number), "{p}: {key} in {r}");
         }
-        let q = r.get("queue_s_by_size").and_then(serde_json::Value::as_object).expect("queue_s_by_size");
-        for bucket in ["1", "2-4", "8", ">8"] {
-            assert!(q.get(bucket).is_some_and(serde_json::Value::is_number), "{p}: bucket {bucket} in {r}");
+        for map in ["queue_s_by_size", "frag_blocked_s_by_size"] {
+            let q = r.get(map).and_then(serde_json::Value::as_object).unwrap_or_else(|| panic!("{p}: {map}"));
+            for bucket in ["1", "2-4", "8", ">8"] {
+                assert!(q.get(bucket).is_some_and(serde_json::Value::is_number), "{p}: {map} {bucket} in {r}");
+            }
         }
         assert_eq!(r["jobs"], 200, "{p}: --max-jobs");
         assert_eq!(r["finished"], 200, "{p}: every job finishes");

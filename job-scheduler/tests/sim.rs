@@ -81,6 +81,14 @@ fn migration_lets_a_blocked_eight_gpu_job_start() {
     assert!(q_with < 1_000.0, "migration starts the 8-GPU job at once: waited {q_with} s");
     assert!(q_without > 50_000.0, "without migration it waits for a long job: {q_without} s");
     assert!(with.migration_cost_gpu_s > 0.0);
+    // The fragmentation metric sees exactly this: 8 GPUs free in all, no 8-GPU placement. Without
+    // migration the big job's whole wait (after the short jobs end at ~100 s) is blocked by
+    // fragmentation; with it, almost none. One job in the bucket, so the mean is its own.
+    let blocked = |r: &sim::PolicyReport| r.frag_blocked_s_by_size["8"];
+    assert!(blocked(&without) > 0.9 * (q_without - 100.0), "{} of {q_without} s", blocked(&without));
+    assert!(blocked(&without) <= q_without, "never more than the wait");
+    assert!(blocked(&with) < 1_000.0, "{}", blocked(&with));
+    assert_eq!(with.frag_blocked_s_by_size["1"], 0.0, "the one-GPU jobs never waited");
 }
 
 #[test]

@@ -15,9 +15,11 @@ use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
 use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
+use crate::search::find_placement;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use tessera_view::fit::FitMode;
 use tessera_view::migration_planner::{self, MigrationParams};
 use tessera_view::view::DEFAULT_CHANGE_LOG;
 use tessera_view::{
@@ -101,6 +103,12 @@ pub struct PolicyReport {
     pub cpu_fallbacks: u64,
     /// Proposals the approver refused (0 expected: searches plan on a current view).
     pub rejected_proposals: u64,
+    /// Mean seconds a job of each size bucket waited while it was blocked by fragmentation: the
+    /// cluster had enough free GPUs of its type for it (in one rack or IB domain when its allowed
+    /// level is that), yet no placement of its gang existed at its allowed level even with one
+    /// core and no memory per GPU. This is what migration can fix, measured by the simulator
+    /// itself, whatever the scheduler's verdict.
+    pub frag_blocked_s_by_size: BTreeMap<String, f64>,
     /// Jobs the scheduler gave up on (cancelled with its reason; 0 for the built-ins on a
     /// cluster that admitted the jobs). Left out of the JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
@@ -178,6 +186,10 @@ struct Rt {
     moves: u64,
     /// Times its scheduler was asked.
     attempts: u32,
+    /// Since when it has been blocked by fragmentation (see [`PolicyReport::frag_blocked_s_by_size`]).
+    frag_since: Option<f64>,
+    /// Seconds it waited blocked by fragmentation.
+    frag_blocked_s: f64,
 }
 
 struct Sim<'a> {
@@ -274,6 +286,8 @@ pub fn simulate(
             speed_time: 0.0,
             moves: 0,
             attempts: 0,
+            frag_since: None,
+            frag_blocked_s: 0.0,
         });
         let t = sim.jobs[i].arrival_s;
         sim.push(t, Event::Arrive(i));
@@ -295,6 +309,7 @@ pub fn simulate(
             continue;
         }
         sim.schedule(now);
+        sim.track_fragmentation(now);
     }
     progress(total_events, total_events);
     sim.check_invariants();
@@ -462,6 +477,43 @@ impl Sim<'_> {
         }
     }
 
+    /// Brings every pending job's fragmentation-blocked state up to date at `now` (after a pass:
+    /// only passes change what is free).
+    fn track_fragmentation(&mut self, now: f64) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.local.catch_up(&self.view);
+        let local = &self.local;
+        let free = FreeGpus::of(local);
+        let mut probed: BTreeMap<(u32, u32, LocalityLevel, Option<String>), bool> = BTreeMap::new();
+        for &i in &self.pending {
+            let rt = &self.jobs[i];
+            let allowed = rt.spec.allowed_level((now - rt.arrival_s).max(0.0) as u64);
+            let blocked = free.enough(&rt.spec, allowed) && {
+                let key = (rt.spec.members, rt.spec.gpus_per_member, allowed, rt.spec.gpu_type.clone());
+                let fits = *probed.entry(key).or_insert_with(|| {
+                    let probe = JobSpec {
+                        cpu: CpuDemand::Fixed { cores_per_gpu: 1 },
+                        memory_mib_per_gpu: Some(0),
+                        ..rt.spec.clone()
+                    };
+                    find_placement(local, &Overlay::default(), &probe, allowed, FitMode::Pack, 0).is_ok()
+                });
+                !fits
+            };
+            let rt = &mut self.jobs[i];
+            match (blocked, rt.frag_since) {
+                (true, None) => rt.frag_since = Some(now),
+                (false, Some(since)) => {
+                    rt.frag_blocked_s += now - since;
+                    rt.frag_since = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Cancels job `i` for its scheduler, which gave up on it.
     fn give_up(&mut self, i: usize, reason: String) {
         let job = self.jobs[i].view_id;
@@ -501,6 +553,9 @@ impl Sim<'_> {
 
     fn start(&mut self, i: usize, proposal: ProposalId, members: Vec<MemberPlacement>, level: LocalityLevel, now: f64) {
         self.pending.remove(&i);
+        if let Some(since) = self.jobs[i].frag_since.take() {
+            self.jobs[i].frag_blocked_s += now - since;
+        }
         self.report_started(i, proposal, &members);
         let rt = &mut self.jobs[i];
         rt.start_s = Some(now);
@@ -715,6 +770,13 @@ impl Sim<'_> {
         let mut queue_sum = [0.0f64; 4];
         let mut queue_n = [0u64; 4];
         let mut at_pref = 0u64;
+        let mut frag_sum = [0.0f64; 4];
+        let mut frag_n = [0u64; 4];
+        for j in &self.jobs {
+            let b = size_bucket(j.gpus);
+            frag_sum[b] += j.frag_blocked_s;
+            frag_n[b] += 1;
+        }
         let mut speed_sum = 0.0;
         for j in &self.jobs {
             let (Some(start), Some(end)) = (j.start_s, j.finish_s) else { continue };
@@ -748,6 +810,8 @@ impl Sim<'_> {
             let mean = if queue_n[b] > 0 { queue_sum[b] / queue_n[b] as f64 } else { 0.0 };
             rep.queue_s_by_size.insert((*name).to_string(), mean);
             rep.jobs_by_size.insert((*name).to_string(), queue_n[b]);
+            let frag = if frag_n[b] > 0 { frag_sum[b] / frag_n[b] as f64 } else { 0.0 };
+            rep.frag_blocked_s_by_size.insert((*name).to_string(), frag);
         }
         rep.avg_queue_s = queue_sum.iter().sum::<f64>() / n;
         rep.fragmentation =
@@ -788,4 +852,41 @@ fn downsample(series: &[(f64, u64)], end: f64, total: u64) -> Vec<(f64, f64)> {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Free GPUs of each device type: in the whole cluster, and per rack and per IB domain, for the
+/// aggregate half of the fragmentation test.
+struct FreeGpus<'v> {
+    cluster: BTreeMap<&'v str, u32>,
+    rack: BTreeMap<(&'v str, u32), u32>,
+    ib: BTreeMap<(&'v str, u32), u32>,
+}
+
+impl<'v> FreeGpus<'v> {
+    fn of(view: &'v LocalView) -> FreeGpus<'v> {
+        let mut f = FreeGpus { cluster: BTreeMap::new(), rack: BTreeMap::new(), ib: BTreeMap::new() };
+        for rec in view.servers() {
+            let n = rec.free_gpus.count_ones();
+            if n == 0 || rec.health != tessera_view::Health::Up {
+                continue;
+            }
+            let cs = &view.config_sets()[rec.config_set.index()];
+            let t = view.topology_of(rec.config_set).device_type.as_str();
+            *f.cluster.entry(t).or_default() += n;
+            *f.rack.entry((t, cs.rack)).or_default() += n;
+            *f.ib.entry((t, cs.ib_domain)).or_default() += n;
+        }
+        f
+    }
+
+    /// Whether enough GPUs of the job's type are free where its allowed level needs them.
+    fn enough(&self, spec: &JobSpec, allowed: LocalityLevel) -> bool {
+        let g = spec.total_gpus();
+        let typed = |t: &str| spec.gpu_type.as_deref().is_none_or(|w| w == t);
+        match allowed {
+            LocalityLevel::Rack => self.rack.iter().any(|((t, _), n)| typed(t) && *n >= g),
+            LocalityLevel::IbDomain => self.ib.iter().any(|((t, _), n)| typed(t) && *n >= g),
+            _ => self.cluster.iter().filter(|(t, _)| typed(t)).map(|(_, n)| *n).sum::<u32>() >= g,
+        }
+    }
 }

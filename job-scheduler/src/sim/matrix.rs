@@ -26,6 +26,8 @@ use tessera_view::Topology;
 pub const JCT_MARGIN: f64 = 1.02;
 /// GPU-utilization points (0..1) `tessera` may lose against `fifo-firstfit` while jobs wait.
 pub const UTIL_MARGIN: f64 = 0.03;
+/// Share of the ≥ 5-GPU jobs' fragmentation-blocked waiting migration must leave (a 3× cut).
+pub const MIGRATION_TARGET: f64 = 1.0 / 3.0;
 /// The baselines `tessera` is held against.
 pub const BASELINES: [&str; 3] = ["fifo-firstfit", "gandiva", "hived"];
 
@@ -136,6 +138,9 @@ pub struct Entry {
     pub jct_ratio: Option<f64>,
     /// Mean share of GPUs busy while jobs waited (1 − `fragmentation`).
     pub util_waiting: f64,
+    /// Mean seconds a job of 5 GPUs or more waited blocked by fragmentation
+    /// ([`PolicyReport::frag_blocked_s_by_size`]).
+    pub frag_blocked_large_s: f64,
     /// The full report.
     pub report: PolicyReport,
 }
@@ -157,6 +162,10 @@ pub struct CellResult {
     pub load_scale: f64,
     /// Per contender, by name.
     pub entries: BTreeMap<String, Entry>,
+    /// `tessera`'s [`Entry::frag_blocked_large_s`] over `tessera-no-migration`'s: what migration
+    /// removes of the waiting it can fix (target ≤ [`MIGRATION_TARGET`]); `None` when either is
+    /// missing or nothing waited blocked by fragmentation without migration.
+    pub migration_ratio: Option<f64>,
     /// Targets missed in this cell, in words (empty: met, or not checkable without the
     /// contenders involved).
     pub misses: Vec<String>,
@@ -207,12 +216,17 @@ pub fn run_cell(
             let e = Entry {
                 jct_ratio: fifo.filter(|f| *f > 0.0).map(|f| r.avg_jct_s / f),
                 util_waiting: 1.0 - r.fragmentation,
+                frag_blocked_large_s: frag_blocked_large(&r),
                 report: r,
             };
             (n, e)
         })
         .collect();
     let misses = misses(&entries);
+    let migration_ratio = match (entries.get("tessera"), entries.get("tessera-no-migration")) {
+        (Some(t), Some(n)) if n.frag_blocked_large_s > 0.0 => Some(t.frag_blocked_large_s / n.frag_blocked_large_s),
+        _ => None,
+    };
     Ok(CellResult {
         label: cell.label(),
         cell: cell.clone(),
@@ -221,6 +235,7 @@ pub fn run_cell(
         gpus: u64::from(gpus),
         load_scale,
         entries,
+        migration_ratio,
         misses,
         wall_s: t0.elapsed().as_secs_f64(),
     })
@@ -250,6 +265,17 @@ pub fn misses(entries: &BTreeMap<String, Entry>) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Mean fragmentation-blocked seconds over the jobs of 5 GPUs or more (the `8` and `>8` buckets).
+fn frag_blocked_large(r: &PolicyReport) -> f64 {
+    let (mut sum, mut n) = (0.0, 0u64);
+    for b in ["8", ">8"] {
+        let jobs = r.jobs_by_size.get(b).copied().unwrap_or(0);
+        sum += r.frag_blocked_s_by_size.get(b).copied().unwrap_or(0.0) * jobs as f64;
+        n += jobs;
+    }
+    if n == 0 { 0.0 } else { sum / n as f64 }
 }
 
 /// The contenders of the matrix: the six presets.
@@ -285,6 +311,7 @@ mod tests {
         Entry {
             jct_ratio: None,
             util_waiting: 1.0 - frag,
+            frag_blocked_large_s: 0.0,
             report: PolicyReport { avg_jct_s: jct, fragmentation: frag, ..PolicyReport::default() },
         }
     }
