@@ -242,17 +242,7 @@ fn spawn_job(
     })
 }
 
-/// An error with its causes, `a: b: c`.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
-}
+pub(crate) use tessera_proto::error::chain;
 
 /// FNV-1a of a name: a salt that tells hosts (and their rngs) apart.
 pub(crate) fn fnv(s: &str) -> u64 {

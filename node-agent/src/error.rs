@@ -328,21 +328,7 @@ pub enum AgentError {
     },
 }
 
-/// An error with its causes, `a: b: c`, for log fields and for messages sent to the view (which
-/// see no `source()`). A cause whose text the message already ends with is not repeated.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
-}
+pub use tessera_proto::error::chain;
 
 #[cfg(test)]
 mod tests {

@@ -110,6 +110,23 @@ impl WireError {
     }
 }
 
+/// An error with its causes, `a: b: c`, for log fields and for messages whose reader sees no
+/// `source()` (gRPC statuses, HTTP answers, task exits). A cause whose text the message already
+/// ends with is not repeated. The one copy every crate uses.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

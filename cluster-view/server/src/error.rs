@@ -258,21 +258,7 @@ impl From<ViewServerError> for Status {
     }
 }
 
-/// An error with its causes, `a: b: c`: the message of a status or an HTTP answer, whose reader
-/// sees no `source()`. A cause whose text the message already ends with is not repeated.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        cause = c.source();
-    }
-    out
-}
+pub use tessera_proto::error::chain;
 
 #[cfg(test)]
 mod tests {
