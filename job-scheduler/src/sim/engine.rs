@@ -308,8 +308,11 @@ pub fn simulate(
         if sim.heap.peek().is_some_and(|Reverse((b, _, _))| *b == bits) {
             continue;
         }
-        sim.schedule(now);
-        sim.track_fragmentation(now);
+        // Between passes nothing frees GPUs or relaxes a level (releases, arrivals and relax
+        // timers all start one), so fragmentation states change only after a pass.
+        if sim.schedule(now) {
+            sim.track_fragmentation(now);
+        }
     }
     progress(total_events, total_events);
     sim.check_invariants();
@@ -389,7 +392,8 @@ impl Sim<'_> {
     }
 
     /// One scheduling pass at `now`.
-    fn schedule(&mut self, now: f64) {
+    /// Returns whether a pass ran (anything could have changed what is free or allowed).
+    fn schedule(&mut self, now: f64) -> bool {
         let candidates: Vec<usize> = if self.resources_freed || self.woke {
             self.pending.iter().copied().collect()
         } else {
@@ -399,7 +403,7 @@ impl Sim<'_> {
         self.resources_freed = false;
         self.woke = false;
         if candidates.is_empty() {
-            return;
+            return false;
         }
         self.local.catch_up(&self.view);
         let mut failed: BTreeSet<ShapeKey> = BTreeSet::new();
@@ -475,6 +479,7 @@ impl Sim<'_> {
                 }
             }
         }
+        true
     }
 
     /// Brings every pending job's fragmentation-blocked state up to date at `now` (after a pass:
