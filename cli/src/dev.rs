@@ -87,7 +87,13 @@ fn dev_spec(args: &DevArgs) -> Result<ClusterSpec> {
             servers: args.servers / args.racks + u32::from(r < args.servers % args.racks),
         })
         .collect();
-    Ok(ClusterSpec { name: "dev".to_string(), topologies: vec![topology], groups, quotas: Default::default() })
+    Ok(ClusterSpec {
+        name: "dev".to_string(),
+        topologies: vec![topology],
+        groups,
+        quotas: Default::default(),
+        priorities: Default::default(),
+    })
 }
 
 pub fn run(args: DevArgs) -> Result<ExitCode> {

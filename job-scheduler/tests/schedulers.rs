@@ -145,6 +145,8 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
         tasks: Vec::new(),
         error: None,
         request: None,
+        preemptions: 0,
+        service_queue: 0,
     };
     let local = LocalView::of_view(&v);
     let overlay = Overlay::default();

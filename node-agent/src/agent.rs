@@ -290,7 +290,8 @@ impl Agent {
             Shutdown,
             Tick,
             Fatal(AgentError),
-            Watch(Result<Option<v1::WatchEvent>, tonic::Status>),
+            // Boxed: a snapshot event is large, and the loop moves these around every round.
+            Watch(Box<Result<Option<v1::WatchEvent>, tonic::Status>>),
             Exit(TaskExit),
         }
         let mut shutdown = std::pin::pin!(shutdown);
@@ -349,7 +350,7 @@ impl Agent {
                     LoopEvent::Fatal(r.unwrap_or_else(|source| AgentError::Panicked { what: "heartbeat", source }))
                 }
                 _ = tick.tick() => LoopEvent::Tick,
-                ev = next => LoopEvent::Watch(ev),
+                ev = next => LoopEvent::Watch(Box::new(ev)),
                 // Exits wait for the first sync: keeping or forgetting a task directory needs
                 // to know which placements live.
                 exit = runner.next_exit(), if synced => LoopEvent::Exit(exit),
@@ -358,19 +359,21 @@ impl Agent {
                 LoopEvent::Shutdown => break Ok(()),
                 LoopEvent::Fatal(e) => break Err(e),
                 LoopEvent::Tick => self.reconcile().await,
-                LoopEvent::Watch(Ok(Some(ev))) => {
-                    if let Err(e) = self.apply(ev) {
-                        warn!(error = %chain(&e), version = self.version, "bad watch event, reading the view again");
-                        stream = None;
-                        continue;
+                LoopEvent::Watch(ev) => match *ev {
+                    Ok(Some(ev)) => {
+                        if let Err(e) = self.apply(ev) {
+                            warn!(error = %chain(&e), version = self.version, "bad watch event, reading the view again");
+                            stream = None;
+                            continue;
+                        }
+                        self.reconcile().await;
                     }
-                    self.reconcile().await;
-                }
-                LoopEvent::Watch(_) => {
-                    if stream.take().is_some() {
-                        info!(version = self.version, "watch ended; reconnecting");
+                    _ => {
+                        if stream.take().is_some() {
+                            info!(version = self.version, "watch ended; reconnecting");
+                        }
                     }
-                }
+                },
                 LoopEvent::Exit(exit) => {
                     self.on_exit(exit);
                     self.reconcile().await;

@@ -246,6 +246,18 @@ impl ViewClient {
         Ok(r.await?.results)
     }
 
+    /// A preemption: the victims' gangs released whole and re-queued and the preemptor placed,
+    /// atomically, or nothing changes; one result. Retrying with the same proposal id is safe
+    /// (a committed one answers `AlreadyApplied`).
+    pub async fn preempt(&mut self, preemption: v1::Preemption) -> Result<Vec<v1::ProposeResult>, ClientError> {
+        let req = v1::PreemptRequest { preemption: Some(preemption) };
+        let r = self.call(|mut g| {
+            let req = req.clone();
+            async move { g.preempt(req).await }
+        });
+        Ok(r.await?.results)
+    }
+
     /// Submits jobs; one result each. The request carries a fresh random request id, so the
     /// retries of this call admit each job at most once.
     pub async fn submit(&mut self, specs: Vec<v1::JobSpec>) -> Result<Vec<v1::SubmitResult>, ClientError> {

@@ -28,10 +28,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use tessera_view::job::MAX_MEMBERS;
 use tessera_view::placement::GangPlacement;
+use tessera_view::preemption;
 use tessera_view::{
     ConfigSet, ConfigSetId, CoreMask, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState, LocalityLevel,
-    MemberPlacement, Predictor, Proposal, ProposalId, Rejection, RequestId, ServerId, ServerRecord, TaskState,
-    Topology, ViewDelta, ViewError, ViewSnapshot, ViewVersion,
+    MemberPlacement, Predictor, Preemption, Priorities, Proposal, ProposalId, Rejection, RequestId, ServerId,
+    ServerRecord, TaskState, Topology, ViewDelta, ViewError, ViewSnapshot, ViewVersion,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -361,6 +362,7 @@ impl From<&JobSpec> for v1::JobSpec {
             priority: s.priority,
             command: s.command.clone(),
             scheduler: s.scheduler.clone(),
+            class: s.class.clone(),
         }
     }
 }
@@ -392,6 +394,7 @@ impl TryFrom<v1::JobSpec> for JobSpec {
             priority: w.priority,
             command: w.command,
             scheduler: w.scheduler,
+            class: w.class,
         };
         validate::check_job_spec(&spec)?;
         Ok(spec)
@@ -460,6 +463,8 @@ impl From<&Job> for v1::Job {
             tasks: j.tasks.iter().map(|t| v1::TaskState::from(*t).into()).collect(),
             error: j.error.clone().unwrap_or_default(),
             request_id: j.request.as_ref().map(|r| r.as_str().to_string()).unwrap_or_default(),
+            preemptions: j.preemptions,
+            service_queue: j.service_queue.into(),
         }
     }
 }
@@ -484,6 +489,10 @@ impl TryFrom<v1::Job> for Job {
             } else {
                 Some(RequestId::new(w.request_id).map_err(|e| WireError::invalid("Job", "request_id", e.to_string()))?)
             },
+            preemptions: w.preemptions,
+            service_queue: u8::try_from(w.service_queue).map_err(|_| {
+                WireError::invalid("Job", "service_queue", format!("0 to 255, got {}", w.service_queue))
+            })?,
         };
         validate::check_job(&job)?;
         Ok(job)
@@ -512,6 +521,57 @@ impl TryFrom<v1::Proposal> for Proposal {
             members: w.members.into_iter().map(Into::into).collect(),
             based_on: ViewVersion(w.based_on),
         })
+    }
+}
+
+impl From<&Preemption> for v1::Preemption {
+    fn from(p: &Preemption) -> Self {
+        v1::Preemption {
+            proposal: Some((&p.proposal).into()),
+            victims: p.victims.iter().map(|j| j.0).collect(),
+            reason: p.reason.clone(),
+        }
+    }
+}
+
+/// Bounded here (victim count, reason length); whether the victims may be preempted is the
+/// approver's.
+impl TryFrom<v1::Preemption> for Preemption {
+    type Error = WireError;
+    fn try_from(w: v1::Preemption) -> Result<Self, WireError> {
+        let proposal = required(w.proposal, "Preemption", "proposal")?;
+        if w.victims.is_empty() || w.victims.len() > preemption::MAX_VICTIMS {
+            let msg = format!("1 to {} victims, got {}", preemption::MAX_VICTIMS, w.victims.len());
+            return Err(WireError::invalid("Preemption", "victims", msg));
+        }
+        if w.reason.chars().count() > preemption::MAX_REASON_CHARS {
+            let msg = format!("at most {} characters", preemption::MAX_REASON_CHARS);
+            return Err(WireError::invalid("Preemption", "reason", msg));
+        }
+        Ok(Preemption {
+            proposal: Proposal::try_from(proposal).map_err(|e| e.at("proposal"))?,
+            victims: w.victims.into_iter().map(JobId).collect(),
+            reason: w.reason,
+        })
+    }
+}
+
+impl From<&Priorities> for v1::Priorities {
+    fn from(p: &Priorities) -> Self {
+        v1::Priorities {
+            classes: p.classes.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            max_preemptions: p.max_preemptions,
+        }
+    }
+}
+
+/// Checked with [`Priorities::validate`].
+impl TryFrom<v1::Priorities> for Priorities {
+    type Error = WireError;
+    fn try_from(w: v1::Priorities) -> Result<Self, WireError> {
+        let p = Priorities { classes: w.classes.into_iter().collect(), max_preemptions: w.max_preemptions };
+        p.validate().map_err(|(field, msg)| WireError::invalid("Priorities", "classes", format!("{field}: {msg}")))?;
+        Ok(p)
     }
 }
 
@@ -669,6 +729,7 @@ impl From<&ViewSnapshot> for v1::ViewSnapshot {
             server_names: s.server_names.clone(),
             jobs: s.jobs.iter().map(Into::into).collect(),
             quotas: s.quotas.clone(),
+            priorities: Some((&s.priorities).into()),
             next_job: s.next_job,
             ended: s.ended.iter().map(|j| j.0).collect(),
             ended_jobs_kept: s.ended_jobs_kept,
@@ -692,6 +753,8 @@ impl TryFrom<v1::ViewSnapshot> for ViewSnapshot {
             server_names: w.server_names,
             jobs: convert_all(w.jobs, "jobs")?,
             quotas: w.quotas,
+            priorities: Priorities::try_from(required(w.priorities, "ViewSnapshot", "priorities")?)
+                .map_err(|e| e.at("priorities"))?,
             next_job: w.next_job,
             ended: w.ended.into_iter().map(JobId).collect(),
             ended_jobs_kept: w.ended_jobs_kept,
@@ -823,6 +886,63 @@ mod tests {
         // The kind survives the wire.
         let back = v1::SubmitResult::decode(r.encode_to_vec().as_slice()).expect("decodes");
         assert_eq!(back.refusal(), v1::SubmitRefusal::NeverFits);
+    }
+
+    #[test]
+    fn preemptions_classes_and_service_queues_cross_the_wire() {
+        let mut spec = ClusterSpec::uniform(seed(), 2, 2, 1);
+        spec.priorities.classes.insert("urgent".into(), 1000);
+        spec.priorities.max_preemptions = 5;
+        let mut view = ClusterView::from_spec(&spec);
+        let low = view.submit(JobSpec::simple("low", 1, 8)).expect("admitted");
+        let p = Proposal {
+            id: ProposalId(1),
+            job: low,
+            members: vec![plan(&view, low, ServerId(0))],
+            based_on: view.version(),
+        };
+        assert!(view.propose(&p).is_placed());
+        view.set_service_queue(low, 2).expect("live job");
+        let high = view.submit(JobSpec { class: Some("urgent".into()), ..rich_spec() }).expect("admitted");
+        assert_eq!(view.job(high).expect("job").spec.priority, 1000, "the class resolved at admission");
+        let small = view.submit(JobSpec { class: Some("batch".into()), ..JobSpec::simple("small", 1, 4) }).expect("ok");
+        // Planned as if the victim were gone.
+        let mut without = view.clone();
+        without.release(low, false).expect("placed");
+        let pre = Preemption {
+            proposal: Proposal {
+                id: ProposalId(2),
+                job: small,
+                members: vec![plan(&without, small, ServerId(0))],
+                based_on: view.version(),
+            },
+            victims: vec![low],
+            reason: "batch over best effort".into(),
+        };
+        let wire = wire_trip(&v1::Preemption::from(&pre));
+        assert_eq!(Preemption::try_from(wire).expect("valid"), pre);
+        assert!(view.preempt(&pre).is_placed());
+        let snap = view.snapshot();
+        let back = ViewSnapshot::try_from(wire_trip(&v1::ViewSnapshot::from(&snap))).expect("valid snapshot");
+        assert_eq!(back, snap);
+        let j = back.jobs.iter().find(|j| j.id == low).expect("victim");
+        assert_eq!((j.preemptions, j.service_queue, j.state), (1, 2, JobState::Pending));
+        assert_eq!(ClusterView::from_snapshot(back).state_hash(), view.state_hash());
+        // Bounds: no victims, too long a reason, a queue beyond a byte, an empty class table.
+        let mut w = v1::Preemption::from(&pre);
+        w.victims.clear();
+        assert!(Preemption::try_from(w.clone()).is_err());
+        w.victims = vec![1];
+        w.reason = "x".repeat(tessera_view::preemption::MAX_REASON_CHARS + 1);
+        assert!(Preemption::try_from(w).is_err());
+        let mut job = v1::Job::from(&snap.jobs[0]);
+        job.service_queue = 256;
+        assert!(Job::try_from(job).is_err());
+        let mut s = v1::ViewSnapshot::from(&snap);
+        s.priorities = Some(v1::Priorities { classes: Default::default(), max_preemptions: 1 });
+        assert!(ViewSnapshot::try_from(s.clone()).is_err());
+        s.priorities = None;
+        assert!(ViewSnapshot::try_from(s).is_err(), "priorities are required");
     }
 
     #[test]

@@ -72,11 +72,11 @@ impl ClusterView {
         if !matches!(job.state, JobState::Placed | JobState::Running) {
             return Err(self.reject(p, Rejection::NotMovable { state: job.state.as_str().to_string() }, &[]));
         }
-        self.validate_members(p, job).map_err(|(reason, stale)| self.reject(p, reason, &stale))
+        self.validate_members(p, job, &[job]).map_err(|(reason, stale)| self.reject(p, reason, &stale))
     }
 
     /// The decision for a proposal id that was applied before, if it was.
-    fn idempotency(&self, p: &Proposal) -> Option<Decision> {
+    pub(crate) fn idempotency(&self, p: &Proposal) -> Option<Decision> {
         let &owner = self.applied.get(&p.id)?;
         if owner != p.job {
             return Some(self.reject(p, Rejection::ProposalIdReused { other: owner }, &[]));
@@ -109,16 +109,21 @@ impl ClusterView {
         if job.state != JobState::Pending {
             return fail(Rejection::JobNotPending { state: job.state.as_str().to_string() });
         }
-        self.validate_members(p, job)
+        self.validate_members(p, job, &[])
     }
 
-    /// The member checks of [`ClusterView::validate`] for `job`. A job that holds a placement
-    /// (a move) is checked against the records with its own resources given back, and its
-    /// quota use is not counted twice.
-    fn validate_members(&self, p: &Proposal, job: &Job) -> Result<LocalityLevel, (Rejection, Vec<ServerId>)> {
+    /// The member checks of [`ClusterView::validate`] for `job`, against the records with the
+    /// resources of the `released` jobs given back: the job itself for a move, the victims for a
+    /// preemption. Their GPUs do not count against their tenants' quotas either.
+    pub(crate) fn validate_members(
+        &self,
+        p: &Proposal,
+        job: &Job,
+        released: &[&Job],
+    ) -> Result<LocalityLevel, (Rejection, Vec<ServerId>)> {
         let fail = |r: Rejection| Err((r, Vec::new()));
         let spec = &job.spec;
-        let held = job.placement.as_ref().map_or(&[][..], |g| &g.members[..]);
+        let held = || released.iter().filter_map(|j| j.placement.as_ref()).flat_map(|g| g.members.iter());
         if p.members.len() != spec.members as usize {
             return fail(Rejection::WrongMemberCount { expected: spec.members, got: p.members.len() as u32 });
         }
@@ -155,7 +160,11 @@ impl ClusterView {
         let mut first: Option<Rejection> = None;
         let mut stale: Vec<ServerId> = Vec::new();
         if let Some(&quota) = self.quotas.get(&spec.tenant) {
-            let own = if held.is_empty() { 0 } else { spec.total_gpus() };
+            let own: u32 = released
+                .iter()
+                .filter(|j| j.placement.is_some() && j.spec.tenant == spec.tenant)
+                .map(|j| j.spec.total_gpus())
+                .sum();
             let used = self.tenant_used(&spec.tenant).saturating_sub(own);
             if used + spec.total_gpus() > quota {
                 first = Some(Rejection::QuotaExceeded {
@@ -168,7 +177,7 @@ impl ClusterView {
         }
         for m in claims.per_server() {
             let mut rec = self.servers[m.server.index()];
-            for h in held.iter().filter(|h| h.server == m.server) {
+            for h in held().filter(|h| h.server == m.server) {
                 rec.free_gpus |= h.gpus & !self.unhealthy[m.server.index()];
                 rec.free_cores = rec.free_cores.or(h.cores);
                 rec.free_memory_mib += h.memory_mib;
@@ -190,7 +199,7 @@ impl ClusterView {
     }
 
     /// Writes a validated placement (the caller bumped the version) and puts the job in `state`.
-    fn take(&mut self, p: &Proposal, level: LocalityLevel, state: JobState) {
+    pub(crate) fn take(&mut self, p: &Proposal, level: LocalityLevel, state: JobState) {
         for m in &p.members {
             let r = &mut self.servers[m.server.index()];
             // Second line of defence: validation proved these; a failure here is a bug.
@@ -218,7 +227,7 @@ impl ClusterView {
     /// go on with the servers changed since the version the proposal was planned on (newest
     /// first, up to [`FRESH_CAP`] in all), so the scheduler catches up on exactly what it
     /// missed without re-reading the view.
-    fn reject(&self, p: &Proposal, reason: Rejection, stale: &[ServerId]) -> Decision {
+    pub(crate) fn reject(&self, p: &Proposal, reason: Rejection, stale: &[ServerId]) -> Decision {
         let mut ids: Vec<ServerId> = stale.to_vec();
         if reason.is_conflict() {
             for (v, c) in self.log.iter().rev().take(FRESH_SCAN) {

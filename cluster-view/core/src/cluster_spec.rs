@@ -11,12 +11,17 @@
 //!
 //! [quotas]                       # optional: most GPUs a tenant may hold at once
 //! vision = 16
+//!
+//! [priorities]                   # optional; these are the defaults (see `priority`)
+//! classes = { production = 100, batch = 50, best-effort = 0 }
+//! max_preemptions = 3
 //! ```
 //!
 //! Each `[[racks]]` entry becomes one configuration set; several entries may share a rack name
 //! (servers of different topologies in one rack) if they agree on its InfiniBand domain.
 
 use crate::error::SpecError;
+use crate::priority::Priorities;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -51,6 +56,8 @@ pub struct ClusterSpec {
     pub groups: Vec<RackGroup>,
     /// GPU quota per tenant; tenants not listed are unlimited.
     pub quotas: BTreeMap<String, u32>,
+    /// Priority classes and the preemption bound.
+    pub priorities: Priorities,
 }
 
 /// The file format, read by [`ClusterSpec::from_toml`] and written by [`ClusterSpec::write_files`].
@@ -61,6 +68,17 @@ struct RawSpec {
     racks: Vec<RawRack>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     quotas: BTreeMap<String, u32>,
+    #[serde(default)]
+    priorities: RawPriorities,
+}
+
+#[derive(Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawPriorities {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    classes: Option<BTreeMap<String, i32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_preemptions: Option<u32>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -86,7 +104,16 @@ impl ClusterSpec {
         if raw.racks.is_empty() {
             return Err(SpecError::invalid(file, "racks", "at least one [[racks]] entry is required"));
         }
-        let mut spec = ClusterSpec { name: raw.name, topologies: Vec::new(), groups: Vec::new(), quotas: raw.quotas };
+        let defaults = Priorities::default();
+        let priorities = Priorities {
+            classes: raw.priorities.classes.unwrap_or(defaults.classes),
+            max_preemptions: raw.priorities.max_preemptions.unwrap_or(defaults.max_preemptions),
+        };
+        if let Err((field, message)) = priorities.validate() {
+            return Err(SpecError::invalid(file, format!("priorities.{field}"), message));
+        }
+        let mut spec =
+            ClusterSpec { name: raw.name, topologies: Vec::new(), groups: Vec::new(), quotas: raw.quotas, priorities };
         let mut ib_of_rack: BTreeMap<String, String> = BTreeMap::new();
         let mut seen_groups: std::collections::HashSet<(String, usize)> = std::collections::HashSet::new();
         let mut total: u64 = 0;
@@ -209,7 +236,13 @@ impl ClusterSpec {
             left -= n;
             rack += 1;
         }
-        ClusterSpec { name: format!("uniform-{servers}"), topologies: vec![topology], groups, quotas: BTreeMap::new() }
+        ClusterSpec {
+            name: format!("uniform-{servers}"),
+            topologies: vec![topology],
+            groups,
+            quotas: BTreeMap::new(),
+            priorities: Priorities::default(),
+        }
     }
 
     /// Writes the spec as files in `dir`: `cluster.toml`, naming each topology by its preset
@@ -245,6 +278,10 @@ impl ClusterSpec {
                 })
                 .collect(),
             quotas: self.quotas.clone(),
+            priorities: RawPriorities {
+                classes: Some(self.priorities.classes.clone()),
+                max_preemptions: Some(self.priorities.max_preemptions),
+            },
         };
         let text = toml::to_string(&raw)
             .map_err(|e| SpecError::Syntax { file: "cluster.toml".into(), message: e.to_string() })?;
@@ -289,6 +326,8 @@ mod tests {
         spec.topologies.push(custom);
         spec.groups.push(RackGroup { rack: "rack-0".into(), ib_domain: "ib-0".into(), topology: 1, servers: 3 });
         spec.quotas.insert("vision".into(), 16);
+        spec.priorities.classes.insert("urgent".into(), 1000);
+        spec.priorities.max_preemptions = 5;
         let path = spec.write_files(dir.path()).expect("write");
         assert_eq!(ClusterSpec::from_file(&path).expect("read back"), spec);
         // The preset is named, the custom topology is a file of its own.
@@ -321,6 +360,14 @@ mod tests {
         assert!(e.contains("racks[1].ib_domain"), "{e}");
         let e = bad("name='c'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology_file='/nonexistent.toml'\nservers=1\n");
         assert!(e.contains("/nonexistent.toml") && e.contains("cannot read"), "{e}");
+        let with = |tail: &str| format!("{ok}{tail}");
+        let e = bad(&with("[priorities]\nclasses = {}\n"));
+        assert!(e.contains("priorities.classes") && e.contains("at least one"), "{e}");
+        let e = bad(&with("[priorities]\nmax_preemptions = -1\n"));
+        assert!(e.contains("max_preemptions"), "{e}");
+        let s = ClusterSpec::from_toml("c.toml", &with("[priorities]\nmax_preemptions = 0\n"), None).expect("valid");
+        assert_eq!(s.priorities.max_preemptions, 0);
+        assert_eq!(s.priorities.classes, Priorities::default().classes, "classes default when not given");
         let e = bad("name='c'\nracks=[]\n");
         assert!(e.contains("`racks`"), "{e}");
     }

@@ -34,7 +34,8 @@ impl Report {
 }
 
 /// Checks: no device or core held by two jobs; no two jobs admitted under one request id;
-/// gangs whole or absent; jobs hold resources
+/// gangs whole or absent (a pending job, preempted or re-queued, holds nothing); no job
+/// preempted beyond the cluster's bound; jobs hold resources
 /// exactly in the states that should; every server's free masks and memory equal its capacity
 /// minus what its jobs hold.
 pub fn check(view: &ClusterView) -> Report {
@@ -87,8 +88,14 @@ pub fn check(view: &ClusterView) -> Report {
             held_cores[i] = held_cores[i].or(m.cores);
             held_mem[i] += m.memory_mib as u64;
         }
-        if job.state == JobState::Pending && job.placement.is_some() {
-            rep.violations.push(format!("{} is pending with a placement", job.id));
+        if job.state == JobState::Pending && (job.placement.is_some() || !job.tasks.is_empty()) {
+            rep.violations.push(format!("{} is pending with a placement or tasks", job.id));
+        }
+        if job.preemptions > view.priorities.max_preemptions {
+            rep.violations.push(format!(
+                "{} was preempted {} times, beyond the bound of {}",
+                job.id, job.preemptions, view.priorities.max_preemptions
+            ));
         }
     }
     for (i, r) in view.servers.iter().enumerate() {

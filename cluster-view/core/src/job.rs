@@ -6,7 +6,7 @@
 //! members = 2               # gang members (tasks), each on one server; default 1
 //! gpu_type = "nvidia-v100-16g"   # optional
 //! tenant = "vision"         # optional, default "default"
-//! priority = 0
+//! priority = "batch"       # a class of the cluster's [priorities] (resolved at admission), or a number
 //! memory_mib_per_gpu = 32768     # optional; default: the server's memory share per GPU
 //! command = ["python3", "train.py"]
 //!
@@ -152,8 +152,12 @@ pub struct JobSpec {
     pub cpu: CpuDemand,
     /// Memory per GPU in MiB; `None` = the server's memory share per GPU.
     pub memory_mib_per_gpu: Option<u32>,
-    /// Higher runs first.
+    /// Higher runs first, and may preempt lower. Set from `class` when the view admits the job.
     pub priority: i32,
+    /// The priority class the job named, if it named one; the view resolves it to `priority`
+    /// at admission ([`crate::Priorities::resolve`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// The command each member runs (empty for simulated jobs).
     pub command: Vec<String>,
     /// The scheduler that places the job, by the name a scheduler host knows it by
@@ -184,7 +188,7 @@ pub struct JobFile {
     #[serde(default)]
     tenant: Option<String>,
     #[serde(default)]
-    priority: i32,
+    priority: Option<RawPriority>,
     #[serde(default)]
     memory_mib_per_gpu: Option<u32>,
     #[serde(default)]
@@ -195,6 +199,14 @@ pub struct JobFile {
     locality: Option<RawLocality>,
     #[serde(default)]
     cpu: Option<RawCpu>,
+}
+
+/// `priority = 10` or `priority = "batch"` (a class name).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawPriority {
+    Number(i32),
+    Class(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -272,6 +284,11 @@ impl JobFile {
             }
             Some(_) => CpuDemand::Proportional,
         };
+        let (priority, class) = match self.priority {
+            None => (0, None),
+            Some(RawPriority::Number(p)) => (p, None),
+            Some(RawPriority::Class(c)) => (0, Some(c)),
+        };
         let spec = JobSpec {
             name,
             tenant: self.tenant.unwrap_or_else(|| "default".into()),
@@ -284,7 +301,8 @@ impl JobFile {
             slowdown: loc.slowdown,
             cpu,
             memory_mib_per_gpu: self.memory_mib_per_gpu,
-            priority: self.priority,
+            priority,
+            class,
             command: self.command,
             scheduler: self.scheduler,
         };
@@ -310,6 +328,7 @@ impl JobSpec {
             cpu: CpuDemand::Proportional,
             memory_mib_per_gpu: None,
             priority: 0,
+            class: None,
             command: Vec::new(),
             scheduler: None,
         }
@@ -416,6 +435,11 @@ impl JobSpec {
                 "scheduler",
                 format!("`{name}` is not a scheduler name (1 to 64 of a-z, 0-9, `-`, `_`; omit it for the default)"),
             );
+        }
+        if let Some(class) = &self.class
+            && (class.trim().is_empty() || class.len() > 64 || class.chars().any(char::is_whitespace))
+        {
+            return bad("priority", format!("`{class}` is not a class name (1 to 64 characters, no spaces)"));
         }
         Ok(())
     }
@@ -536,6 +560,28 @@ pub struct Job {
     /// same id is answered with this job instead of admitting another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<crate::RequestId>,
+    /// How many times a higher-priority job preempted it; at the cluster's
+    /// [`crate::Priorities::max_preemptions`] it is not preempted again.
+    #[serde(default)]
+    pub preemptions: u32,
+    /// Its attained-service queue (0 = the least service), set by the host that holds it
+    /// ([`crate::Command::SetServiceQueue`]). Within one priority, a job may preempt jobs of a
+    /// higher queue.
+    #[serde(default)]
+    pub service_queue: u8,
+}
+
+impl Job {
+    /// Whether this job ranks above `other` for preemption: a higher priority, or the same
+    /// priority and a lower attained-service queue.
+    pub fn outranks(&self, other: &Job) -> bool {
+        self.rank() > other.rank()
+    }
+
+    /// Its rank for preemption: priority, then the lower attained-service queue.
+    pub fn rank(&self) -> (i32, std::cmp::Reverse<u8>) {
+        (self.spec.priority, std::cmp::Reverse(self.service_queue))
+    }
 }
 
 #[cfg(test)]

@@ -16,9 +16,11 @@
 //! | [`server`] | [`ServerRecord`]: the 32-byte hot state of one server |
 //! | [`job`] | [`JobSpec`] (TOML), [`Job`], [`JobState`], CPU and memory demand |
 //! | [`placement`] | [`Proposal`], [`MemberPlacement`], [`Decision`], [`Rejection`] |
+//! | [`priority`] | [`Priorities`]: priority classes and the preemption bound (cluster spec) |
 //! | [`fit`] | the one fit function shared by the approver and every scheduler's search |
 //! | [`view`] | [`ClusterView`]: the state machine (commands, versions, deltas, snapshots, hash) |
 //! | [`approver`] | atomic gang validation and apply, idempotent on the proposal id |
+//! | [`preemption`] | [`Preemption`], the approver's atomic take-over of lower-priority gangs, and the pure victim choice |
 //! | [`migration_planner`] | the migration planner: fewest moves of small jobs that free a group (the scheduler hosts' migration task and the simulator execute its plans) |
 //! | [`invariants`] | an independent checker of the view's invariants |
 //!
@@ -39,6 +41,8 @@ pub mod locality;
 pub mod mask;
 pub mod migration_planner;
 pub mod placement;
+pub mod preemption;
+pub mod priority;
 pub mod server;
 pub mod topology;
 pub mod view;
@@ -51,6 +55,8 @@ pub use job::{CpuDemand, Job, JobFile, JobSpec, JobState, Predictor, TaskEvent, 
 pub use locality::LocalityLevel;
 pub use mask::CoreMask;
 pub use placement::{Decision, MemberPlacement, Proposal, Rejection};
+pub use preemption::Preemption;
+pub use priority::Priorities;
 pub use server::{Health, ServerRecord};
 pub use topology::Topology;
 pub use view::{ClusterView, Command, Outcome, ViewDelta, ViewSnapshot};

@@ -215,6 +215,22 @@ pub enum Rejection {
         /// Memory asked.
         asked: u32,
     },
+    /// A preemption names no victim, or more than [`crate::preemption::MAX_VICTIMS`].
+    #[error("a preemption names {got} victims; it needs 1 to {max}")]
+    VictimCount {
+        /// Victims named.
+        got: u32,
+        /// The most allowed.
+        max: u32,
+    },
+    /// A preemption names a job it may not take resources from.
+    #[error("victim {victim}: {problem}")]
+    Victim {
+        /// The victim.
+        victim: JobId,
+        /// Why it may not be preempted.
+        problem: crate::preemption::VictimProblem,
+    },
 }
 
 impl Rejection {
@@ -254,6 +270,8 @@ impl Rejection {
             Rejection::DevicesBusy { .. } => "devices_busy",
             Rejection::CoresBusy { .. } => "cores_busy",
             Rejection::MemoryShort { .. } => "memory_short",
+            Rejection::VictimCount { .. } => "victim_count",
+            Rejection::Victim { .. } => "victim_not_preemptible",
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::ids::{ConfigSetId, JobId, ProposalId, RequestId, ServerId, ViewVersio
 use crate::job::{Job, JobSpec, JobState, TaskEvent, TaskState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, Proposal};
+use crate::priority::Priorities;
 use crate::server::{Health, ServerRecord};
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,19 @@ pub enum Command {
     /// placement is released and the proposal's members taken in one step (see
     /// [`ClusterView::migrate`]).
     Migrate(Vec<Proposal>),
+    /// Place a pending job on resources held by lower-priority jobs, atomically: every victim
+    /// is released whole and re-queued and the preemptor placed, or nothing changes (see
+    /// [`ClusterView::preempt`]).
+    Preempt(crate::Preemption),
+    /// Move a live job to another attained-service queue (0 = the least service). Within one
+    /// priority a job may preempt jobs of a higher queue: the scheduler host that holds the job
+    /// demotes it as it attains service, as Tiresias' discretized LAS does.
+    SetServiceQueue {
+        /// The job.
+        job: JobId,
+        /// Its new queue.
+        queue: u8,
+    },
     /// A job ended; release its resources.
     Release {
         /// The job.
@@ -105,7 +119,7 @@ pub enum Outcome {
     Submitted(Result<JobId, ViewError>),
     /// One decision per proposal, in order.
     Decided(Vec<Decision>),
-    /// Release or cancel result.
+    /// Release, cancel or service-queue result.
     Ended(Result<(), ViewError>),
     /// Jobs re-queued by a health change.
     HealthSet(Result<Vec<JobId>, ViewError>),
@@ -156,6 +170,9 @@ pub struct ViewSnapshot {
     pub jobs: Vec<Job>,
     /// Tenant quotas.
     pub quotas: BTreeMap<String, u32>,
+    /// Priority classes and the preemption bound.
+    #[serde(default)]
+    pub priorities: Priorities,
     /// The next job id.
     pub next_job: u64,
     /// Ended jobs still kept, in the order they ended (the oldest is forgotten first).
@@ -189,6 +206,7 @@ pub struct ClusterView {
     /// Request ids of remembered jobs (derived from [`Job::request`]).
     pub(crate) requests: HashMap<RequestId, JobId>,
     pub(crate) quotas: BTreeMap<String, u32>,
+    pub(crate) priorities: Priorities,
     pub(crate) tenant_used: HashMap<String, u32>,
     pub(crate) log: VecDeque<(ViewVersion, Change)>,
     pub(crate) log_cap: usize,
@@ -290,6 +308,7 @@ impl ClusterView {
             applied: HashMap::new(),
             requests: HashMap::new(),
             quotas: spec.quotas.clone(),
+            priorities: spec.priorities.clone(),
             tenant_used: HashMap::new(),
             log: VecDeque::new(),
             log_cap: DEFAULT_CHANGE_LOG,
@@ -403,12 +422,19 @@ impl ClusterView {
         &self.quotas
     }
 
+    /// Priority classes and the preemption bound.
+    pub fn priorities(&self) -> &Priorities {
+        &self.priorities
+    }
+
     /// Applies one command. Deterministic.
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
         match cmd {
             Command::Submit { spec, request } => Outcome::Submitted(self.submit_once(spec, request.as_ref())),
             Command::Propose(ps) => Outcome::Decided(ps.iter().map(|p| self.propose(p)).collect()),
             Command::Migrate(ps) => Outcome::Decided(ps.iter().map(|p| self.migrate(p)).collect()),
+            Command::Preempt(p) => Outcome::Decided(vec![self.preempt(p)]),
+            Command::SetServiceQueue { job, queue } => Outcome::Ended(self.set_service_queue(*job, *queue)),
             Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
             Command::Cancel { job, reason } => Outcome::Ended(self.cancel_because(*job, reason.clone())),
             Command::SetHealth { server, health } => Outcome::HealthSet(self.set_health(*server, *health)),
@@ -541,6 +567,7 @@ impl ClusterView {
     /// job is live or among the ended jobs kept) is answered with that job and changes nothing;
     /// the same id with another spec is refused ([`ViewError::RequestReused`]).
     pub fn submit_once(&mut self, spec: &JobSpec, request: Option<&RequestId>) -> Result<JobId, ViewError> {
+        let spec = &self.with_class_resolved(spec.clone())?;
         if let Some(r) = request
             && let Some(&job) = self.requests.get(r)
         {
@@ -557,7 +584,16 @@ impl ClusterView {
         self.requests.get(request).copied()
     }
 
+    /// `spec` with its priority set from its class, if it names one (unknown: refused).
+    fn with_class_resolved(&self, mut spec: JobSpec) -> Result<JobSpec, ViewError> {
+        if let Some(class) = &spec.class {
+            spec.priority = self.priorities.resolve(class).map_err(ViewError::NeverFits)?;
+        }
+        Ok(spec)
+    }
+
     fn admit(&mut self, spec: JobSpec, request: Option<RequestId>) -> Result<JobId, ViewError> {
+        let spec = self.with_class_resolved(spec)?;
         spec.validate().map_err(ViewError::InvalidSpec)?;
         let key = ShapeKey::of(&spec);
         let verdict = match self.fit_memo.get(&key) {
@@ -589,6 +625,8 @@ impl ClusterView {
                 tasks: Vec::new(),
                 error: None,
                 request: request.clone(),
+                preemptions: 0,
+                service_queue: 0,
             },
         );
         if let Some(r) = request {
@@ -730,12 +768,7 @@ impl ClusterView {
             hit.sort();
             let name = self.server_name(server).unwrap_or("?").to_string();
             for job in hit {
-                self.free_placement(job);
-                if let Some(j) = self.jobs.get_mut(&job) {
-                    j.state = JobState::Pending;
-                    j.error = Some(format!("re-queued: server {name} went down"));
-                }
-                self.note(Change::Job(job));
+                self.requeue(job, format!("re-queued: server {name} went down"));
                 requeued.push(job);
             }
         }
@@ -794,6 +827,7 @@ impl ClusterView {
             server_names: self.server_names.clone(),
             jobs: self.jobs().into_iter().cloned().collect(),
             quotas: self.quotas.clone(),
+            priorities: self.priorities.clone(),
             next_job: self.next_job,
             ended: self.ended.iter().copied().collect(),
             ended_jobs_kept: self.ended_kept as u64,
@@ -840,6 +874,7 @@ impl ClusterView {
             applied,
             requests,
             quotas: s.quotas,
+            priorities: s.priorities,
             tenant_used,
             log: VecDeque::new(),
             log_cap: DEFAULT_CHANGE_LOG,
@@ -856,6 +891,11 @@ impl ClusterView {
         let mut h = StateHasher::default();
         h.u64(self.version.0);
         h.u64(self.next_job);
+        h.u64(self.priorities.max_preemptions as u64);
+        for (class, p) in &self.priorities.classes {
+            h.str(class);
+            h.u64(*p as u32 as u64);
+        }
         for r in &self.servers {
             h.u64(r.free_gpus);
             h.u64(r.free_cores.0[0]);
@@ -884,6 +924,9 @@ impl ClusterView {
             }
             h.str(j.error.as_deref().unwrap_or(""));
             h.str(j.request.as_ref().map_or("", |r| r.as_str()));
+            h.u64(j.preemptions as u64);
+            h.u64(j.service_queue as u64);
+            h.u64(j.spec.priority as u32 as u64);
             if let Some(p) = &j.placement {
                 h.u64(p.proposal.0);
                 h.u64(p.placed_at.0);
@@ -940,6 +983,34 @@ impl ClusterView {
         }
         if let Some(u) = self.tenant_used.get_mut(&tenant) {
             *u = u.saturating_sub(total);
+        }
+        self.note(Change::Job(job));
+    }
+
+    /// Moves a live job to attained-service queue `queue`; an ended job is
+    /// [`ViewError::BadJobState`]. Setting the queue it is in changes nothing.
+    pub fn set_service_queue(&mut self, job: JobId, queue: u8) -> Result<(), ViewError> {
+        let j = self.jobs.get(&job).ok_or(ViewError::UnknownJob(job))?;
+        if matches!(j.state, JobState::Finished | JobState::Failed) {
+            return Err(ViewError::BadJobState { job, state: j.state.as_str(), action: "change its service queue" });
+        }
+        if j.service_queue == queue {
+            return Ok(());
+        }
+        self.bump();
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.service_queue = queue;
+        }
+        self.note(Change::Job(job));
+        Ok(())
+    }
+
+    /// Releases a job's placement whole and puts it back to pending, saying why.
+    pub(crate) fn requeue(&mut self, job: JobId, why: String) {
+        self.free_placement(job);
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.state = JobState::Pending;
+            j.error = Some(why);
         }
         self.note(Change::Job(job));
     }

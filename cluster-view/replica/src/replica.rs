@@ -403,7 +403,9 @@ impl<B: Backend> Replica<B> {
 
     /// Queues any command for the next log entry (commands are batched with gangs). A
     /// `Command::Propose` of one gang takes the [`Replica::propose_gang`] path (pre-check, one
-    /// ticket); several gangs in one command are refused as `Invalid`.
+    /// ticket); several gangs in one command are refused as `Invalid`. A `Command::Preempt`
+    /// is pre-checked against the applied view (a refusal comes back at once as
+    /// [`Answer::Immediate`]); apply decides again, on every replica.
     pub fn propose(&mut self, cmd: Command) -> Result<Ticket, ReplicaError> {
         if let Command::Propose(mut ps) = cmd {
             // Gangs go through the pre-check, one ticket each.
@@ -414,6 +416,12 @@ impl<B: Backend> Replica<B> {
         }
         self.check_leader()?;
         let t = self.ticket();
+        if let Command::Preempt(pre) = &cmd
+            && let Err(d) = self.view.precheck_preempt(pre)
+        {
+            self.outcomes.push((t, Answer::Immediate(d)));
+            return Ok(t);
+        }
         self.batch.push((t, cmd));
         Ok(t)
     }

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::v1;
 use tessera_replica::Answer;
-use tessera_view::{Command, JobId, JobSpec, Outcome, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology};
+use tessera_view::{
+    Command, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology,
+};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -54,6 +56,22 @@ fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
 
 /// Longest task exit message accepted (bytes); the view keeps it as the job's error.
 const MAX_TASK_MESSAGE: usize = 4096;
+
+/// The result of one decided command (a proposal or a preemption): its decision, or why its
+/// outcome is unknown; a follower's refusal is the request's error (retry at the leader).
+fn one_decision(answer: Result<(Answer, u64), ViewServerError>) -> Result<v1::ProposeResult, Status> {
+    let decided = |d: &tessera_view::Decision| v1::ProposeResult { decision: Some(d.into()), unknown: String::new() };
+    Ok(match answer {
+        Ok((Answer::Applied(Outcome::Decided(ds)), _)) if ds.len() == 1 => decided(&ds[0]),
+        Ok((Answer::Immediate(d), _)) => decided(&d),
+        Ok((other, _)) => v1::ProposeResult {
+            decision: None,
+            unknown: unknown_outcome(&ViewServerError::Stopped(format!("{other:?}"))),
+        },
+        Err(e @ ViewServerError::NotLeader { .. }) => return Err(e.into()),
+        Err(e) => v1::ProposeResult { decision: None, unknown: unknown_outcome(&e) },
+    })
+}
 
 fn unknown_outcome(e: &ViewServerError) -> String {
     format!("outcome unknown: {}; retrying the same proposal id is safe", chain(e))
@@ -201,22 +219,8 @@ impl v1::view_server::View for ViewService {
         self.node.send(NodeRequest::Propose(items))?;
         let mut results = Vec::with_capacity(waits.len());
         for rx in waits {
-            let r = match self.node.wait(rx).await {
-                Ok((Answer::Applied(Outcome::Decided(ds)), _)) if ds.len() == 1 => {
-                    v1::ProposeResult { decision: Some(v1::Decision::from(&ds[0])), unknown: String::new() }
-                }
-                Ok((Answer::Immediate(d), _)) => {
-                    v1::ProposeResult { decision: Some(v1::Decision::from(&d)), unknown: String::new() }
-                }
-                Ok((other, _)) => v1::ProposeResult {
-                    decision: None,
-                    unknown: unknown_outcome(&ViewServerError::Stopped(format!("{other:?}"))),
-                },
-                // Every proposal of one request meets the same leader: refuse the request.
-                Err(e @ ViewServerError::NotLeader { .. }) => return Err(e.into()),
-                Err(e) => v1::ProposeResult { decision: None, unknown: unknown_outcome(&e) },
-            };
-            results.push(r);
+            // Every proposal of one request meets the same leader: a follower refuses the request.
+            results.push(one_decision(self.node.wait(rx).await)?);
         }
         Ok(Response::new(v1::ProposeResponse { results }))
     }
@@ -252,6 +256,21 @@ impl v1::view_server::View for ViewService {
             Err(e) => unknown(unknown_outcome(&e)),
         };
         Ok(Response::new(v1::ProposeResponse { results }))
+    }
+
+    /// The span names the preemptor, its proposal and how many victims it displaces.
+    #[instrument(level = "debug", skip_all, fields(job_id = Empty, proposal = Empty, victims = Empty))]
+    async fn preempt(&self, req: Request<v1::PreemptRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let wire = req.into_inner().preemption.ok_or_else(|| ViewServerError::Invalid("preemption: missing".into()))?;
+        let pre = Preemption::try_from(wire).map_err(|e| ViewServerError::Invalid(format!("preemption: {e}")))?;
+        Span::current()
+            .record("job_id", pre.proposal.job.0)
+            .record("proposal", pre.proposal.id.0)
+            .record("victims", pre.victims.len());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.node.send(NodeRequest::Commands(vec![(Command::Preempt(pre), tx)]))?;
+        let result = one_decision(self.node.wait(rx).await)?;
+        Ok(Response::new(v1::ProposeResponse { results: vec![result] }))
     }
 
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job, failed = req.get_ref().failed))]

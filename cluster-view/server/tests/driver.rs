@@ -1,12 +1,16 @@
 //! The driver thread in-process (one replica on a real RocksDB directory, no network): watch
-//! steps fall back to a snapshot when the change log no longer reaches back far enough, and
-//! linearizable reads wait for the confirmed index.
+//! steps fall back to a snapshot when the change log no longer reaches back far enough,
+//! linearizable reads wait for the confirmed index, and a preemption is pre-checked by the
+//! leader and applied through the log.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tessera_replica::{Answer, Replica, ReplicaConfig};
-use tessera_view::{ClusterSpec, ClusterView, Command, JobSpec, Outcome, Topology};
+use tessera_view::{
+    ClusterSpec, ClusterView, Command, Decision, JobSpec, JobState, MemberPlacement, Outcome, Preemption, Proposal,
+    ProposalId, ServerId, Topology,
+};
 use tessera_view_server::node::{Driver, DriverConfig, NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 
 fn start(dir: &std::path::Path) -> NodeHandle {
@@ -31,22 +35,26 @@ fn start(dir: &std::path::Path) -> NodeHandle {
     handle
 }
 
+/// Polls the status until the single replica has elected itself (bounded).
+async fn until_leader(node: &NodeHandle) {
+    let t0 = Instant::now();
+    loop {
+        let s = node.ask(NodeRequest::Status).await.expect("status");
+        if s.role == "leader" {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[test]
 fn watch_falls_back_to_snapshot_and_reads_wait_for_commit() {
     let dir = tempfile::tempdir().expect("tmp");
     let node = start(dir.path());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
     rt.block_on(async {
-        // Wait until the single replica has elected itself.
-        let t0 = Instant::now();
-        loop {
-            let s = node.ask(NodeRequest::Status).await.expect("status");
-            if s.role == "leader" {
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "no leader");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_leader(&node).await;
         let v0 = node.ask(NodeRequest::Status).await.expect("status").version;
         let mut last = 0;
         for i in 0..10 {
@@ -74,4 +82,80 @@ fn watch_falls_back_to_snapshot_and_reads_wait_for_commit() {
             ReadOut::Job(..) => panic!("wrong read"),
         }
     });
+}
+
+#[test]
+fn a_preemption_is_prechecked_by_the_leader_and_applied_through_the_log() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let node = start(dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    rt.block_on(async {
+        until_leader(&node).await;
+        let submit = |spec: JobSpec| {
+            let node = node.clone();
+            async move {
+                match node.ask(|r| NodeRequest::Commands(vec![(Command::submit(spec), r)])).await.expect("submit") {
+                    (Answer::Applied(Outcome::Submitted(Ok(id))), _) => id,
+                    other => panic!("submit answered {other:?}"),
+                }
+            }
+        };
+        let snapshot = || {
+            let node = node.clone();
+            async move {
+                match node.ask(|reply| NodeRequest::Read { linearizable: true, what: ReadTarget::Snapshot, reply }).await {
+                    Ok(ReadOut::Snapshot(s, _)) => {
+                        ClusterView::from_snapshot(tessera_view::ViewSnapshot::try_from(*s).expect("valid snapshot"))
+                    }
+                    other => panic!("snapshot read answered {other:?}"),
+                }
+            }
+        };
+        let low = submit(JobSpec::simple("low", 1, 8)).await;
+        let view = snapshot().await;
+        let members = whole_server(&view, &view.job(low).expect("low").spec);
+        let p = Proposal { id: ProposalId(1), job: low, members: members.clone(), based_on: view.version() };
+        let (a, _) = node.ask(|r| NodeRequest::Propose(vec![(p, r)])).await.expect("propose");
+        assert!(matches!(a, Answer::Applied(Outcome::Decided(ref d)) if d[0].is_placed()), "{a:?}");
+        // An equal-priority job may not preempt: refused by the leader's pre-check, at once.
+        let peer = submit(JobSpec::simple("peer", 1, 8)).await;
+        let pre = |id: u64, job, based_on| Preemption {
+            proposal: Proposal { id: ProposalId(id), job, members: members.clone(), based_on },
+            victims: vec![low],
+            reason: "test".into(),
+        };
+        let version = snapshot().await.version();
+        let (a, _) = node.ask(|r| NodeRequest::Commands(vec![(Command::Preempt(pre(2, peer, version)), r)])).await.expect("ask");
+        assert!(
+            matches!(&a, Answer::Immediate(Decision::Rejected { reason, .. }) if reason.code() == "victim_not_preemptible"),
+            "{a:?}"
+        );
+        // A higher-priority one takes the server through the log.
+        let high = submit(JobSpec { priority: 10, ..JobSpec::simple("high", 1, 8) }).await;
+        let version = snapshot().await.version();
+        let (a, _) = node.ask(|r| NodeRequest::Commands(vec![(Command::Preempt(pre(3, high, version)), r)])).await.expect("ask");
+        assert!(matches!(&a, Answer::Applied(Outcome::Decided(d)) if d[0].is_placed()), "{a:?}");
+        let view = snapshot().await;
+        let victim = view.job(low).expect("victim");
+        assert_eq!((victim.state, victim.preemptions), (JobState::Pending, 1));
+        assert_eq!(view.job(high).expect("preemptor").state, JobState::Placed);
+        assert!(tessera_view::invariants::check(&view).is_clean());
+    });
+}
+
+/// The whole of server 0 for an 8-GPU job, with the shared fit function.
+fn whole_server(view: &ClusterView, spec: &JobSpec) -> Vec<MemberPlacement> {
+    let rec = *view.server(ServerId(0)).expect("server");
+    let topo = view.topology_of(rec.config_set);
+    let req = tessera_view::fit::member_request(spec, topo);
+    let (m, _) = tessera_view::fit::plan_member(
+        topo,
+        &rec,
+        ServerId(0),
+        &req,
+        tessera_view::LocalityLevel::Server,
+        tessera_view::fit::FitMode::Pack,
+    )
+    .expect("fits an empty server");
+    vec![m]
 }

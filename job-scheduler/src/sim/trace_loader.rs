@@ -298,6 +298,7 @@ pub fn load_alibaba_nodes(path: &Path) -> Result<NodeCluster, SchedulerError> {
         topologies: Vec::new(),
         groups: Vec::new(),
         quotas: BTreeMap::new(),
+        priorities: Default::default(),
     };
     for ((model, g, cores, memory), n) in kinds {
         let topo = node_topology(&model, g, cores, memory)

@@ -347,6 +347,8 @@ fn the_members_wanted_here() {
                     tasks: task.into_iter().collect(),
                     error: None,
                     request: None,
+                    preemptions: 0,
+                    service_queue: 0,
                 };
                 let got = desired([&job], server);
                 let holds = matches!(state, JobState::Placed | JobState::Running | JobState::Migrating);
