@@ -28,11 +28,12 @@ use tessera_view::cluster_spec::RackGroup;
 use tessera_view::fit::{self, FitMode};
 use tessera_view::invariants;
 use tessera_view::mask::CoreMask;
+use tessera_view::preemption::VictimProblem;
 use tessera_view::view::{DEFAULT_CHANGE_LOG, DEFAULT_ENDED_JOBS_KEPT};
 use tessera_view::{
     ClusterSpec, ClusterView, Command, ConfigSet, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState,
-    LocalityLevel, MemberPlacement, Outcome, Predictor, Proposal, ProposalId, Rejection, RequestId, ServerId,
-    ServerRecord, TaskEvent, TaskState, Topology, ViewError, ViewSnapshot, ViewVersion,
+    LocalityLevel, MemberPlacement, Outcome, Predictor, Preemption, Proposal, ProposalId, Rejection, RequestId,
+    ServerId, ServerRecord, TaskEvent, TaskState, Topology, ViewError, ViewSnapshot, ViewVersion,
 };
 
 const PRESETS: [&str; 4] = ["seed-8gpu", "dgx1-v100", "dgx-h100", "pcie-4gpu"];
@@ -90,6 +91,8 @@ fn build_spec(p: &Params) -> ClusterSpec {
     if let Some(q) = p.quota {
         spec.quotas.insert(QUOTA_TENANT.to_string(), q);
     }
+    // A low starvation bound, so that scenarios reach it.
+    spec.priorities.max_preemptions = 1 + (p.seed % 2) as u32;
     if let Some(second) = p.second.filter(|s| *s != p.preset) {
         // Every other rack also holds one server of a second topology (a mixed cluster).
         spec.topologies.push(Topology::preset(PRESETS[second]).expect("preset"));
@@ -673,6 +676,9 @@ fn random_job(rng: &mut SmallRng, layout: &Layout, servers: usize, n: u64) -> Jo
         3 => Some(share * rng.random_range(2..=(topo.devices / s.gpus_per_member).clamp(2, 4))),
         _ => None,
     };
+    // Three priorities, so that preemptions find victims and refusals (from the job's number,
+    // leaving the generator's random stream as it was).
+    s.priority = (n % 3) as i32;
     // The quota tenant often, so that its jobs compete for the quota.
     s.tenant = if rng.random_bool(0.4) { QUOTA_TENANT } else { TENANTS.choose(rng).expect("tenants") }.to_string();
     let types = layout.topologies.len() > 1;
@@ -725,6 +731,11 @@ struct Stats {
     request_reused: u64,
     /// A retried request id whose job was forgotten (admitted afresh).
     resubmit_forgotten: u64,
+    /// Preemptions applied, and victims they re-queued.
+    preempted: u64,
+    preempted_victims: u64,
+    /// Preemptions refused, by reason code (and victim problem).
+    preempt_refused: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -757,6 +768,11 @@ impl Stats {
         self.resubmitted += o.resubmitted;
         self.request_reused += o.request_reused;
         self.resubmit_forgotten += o.resubmit_forgotten;
+        self.preempted += o.preempted;
+        self.preempted_victims += o.preempted_victims;
+        for (k, v) in &o.preempt_refused {
+            *self.preempt_refused.entry(k.clone()).or_default() += v;
+        }
     }
 }
 
@@ -1237,6 +1253,121 @@ impl World {
     }
 
     /// Re-sends an earlier accepted proposal (a retry after a lost answer).
+    /// A pending job preempts up to three gangs: mostly ones it outranks and that are under the
+    /// bound, now and then ones at the bound or any holder (which the approver must refuse). Its gang is planned on the
+    /// current records with the victims' resources given back. The oracle: a victim that may not
+    /// be preempted is refused first; then the proposal checks, predicted on a copy of the view
+    /// where the victims were released; then every victim must be needed. Accepted: each victim
+    /// is pending, holds nothing and counts one more preemption, and the servers equal that copy
+    /// with the gang taken. Refused: nothing changed (`exec` checks the hash).
+    fn op_preempt(&mut self, rng: &mut SmallRng) -> Result<()> {
+        let Some(job) = self.pending_jobs().choose(rng).copied() else { return Ok(()) };
+        let me = self.view.job(job).context("pending job")?.clone();
+        let max = self.view.priorities().max_preemptions;
+        let holders: Vec<Job> = self.view.jobs().into_iter().filter(|j| j.state.holds_resources()).cloned().collect();
+        let lawful: Vec<&Job> = holders.iter().filter(|v| me.outranks(v) && v.preemptions < max).collect();
+        let spent: Vec<&Job> = holders.iter().filter(|v| me.outranks(v) && v.preemptions >= max).collect();
+        let pool: Vec<&Job> = match rng.random_range(0..20) {
+            0..=13 if !lawful.is_empty() => lawful,
+            14..=16 if !spent.is_empty() => spent,
+            _ => holders.iter().collect(),
+        };
+        if pool.is_empty() {
+            return Ok(());
+        }
+        let n = if rng.random_bool(0.6) { 1 } else { rng.random_range(1..=pool.len().min(3)) };
+        let victims: Vec<Job> = pool.choose_multiple(rng, n).map(|v| (*v).clone()).collect();
+        let mut released = self.view.clone();
+        for v in &victims {
+            released.release(v.id, false).context("a holder releases")?;
+        }
+        // Planned on the records with the victims released, or, half the time, on what the victims
+        // hold alone (so that the gang needs them).
+        let plan_on = if rng.random_bool(0.5) {
+            released.servers().to_vec()
+        } else {
+            let mut only: Vec<ServerRecord> = released
+                .servers()
+                .iter()
+                .map(|r| ServerRecord { free_gpus: 0, free_cores: CoreMask::EMPTY, free_memory_mib: 0, ..*r })
+                .collect();
+            for v in &victims {
+                let ms = v.placement.as_ref().map_or(&[][..], |p| &p.members[..]);
+                adjust_healthy(&mut only, ms, false, &unhealthy(&self.view));
+            }
+            only
+        };
+        let Some(members) = plan_gang(&self.layout, &plan_on, &me.spec, rng, true) else { return Ok(()) };
+        let id = self.proposal_id();
+        let p = Proposal { id, job, members, based_on: self.view.version() };
+        let pre =
+            Preemption { proposal: p.clone(), victims: victims.iter().map(|v| v.id).collect(), reason: "test".into() };
+        let uses = |v: &Job| {
+            v.placement.as_ref().is_some_and(|pl| {
+                pl.members.iter().any(|h| {
+                    p.members
+                        .iter()
+                        .any(|m| m.server == h.server && (m.gpus & h.gpus != 0 || m.cores.intersects(h.cores)))
+                })
+            })
+        };
+        let expect = if let Some(v) = victims.iter().find(|v| !(me.outranks(v) && v.preemptions < max)) {
+            let problem = if me.outranks(v) {
+                VictimProblem::Exhausted { times: v.preemptions, max }
+            } else {
+                VictimProblem::NotLower {
+                    victim: (v.spec.priority, v.service_queue),
+                    preemptor: (me.spec.priority, me.service_queue),
+                }
+            };
+            Some(Rejection::Victim { victim: v.id, problem })
+        } else {
+            match predict(&released, &self.layout, &p) {
+                Expect::Rejected(r, _) => Some(r),
+                Expect::AlreadyApplied => bail!("a fresh id predicted as applied"),
+                Expect::Accepted(_) => victims
+                    .iter()
+                    .find(|v| !uses(v))
+                    .map(|v| Rejection::Victim { victim: v.id, problem: VictimProblem::NotNeeded }),
+            }
+        };
+        let out = self.exec(Command::Preempt(pre))?;
+        let Outcome::Decided(ds) = out else { bail!("preempt answered {out:?}") };
+        let [d] = ds.as_slice() else { bail!("one preemption, {} decisions", ds.len()) };
+        match (expect, d) {
+            (None, Decision::Accepted { .. }) => {
+                for v in &victims {
+                    let now = self.view.job(v.id).context("victim vanished")?;
+                    ensure!(
+                        now.state == JobState::Pending && now.placement.is_none() && now.tasks.is_empty(),
+                        "victim {} is {} after the preemption",
+                        v.id,
+                        now.state
+                    );
+                    ensure!(now.preemptions == v.preemptions + 1, "victim {} preemptions not counted", v.id);
+                }
+                let placed = self.view.job(job).context("preemptor vanished")?;
+                ensure!(placed.state == JobState::Placed, "preemptor is {}", placed.state);
+                let mut want = released.servers().to_vec();
+                adjust(&mut want, &p.members, true);
+                ensure!(self.view.servers() == want.as_slice(), "servers differ from victims released + gang taken");
+                self.accepted.push(p);
+                self.stats.preempted += 1;
+                self.stats.preempted_victims += victims.len() as u64;
+            }
+            (Some(r), Decision::Rejected { reason, .. }) => {
+                ensure!(*reason == r, "preemption refused with {reason:?}, oracle says {r:?}");
+                let code = match reason {
+                    Rejection::Victim { problem, .. } => format!("victim:{}", problem_code(problem)),
+                    other => other.code().to_string(),
+                };
+                *self.stats.preempt_refused.entry(code).or_default() += 1;
+            }
+            (e, d) => bail!("preemption decided {d:?}, oracle expected {e:?}"),
+        }
+        Ok(())
+    }
+
     fn op_resend(&mut self, rng: &mut SmallRng) -> Result<()> {
         let Some(p) = self.accepted.choose(rng).cloned() else { return Ok(()) };
         let holds = self.view.job(p.job).and_then(|j| j.placement.as_ref()).is_some_and(|pl| pl.proposal == p.id);
@@ -1553,7 +1684,8 @@ impl World {
             81..=82 => self.op_health(rng, false),
             83..=86 => self.op_task(rng),
             87 => self.op_devices(rng),
-            88..=97 => self.op_refresh(rng),
+            88..=93 => self.op_refresh(rng),
+            94..=97 => self.op_preempt(rng),
             _ => {
                 self.op_checkpoint();
                 Ok(())
@@ -1719,6 +1851,23 @@ fn scenarios_exercise_every_path() {
     }
     for kind in BAD_KINDS {
         assert!(t.bad.get(&format!("{kind:?}")).copied().unwrap_or(0) > 0, "no `{kind:?}` proposal was sent");
+    }
+    assert!(t.preempted > 0 && t.preempted_victims >= t.preempted, "no preemption applied: {total:#?}");
+    for code in ["victim:not_lower", "victim:exhausted", "victim:not_needed"] {
+        assert!(t.preempt_refused.get(code).copied().unwrap_or(0) > 0, "no preemption refused as `{code}`: {total:#?}");
+    }
+}
+
+/// A short name of a victim problem, for the coverage counters.
+fn problem_code(p: &VictimProblem) -> &'static str {
+    match p {
+        VictimProblem::Unknown => "unknown",
+        VictimProblem::IsPreemptor => "is_preemptor",
+        VictimProblem::Duplicate => "duplicate",
+        VictimProblem::HoldsNothing { .. } => "holds_nothing",
+        VictimProblem::NotLower { .. } => "not_lower",
+        VictimProblem::Exhausted { .. } => "exhausted",
+        VictimProblem::NotNeeded => "not_needed",
     }
 }
 
