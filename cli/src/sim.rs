@@ -458,13 +458,14 @@ mod plots {
     const SIZE: (u32, u32) = (960, 560);
     /// Points per line at most (keeps the files small).
     const MAX_POINTS: usize = 400;
-    const COLORS: [RGBColor; 6] = [
+    const COLORS: [RGBColor; 7] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
         RGBColor(214, 39, 40),
         RGBColor(148, 103, 189),
         RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
     ];
 
     fn color(i: usize) -> RGBColor {

@@ -5,8 +5,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const PHILLY_HEADER: &str = "job_id,vc,submit_time_s,num_gpus,duration_s_v100,job_type,total_steps";
-const POLICIES: [&str; 6] =
-    ["fifo-firstfit", "gandiva", "hived", "tessera", "tessera-no-migration", "tessera-gpu-proportional-cpu"];
+const POLICIES: [&str; 7] = [
+    "fifo-firstfit",
+    "gandiva",
+    "hived",
+    "tessera",
+    "tessera-no-migration",
+    "tessera-gpu-proportional-cpu",
+    "tessera-las",
+];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

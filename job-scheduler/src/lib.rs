@@ -15,6 +15,7 @@
 //! | [`local_view`] | [`LocalView`]: a scheduler's copy of the view, kept current from deltas, with a free-capacity index over servers |
 //! | [`search`] | [`search::find_placement`]: topology-aware gang placement at the tightest feasible level within tolerance, via bit operations |
 //! | [`placement_policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
+//! | [`preemption`] | [`preemption::choose_victims`]: which lower-ranked gangs a waiting job displaces (fewest gangs, lowest rank, least work lost) |
 //! | [`philly_sampler`] | [`PhillySampler`](philly_sampler::PhillySampler): job sizes and durations drawn from the Philly trace (file or built-in histogram) |
 //! | [`error`] | [`SchedulerError`], the crate's one error type (settings, trace files, calls the view refused, the simulator, self-checks) |
 //! | [`bench`] | the placement benchmark behind `tessera bench placement` |
@@ -34,6 +35,7 @@ pub mod local_view;
 pub mod migration_task;
 pub mod philly_sampler;
 pub mod placement_policy;
+pub mod preemption;
 pub mod runtime;
 pub mod scheduler;
 pub mod search;

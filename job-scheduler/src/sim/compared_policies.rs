@@ -15,6 +15,9 @@
 //! | `tessera` | [`CpuAware`]: tightest level allowed now, relaxing one level per `relax_after_s`; load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept down to the proportional share | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
+//! | `tessera-las` | as `tessera`, in attained-service order ([`QueueOrder::AttainedService`]) with preemption | as `tessera` | as `tessera` | no |
+//!
+//! Every preset but `tessera-las` offers waiting jobs in arrival order and never preempts.
 
 use super::model::SpeedModel;
 use super::trace_loader::SimJob;
@@ -27,6 +30,28 @@ use tessera_view::{CpuDemand, JobSpec, LocalityLevel, Predictor, Topology};
 
 /// Seconds a `tessera` job waits at one locality level before accepting the next looser one.
 pub const RELAX_AFTER_S: u64 = 1800;
+
+/// The attained-service queue thresholds of `tessera-las`, in GPU-seconds: one GPU-hour, then
+/// ten. Tiresias spaces its queues exponentially so that a job's queue says how many orders of
+/// magnitude of GPU time it has had; starting at one GPU-hour lets jobs of minutes finish in the
+/// first queue. Not fitted to any trace.
+pub const LAS_THRESHOLDS_GPU_S: [f64; 2] = [3_600.0, 36_000.0];
+
+/// The order in which a host offers its waiting jobs to the scheduler.
+#[derive(Clone, Debug, PartialEq)]
+pub enum QueueOrder {
+    /// Priority, then arrival (FIFO with backfill: a job that does not fit is skipped).
+    Fifo,
+    /// Priority, then the attained-service queue (GPU-seconds run so far against `thresholds`,
+    /// ascending: queue `k` holds jobs that attained at least `thresholds[k-1]`), then arrival:
+    /// Tiresias' discretized two-dimensional least-attained-service, which needs no duration
+    /// estimate. A running job crossing a threshold is demoted
+    /// ([`tessera_view::Command::SetServiceQueue`]), so waiting jobs of lower queues may preempt it.
+    AttainedService {
+        /// Queue thresholds in GPU-seconds, ascending.
+        thresholds_gpu_s: Vec<f64>,
+    },
+}
 
 /// A simulated policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,17 +68,20 @@ pub enum SimPolicy {
     TesseraNoMigration,
     /// Tessera with the GPU-proportional CPU share instead of CPU-aware grants.
     TesseraGpuProportionalCpu,
+    /// Tessera in attained-service order, with preemption (Tiresias' 2D-LAS).
+    TesseraLas,
 }
 
 impl SimPolicy {
     /// Every policy, in report order.
-    pub const ALL: [SimPolicy; 6] = [
+    pub const ALL: [SimPolicy; 7] = [
         SimPolicy::FifoFirstFit,
         SimPolicy::Gandiva,
         SimPolicy::Hived,
         SimPolicy::Tessera,
         SimPolicy::TesseraNoMigration,
         SimPolicy::TesseraGpuProportionalCpu,
+        SimPolicy::TesseraLas,
     ];
 
     /// Its name on the command line and in reports.
@@ -65,6 +93,7 @@ impl SimPolicy {
             SimPolicy::Tessera => "tessera",
             SimPolicy::TesseraNoMigration => "tessera-no-migration",
             SimPolicy::TesseraGpuProportionalCpu => "tessera-gpu-proportional-cpu",
+            SimPolicy::TesseraLas => "tessera-las",
         }
     }
 
@@ -91,9 +120,10 @@ impl SimPolicy {
             SimPolicy::FifoFirstFit => Arc::new(FifoFirstFit),
             SimPolicy::Gandiva => Arc::new(Gandiva),
             SimPolicy::Hived => Arc::new(Hived),
-            SimPolicy::Tessera | SimPolicy::TesseraNoMigration | SimPolicy::TesseraGpuProportionalCpu => {
-                Arc::new(CpuAware::default())
-            }
+            SimPolicy::Tessera
+            | SimPolicy::TesseraNoMigration
+            | SimPolicy::TesseraGpuProportionalCpu
+            | SimPolicy::TesseraLas => Arc::new(CpuAware::default()),
         }
     }
 
@@ -103,7 +133,9 @@ impl SimPolicy {
             SimPolicy::FifoFirstFit => SpecStyle::OneGpuMembers,
             SimPolicy::Gandiva => SpecStyle::Preferred,
             SimPolicy::Hived => SpecStyle::Cell,
-            SimPolicy::Tessera | SimPolicy::TesseraNoMigration => SpecStyle::Relaxing { cpu_aware: true },
+            SimPolicy::Tessera | SimPolicy::TesseraNoMigration | SimPolicy::TesseraLas => {
+                SpecStyle::Relaxing { cpu_aware: true }
+            }
             SimPolicy::TesseraGpuProportionalCpu => SpecStyle::Relaxing { cpu_aware: false },
         }
     }
@@ -194,13 +226,25 @@ pub struct Contender {
     pub style: SpecStyle,
     /// Whether the host migrates jobs to let blocked ones start.
     pub migrates: bool,
+    /// The order waiting jobs are offered in.
+    pub order: QueueOrder,
+    /// Whether a waiting job that does not fit may preempt jobs it outranks
+    /// ([`crate::preemption::choose_victims`], [`tessera_view::Command::Preempt`]).
+    pub preempts: bool,
 }
 
 impl Contender {
     /// A contender named `name` that runs `scheduler` on specs written in `style`, without
     /// migration ([`Contender::migrating`] turns it on).
     pub fn new(name: impl Into<String>, scheduler: Arc<dyn Scheduler>, style: SpecStyle) -> Contender {
-        Contender { name: name.into(), scheduler, style, migrates: false }
+        Contender { name: name.into(), scheduler, style, migrates: false, order: QueueOrder::Fifo, preempts: false }
+    }
+
+    /// The same contender offering jobs in `order`, preempting or not.
+    pub fn ordered(mut self, order: QueueOrder, preempts: bool) -> Contender {
+        self.order = order;
+        self.preempts = preempts;
+        self
     }
 
     /// The same contender with migration on or off.
@@ -238,7 +282,13 @@ impl Contender {
 
 impl From<SimPolicy> for Contender {
     fn from(p: SimPolicy) -> Contender {
-        Contender::new(p.name(), p.scheduler(), p.style()).migrating(p.migrates())
+        let c = Contender::new(p.name(), p.scheduler(), p.style()).migrating(p.migrates());
+        match p {
+            SimPolicy::TesseraLas => {
+                c.ordered(QueueOrder::AttainedService { thresholds_gpu_s: LAS_THRESHOLDS_GPU_S.to_vec() }, true)
+            }
+            _ => c,
+        }
     }
 }
 

@@ -9,11 +9,12 @@
 //! speed; speeds change when jobs start, end or move beside it (interference) and are
 //! recomputed for the jobs on the servers touched.
 
-use super::compared_policies::{self, Contender};
+use super::compared_policies::{self, Contender, QueueOrder};
 use super::model::SpeedModel;
 use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
+use crate::preemption::{self, Candidate};
 use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
 use crate::search::find_placement;
 use serde::Serialize;
@@ -24,7 +25,7 @@ use tessera_view::migration_planner::{self, MigrationParams};
 use tessera_view::view::DEFAULT_CHANGE_LOG;
 use tessera_view::{
     ClusterSpec, ClusterView, Command, CpuDemand, Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Outcome,
-    Proposal, ProposalId, ServerId, TaskEvent, ViewError, invariants,
+    Preemption, Proposal, ProposalId, ServerId, TaskEvent, ViewError, invariants,
 };
 
 /// Ended jobs the simulated view keeps (the simulator keeps its own records).
@@ -99,6 +100,13 @@ pub struct PolicyReport {
     pub migrations: u64,
     /// GPU-seconds lost to checkpoint-restart of moved jobs.
     pub migration_cost_gpu_s: f64,
+    /// Gangs preempted (each released whole, re-queued, resumed later from a checkpoint taken
+    /// when it was stopped). Left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub preemptions: u64,
+    /// GPU-seconds preempted gangs lost to checkpoint-restart. Left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero_f")]
+    pub preemption_cost_gpu_s: f64,
     /// Jobs whose CPU-aware spec could never fit and that ran with the GPU-proportional share.
     pub cpu_fallbacks: u64,
     /// Proposals the approver refused (0 expected: searches plan on a current view).
@@ -152,7 +160,7 @@ pub struct JobRecord {
 
 /// What decides whether a search can succeed in one pass: gang shape, allowed level, CPU
 /// sweet point (bits), memory and device type.
-type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>);
+type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>, (i32, u8));
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -160,6 +168,10 @@ enum Event {
     Resume(usize, u64),
     Finish(usize, u64),
     Wake,
+    /// A running job attains its next service threshold (the job, its run count).
+    Demote(usize, u64),
+    /// A preempted job waits again: offered in the next pass like an arrival.
+    Requeued(usize),
 }
 
 struct Rt {
@@ -190,6 +202,16 @@ struct Rt {
     frag_since: Option<f64>,
     /// Seconds it waited blocked by fragmentation.
     frag_blocked_s: f64,
+    /// GPU-seconds it ran before its current run.
+    attained_gpu_s: f64,
+    /// Counts its runs (starts); a demotion event names the run it belongs to.
+    runs: u64,
+    /// Its attained-service queue.
+    queue: u8,
+    /// When its current run started.
+    run_start_s: f64,
+    /// Since when its current run's service is not yet in `attained_gpu_s`.
+    run_from_s: f64,
 }
 
 struct Sim<'a> {
@@ -217,6 +239,9 @@ struct Sim<'a> {
     frag_time: f64,
     busy_series: Vec<(f64, u64)>,
     next_plan_s: f64,
+    /// The running jobs as possible victims, with their rank and preemptions, built once per
+    /// pass and dropped whenever the running set changes.
+    victim_pool: Option<Vec<(Candidate, (i32, Reverse<u8>), u32)>>,
     rep: PolicyReport,
 }
 
@@ -256,6 +281,7 @@ pub fn simulate(
         frag_time: 0.0,
         busy_series: vec![(0.0, 0)],
         next_plan_s: 0.0,
+        victim_pool: None,
         rep: PolicyReport::default(),
     };
     let scale = cfg.load_scale.max(1e-9);
@@ -288,6 +314,11 @@ pub fn simulate(
             attempts: 0,
             frag_since: None,
             frag_blocked_s: 0.0,
+            attained_gpu_s: 0.0,
+            runs: 0,
+            queue: 0,
+            run_start_s: 0.0,
+            run_from_s: 0.0,
         });
         let t = sim.jobs[i].arrival_s;
         sim.push(t, Event::Arrive(i));
@@ -356,6 +387,12 @@ impl Sim<'_> {
             Event::Finish(i, epoch) if self.jobs[i].epoch == epoch && !self.jobs[i].paused => self.finish(i, now),
             Event::Resume(i, moves) if self.jobs[i].moves == moves && self.jobs[i].paused => self.resume(i, now),
             Event::Wake => self.woke = true,
+            Event::Requeued(i) => self.fresh.push(i),
+            Event::Demote(i, runs)
+                if self.jobs[i].runs == runs && self.jobs[i].finish_s.is_none() && !self.pending.contains(&i) =>
+            {
+                self.demote(i, now)
+            }
             _ => {}
         }
         Ok(())
@@ -394,27 +431,33 @@ impl Sim<'_> {
     /// One scheduling pass at `now`.
     /// Returns whether a pass ran (anything could have changed what is free or allowed).
     fn schedule(&mut self, now: f64) -> bool {
-        let candidates: Vec<usize> = if self.resources_freed || self.woke {
+        let mut candidates: Vec<usize> = if self.resources_freed || self.woke {
             self.pending.iter().copied().collect()
         } else {
             self.fresh.iter().copied().filter(|i| self.pending.contains(i)).collect()
         };
+        if matches!(self.cfg.contender.order, QueueOrder::AttainedService { .. }) {
+            // Priority, then the least attained service, then arrival (the index).
+            candidates.sort_by_key(|&i| (Reverse(self.jobs[i].spec.priority), self.jobs[i].queue, i));
+        }
         self.fresh.clear();
         self.resources_freed = false;
         self.woke = false;
+        self.victim_pool = None;
         if candidates.is_empty() {
             return false;
         }
         self.local.catch_up(&self.view);
         let mut failed: BTreeSet<ShapeKey> = BTreeSet::new();
         let mut migrated = false;
+        let preempts = self.cfg.contender.preempts;
         for i in candidates {
             let free = self.total_gpus - self.busy_gpus;
-            if free == 0 {
+            if free == 0 && !preempts {
                 break;
             }
             let rt = &self.jobs[i];
-            if u64::from(rt.gpus) > free {
+            if u64::from(rt.gpus) > free && !preempts {
                 continue;
             }
             let waited = now - rt.arrival_s;
@@ -426,6 +469,8 @@ impl Sim<'_> {
                 rt.theta.to_bits(),
                 rt.spec.memory_mib_per_gpu,
                 rt.spec.gpu_type.clone(),
+                // What it may preempt depends on its rank.
+                if preempts { (rt.spec.priority, rt.queue) } else { (0, 0) },
             );
             let by_shape = self.cfg.contender.scheduler.decides_by_shape();
             if by_shape && failed.contains(&key) {
@@ -433,7 +478,10 @@ impl Sim<'_> {
                 continue;
             }
             let salt = splitmix(self.cfg.seed ^ (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-            let verdict = {
+            let verdict = if u64::from(self.jobs[i].gpus) > free {
+                // Only a preempting host gets here: no search can place it without victims.
+                Verdict::Wait("fewer GPUs free than it needs".into())
+            } else {
                 let rt = &self.jobs[i];
                 let job = self.view.job(rt.view_id).expect("a pending job is in the view");
                 self.cfg.contender.scheduler.schedule(&Attempt {
@@ -462,6 +510,7 @@ impl Sim<'_> {
                         failed.insert(key);
                     }
                 }
+                None if preempts && self.try_preempt(i, allowed, salt, now) => {}
                 None => {
                     let plan_now =
                         self.cfg.contender.migrates && !migrated && self.jobs[i].gpus > 1 && now >= self.next_plan_s;
@@ -563,8 +612,12 @@ impl Sim<'_> {
         }
         self.report_started(i, proposal, &members);
         let rt = &mut self.jobs[i];
-        rt.start_s = Some(now);
-        rt.at_preferred = level <= rt.preferred;
+        if rt.start_s.is_none() {
+            rt.start_s = Some(now);
+            rt.at_preferred = level <= rt.preferred;
+        }
+        rt.runs += 1;
+        (rt.run_start_s, rt.run_from_s) = (now, now);
         rt.level = level;
         rt.members = members;
         rt.since_s = now;
@@ -572,6 +625,136 @@ impl Sim<'_> {
         self.set_busy(now, self.busy_gpus + gpus);
         self.occupy(i);
         self.local.catch_up(&self.view);
+        self.victim_pool = None;
+        self.plan_demotion(i, now);
+    }
+
+    /// Queues job `i`'s demotion at the instant its run reaches its next service threshold.
+    fn plan_demotion(&mut self, i: usize, now: f64) {
+        let QueueOrder::AttainedService { thresholds_gpu_s } = &self.cfg.contender.order else { return };
+        let rt = &self.jobs[i];
+        let Some(&next) = thresholds_gpu_s.get(rt.queue as usize) else { return };
+        let t = rt.run_from_s + ((next - rt.attained_gpu_s) / f64::from(rt.gpus.max(1))).max(0.0);
+        let runs = rt.runs;
+        self.push(t.max(now), Event::Demote(i, runs));
+    }
+
+    /// Job `i` attained its next service threshold while running: it moves down a queue (in
+    /// the view too, where the approver reads it) and every waiting job is offered again, as a
+    /// job of a lower queue may now preempt it.
+    fn demote(&mut self, i: usize, now: f64) {
+        let QueueOrder::AttainedService { thresholds_gpu_s } = &self.cfg.contender.order else { return };
+        let rt = &self.jobs[i];
+        let attained = rt.attained_gpu_s + f64::from(rt.gpus) * (now - rt.run_from_s);
+        let queue = thresholds_gpu_s.iter().take_while(|&&t| attained >= t - 1e-6).count().min(u8::MAX as usize) as u8;
+        if queue <= rt.queue {
+            return;
+        }
+        let job = rt.view_id;
+        let out = self.view.apply(&Command::SetServiceQueue { job, queue });
+        debug_assert_eq!(out, Outcome::Ended(Ok(())));
+        let rt = &mut self.jobs[i];
+        rt.queue = queue;
+        rt.attained_gpu_s = attained;
+        rt.run_from_s = now;
+        self.woke = true;
+        self.plan_demotion(i, now);
+    }
+
+    /// Preempts lower-ranked gangs so that job `i` starts, if victims exist; true if it started.
+    fn try_preempt(&mut self, i: usize, allowed: LocalityLevel, salt: u64, now: f64) -> bool {
+        let Some(me) = self.view.job(self.jobs[i].view_id).map(|j| j.rank()) else { return false };
+        let max = self.view.priorities().max_preemptions;
+        if self.victim_pool.is_none() {
+            let mut pool = Vec::new();
+            let mut seen = BTreeSet::new();
+            for &j in self.server_jobs.iter().flatten() {
+                if !seen.insert(j) || self.jobs[j].paused {
+                    continue;
+                }
+                let Some(v) = self.view.job(self.jobs[j].view_id) else { continue };
+                let Some(p) = v.placement.as_ref() else { continue };
+                let c = Candidate {
+                    job: v.id,
+                    members: p.members.clone(),
+                    priority: v.spec.priority,
+                    service_queue: v.service_queue,
+                    // Checkpointed when stopped: only the restart is lost, the same for every
+                    // victim; prefer the ones that ran least since they last started.
+                    lost_s: now - self.jobs[j].run_start_s,
+                };
+                pool.push((c, v.rank(), v.preemptions));
+            }
+            self.victim_pool = Some(pool);
+        }
+        let candidates: Vec<Candidate> = self
+            .victim_pool
+            .iter()
+            .flatten()
+            .filter(|(_, rank, preemptions)| me > *rank && *preemptions < max)
+            .map(|(c, _, _)| c.clone())
+            .collect();
+        let need = u64::from(self.jobs[i].gpus);
+        let could_free: u64 = candidates.iter().flat_map(|c| &c.members).map(|m| u64::from(m.gpus.count_ones())).sum();
+        if could_free + (self.total_gpus - self.busy_gpus) < need {
+            return false;
+        }
+        let spec = self.jobs[i].spec.clone();
+        let Some(choice) = preemption::choose_victims(&self.local, &spec, allowed, FitMode::Pack, salt, &candidates)
+        else {
+            return false;
+        };
+        let id = self.next_proposal();
+        let pre = Preemption {
+            proposal: Proposal {
+                id,
+                job: self.jobs[i].view_id,
+                members: choice.members.clone(),
+                based_on: self.view.version(),
+            },
+            victims: choice.victims.clone(),
+            reason: "attained-service order".into(),
+        };
+        let Outcome::Decided(ds) = self.view.apply(&Command::Preempt(pre)) else { return false };
+        let Some(Decision::Accepted { level, .. }) = ds.first().cloned() else {
+            self.rep.rejected_proposals += 1;
+            return false;
+        };
+        for v in &choice.victims {
+            if let Some(&j) = self.by_view.get(v) {
+                self.stop_preempted(j, now);
+            }
+        }
+        self.start(i, id, choice.members, level, now);
+        // The victims wait again: offer them (only them, as arrivals) in a pass at this instant.
+        for v in &choice.victims {
+            if let Some(&j) = self.by_view.get(v) {
+                self.push(now, Event::Requeued(j));
+            }
+        }
+        true
+    }
+
+    /// A preempted gang: stopped whole (checkpointed on the stop signal), back to waiting, and
+    /// paying a checkpoint-restart when it runs again.
+    fn stop_preempted(&mut self, j: usize, now: f64) {
+        self.set_speed(j, now);
+        let servers = self.vacate(j);
+        let cost = self.cfg.migration.checkpoint_restart_s;
+        let rt = &mut self.jobs[j];
+        rt.attained_gpu_s += f64::from(rt.gpus) * (now - rt.run_from_s);
+        rt.work_left_s += cost;
+        rt.speed = 0.0;
+        rt.epoch += 1;
+        rt.runs += 1;
+        rt.members.clear();
+        let gpus = rt.gpus;
+        self.rep.preemptions += 1;
+        self.rep.preemption_cost_gpu_s += f64::from(gpus) * cost;
+        self.set_busy(now, self.busy_gpus - u64::from(gpus));
+        self.pending.insert(j);
+        self.respeed(&servers);
+        self.victim_pool = None;
     }
 
     /// Node agents' reports: every member started (the job runs).
@@ -853,6 +1036,10 @@ fn downsample(series: &[(f64, u64)], end: f64, total: u64) -> Vec<(f64, f64)> {
         out.push((a, area / dt / total as f64));
     }
     out
+}
+
+fn is_zero_f(x: &f64) -> bool {
+    *x == 0.0
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -1,0 +1,274 @@
+//! Victim choice for preemption: which lower-ranked gangs a waiting job should displace.
+//!
+//! Pure: it reads a [`LocalView`] and the candidates the host offers, and returns the victims
+//! and the preemptor's gang for a [`tessera_view::Preemption`]. The approver re-checks
+//! everything (rank, the starvation bound, that each victim is needed); this only chooses well.
+//!
+//! The order of preference, as the issue states it: the fewest gangs, then the lowest rank
+//! (priority, then the highest attained-service queue), then the least work lost (time since
+//! the victim's last checkpoint). Victims are always whole gangs: releasing one frees every
+//! member it holds, and the search sees all of them free.
+//!
+//! Two searches:
+//! - **per server**, for a gang that one server can hold: on each server with candidates, free
+//!   its candidates one by one in preference order until the gang fits on that server (the
+//!   search's own one-server planner, [`plan_on_server`], on the server's record with those
+//!   victims' resources given back); the best server's set wins. A one-server gang needs victims
+//!   on its server only, so this finds it whenever freeing every candidate there would;
+//! - **global**, for a gang larger than any server: free candidates across the cluster in
+//!   preference order until [`find_placement`] finds the gang on a copy of the view.
+//!
+//! Either way, a victim the found gang does not use (no shared device or core) is dropped
+//! before returning: the approver refuses unneeded victims.
+
+use crate::local_view::{LocalView, Overlay};
+use crate::search::{find_placement, plan_on_server};
+use std::collections::BTreeSet;
+use tessera_view::fit::FitMode;
+use tessera_view::{JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId};
+
+/// Servers the per-server search visits at most (those with the most candidate GPUs first).
+const SERVERS_TRIED: usize = 64;
+
+/// A job the host offers as a possible victim: one the preemptor outranks and that is under the
+/// cluster's preemption bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The job.
+    pub job: JobId,
+    /// Its placement's members.
+    pub members: Vec<MemberPlacement>,
+    /// Its priority.
+    pub priority: i32,
+    /// Its attained-service queue.
+    pub service_queue: u8,
+    /// Work it would lose if stopped now: seconds since its last checkpoint (or since it
+    /// started, where checkpoints are unknown).
+    pub lost_s: f64,
+}
+
+/// Victims and the gang they make room for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Choice {
+    /// The victims, in preference order.
+    pub victims: Vec<JobId>,
+    /// The preemptor's members, in rank order.
+    pub members: Vec<MemberPlacement>,
+}
+
+/// Chooses victims among `candidates` so that `spec` fits within `allowed`, or `None` when even
+/// all of them would not make room.
+pub fn choose_victims(
+    view: &LocalView,
+    spec: &JobSpec,
+    allowed: LocalityLevel,
+    mode: FitMode,
+    salt: u64,
+    candidates: &[Candidate],
+) -> Option<Choice> {
+    if candidates.is_empty() {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&candidates[a], &candidates[b]);
+        (x.priority, std::cmp::Reverse(x.service_queue))
+            .cmp(&(y.priority, std::cmp::Reverse(y.service_queue)))
+            .then(x.lost_s.total_cmp(&y.lost_s))
+            .then(x.job.cmp(&y.job))
+    });
+    let mut best: Option<(Score, Choice)> = None;
+    let mut consider = |set: Vec<usize>, found: Vec<MemberPlacement>| {
+        let set: Vec<usize> = set.into_iter().filter(|&k| needed(&candidates[k], &found)).collect();
+        let score = Score::of(&set, candidates);
+        if best.as_ref().is_none_or(|(s, _)| score < *s) {
+            let victims = set.iter().map(|&k| candidates[k].job).collect();
+            best = Some((score, Choice { victims, members: found }));
+        }
+    };
+    let fits_one_server = view.topologies().iter().any(|t| t.devices >= spec.total_gpus());
+    if fits_one_server {
+        let levels: Vec<LocalityLevel> =
+            LocalityLevel::ALL.into_iter().filter(|l| l.is_intra_server() && *l <= allowed).collect();
+        let mut gpus_on: Vec<(u32, ServerId)> = Vec::new();
+        for c in candidates {
+            for m in &c.members {
+                match gpus_on.iter_mut().find(|(_, s)| *s == m.server) {
+                    Some((n, _)) => *n += m.gpus.count_ones(),
+                    None => gpus_on.push((m.gpus.count_ones(), m.server)),
+                }
+            }
+        }
+        gpus_on.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        for &(_, s) in gpus_on.iter().take(SERVERS_TRIED) {
+            let Some(&base) = view.servers().get(s.index()) else { continue };
+            let topo = view.topology_of(base.config_set);
+            if spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
+                continue;
+            }
+            let req = tessera_view::fit::member_request(spec, topo);
+            let mut rec = base;
+            let mut set = Vec::new();
+            for &k in order.iter().filter(|&&k| candidates[k].members.iter().any(|m| m.server == s)) {
+                for m in candidates[k].members.iter().filter(|m| m.server == s) {
+                    rec.free_gpus |= m.gpus;
+                    rec.free_cores = rec.free_cores.or(m.cores);
+                    rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
+                }
+                set.push(k);
+                let found = levels.iter().find_map(|&l| plan_on_server(topo, &rec, s, &req, spec.members, l, mode));
+                if let Some(found) = found {
+                    consider(set, found);
+                    break;
+                }
+            }
+        }
+        return best.map(|(_, c)| c);
+    }
+    let mut scratch = Scratch { base: view, copy: view.clone(), touched: BTreeSet::new() };
+    let mut set = Vec::new();
+    for &k in &order {
+        set.push(k);
+        if let Some(found) = scratch.try_with(&set, candidates, spec, allowed, mode, salt) {
+            consider(set, found);
+            break;
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// Whether the gang `found` uses a device or a core that `c` holds.
+fn needed(c: &Candidate, found: &[MemberPlacement]) -> bool {
+    c.members
+        .iter()
+        .any(|h| found.iter().any(|m| m.server == h.server && (m.gpus & h.gpus != 0 || m.cores.intersects(h.cores))))
+}
+
+/// The preference order of a victim set: fewer gangs, then lower rank, then less work lost.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+struct Score {
+    gangs: usize,
+    /// The highest rank among the victims (priority, then the lowest queue): lower is better.
+    rank: (i32, std::cmp::Reverse<u8>),
+    lost_s: f64,
+}
+
+impl Score {
+    fn of(set: &[usize], candidates: &[Candidate]) -> Score {
+        let rank = set
+            .iter()
+            .map(|&k| (candidates[k].priority, std::cmp::Reverse(candidates[k].service_queue)))
+            .max()
+            .unwrap_or((i32::MIN, std::cmp::Reverse(u8::MAX)));
+        Score { gangs: set.len(), rank, lost_s: set.iter().map(|&k| candidates[k].lost_s).sum() }
+    }
+}
+
+/// A copy of the view on which victims' resources are freed for one search and restored after.
+struct Scratch<'v> {
+    base: &'v LocalView,
+    copy: LocalView,
+    touched: BTreeSet<ServerId>,
+}
+
+impl Scratch<'_> {
+    /// The gang found with the resources of `set` freed, if any.
+    fn try_with(
+        &mut self,
+        set: &[usize],
+        candidates: &[Candidate],
+        spec: &JobSpec,
+        allowed: LocalityLevel,
+        mode: FitMode,
+        salt: u64,
+    ) -> Option<Vec<MemberPlacement>> {
+        for &k in set {
+            for m in &candidates[k].members {
+                let mut rec = self.copy.servers()[m.server.index()];
+                rec.free_gpus |= m.gpus;
+                rec.free_cores = rec.free_cores.or(m.cores);
+                rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
+                if self.copy.apply_server(m.server, rec) {
+                    self.touched.insert(m.server);
+                }
+            }
+        }
+        let found = find_placement(&self.copy, &Overlay::default(), spec, allowed, mode, salt).ok();
+        for s in std::mem::take(&mut self.touched) {
+            self.copy.apply_server(s, self.base.servers()[s.index()]);
+        }
+        found.map(|f| f.members)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::{ClusterSpec, ClusterView, Decision, Proposal, ProposalId, Topology};
+
+    /// Two seed-8gpu servers; `jobs` are (GPUs, server, priority) placed in order.
+    fn cluster(jobs: &[(u32, u32, i32)]) -> (ClusterView, Vec<Candidate>) {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
+        let mut out = Vec::new();
+        for (i, &(gpus, server, priority)) in jobs.iter().enumerate() {
+            let mut spec = JobSpec::simple("victim", 1, gpus);
+            spec.priority = priority;
+            let id = v.submit(spec.clone()).expect("admitted");
+            // Place it on `server` with the shared search restricted by a one-server view.
+            let mut local = LocalView::of_view(&v);
+            for other in 0..2u32 {
+                if other != server {
+                    let mut rec = local.servers()[other as usize];
+                    rec.free_gpus = 0;
+                    local.apply_server(ServerId(other), rec);
+                }
+            }
+            let found =
+                find_placement(&local, &Overlay::default(), &spec, LocalityLevel::Any, FitMode::Pack, 0).expect("room");
+            let p = Proposal {
+                id: ProposalId(i as u64 + 1),
+                job: id,
+                members: found.members.clone(),
+                based_on: v.version(),
+            };
+            assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
+            out.push(Candidate { job: id, members: found.members, priority, service_queue: 0, lost_s: i as f64 });
+        }
+        (v, out)
+    }
+
+    #[test]
+    fn the_fewest_gangs_win_over_a_lower_rank() {
+        // Server 0: four 2-GPU jobs of priority 0. Server 1: one 8-GPU job of priority 5.
+        let (v, cands) = cluster(&[(2, 0, 0), (2, 0, 0), (2, 0, 0), (2, 0, 0), (8, 1, 5)]);
+        let spec = JobSpec { priority: 10, ..JobSpec::simple("big", 1, 8) };
+        let c = choose_victims(&LocalView::of_view(&v), &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands)
+            .expect("a choice");
+        assert_eq!(c.victims, vec![cands[4].job], "one gang of priority 5 beats four of priority 0");
+        assert!(c.members.iter().all(|m| m.server == ServerId(1)));
+    }
+
+    #[test]
+    fn a_small_job_displaces_one_small_victim_with_the_least_work_lost() {
+        let (v, cands) = cluster(&[(4, 0, 0), (4, 0, 0), (4, 1, 0), (4, 1, 0)]);
+        let spec = JobSpec { priority: 1, ..JobSpec::simple("small", 1, 2) };
+        let c = choose_victims(&LocalView::of_view(&v), &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands)
+            .expect("a choice");
+        assert_eq!(c.victims, vec![cands[0].job], "one victim, the one that loses least (lost_s 0)");
+        assert!(needed(&cands[0], &c.members));
+    }
+
+    #[test]
+    fn no_choice_when_even_every_candidate_would_not_make_room() {
+        // Server 1 is held by a job the preemptor does not outrank (not offered).
+        let (v, cands) = cluster(&[(4, 0, 0), (4, 1, 9)]);
+        let spec = JobSpec { priority: 1, ..JobSpec::simple("huge", 2, 8) };
+        let local = LocalView::of_view(&v);
+        assert_eq!(choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands[..1]), None);
+        assert_eq!(choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &[]), None);
+        // Offered both, the gang takes both servers whole.
+        let c = choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands).expect("a choice");
+        assert_eq!(c.victims.len(), 2);
+    }
+}
