@@ -214,6 +214,14 @@ struct Rt {
     run_from_s: f64,
 }
 
+/// A running job as a possible victim: what [`preemption::choose_victims`] needs, its rank
+/// ([`tessera_view::Job::rank`]) and how often it was preempted.
+struct PoolEntry {
+    candidate: Candidate,
+    rank: (i32, Reverse<u8>),
+    preemptions: u32,
+}
+
 struct Sim<'a> {
     cfg: &'a SimConfig,
     model: &'a SpeedModel,
@@ -241,7 +249,7 @@ struct Sim<'a> {
     next_plan_s: f64,
     /// The running jobs as possible victims, with their rank and preemptions, built once per
     /// pass and dropped whenever the running set changes.
-    victim_pool: Option<Vec<(Candidate, (i32, Reverse<u8>), u32)>>,
+    victim_pool: Option<Vec<PoolEntry>>,
     rep: PolicyReport,
 }
 
@@ -451,10 +459,22 @@ impl Sim<'_> {
         let mut failed: BTreeSet<ShapeKey> = BTreeSet::new();
         let mut migrated = false;
         let preempts = self.cfg.contender.preempts;
+        let by_rank = matches!(self.cfg.contender.order, QueueOrder::AttainedService { .. });
         for i in candidates {
             let free = self.total_gpus - self.busy_gpus;
             if free == 0 && !preempts {
                 break;
+            }
+            if free == 0 {
+                // Nothing free: only a job that outranks some running job can start. Offered by
+                // rank, no later job can once one cannot.
+                let me = (self.jobs[i].spec.priority, Reverse(self.jobs[i].queue));
+                if self.lowest_preemptible(now).is_none_or(|low| me <= low) {
+                    if by_rank {
+                        break;
+                    }
+                    continue;
+                }
             }
             let rt = &self.jobs[i];
             if u64::from(rt.gpus) > free && !preempts {
@@ -662,9 +682,15 @@ impl Sim<'_> {
     }
 
     /// Preempts lower-ranked gangs so that job `i` starts, if victims exist; true if it started.
-    fn try_preempt(&mut self, i: usize, allowed: LocalityLevel, salt: u64, now: f64) -> bool {
-        let Some(me) = self.view.job(self.jobs[i].view_id).map(|j| j.rank()) else { return false };
+    /// The lowest rank among running jobs still under the preemption bound, if any.
+    fn lowest_preemptible(&mut self, now: f64) -> Option<(i32, Reverse<u8>)> {
         let max = self.view.priorities().max_preemptions;
+        self.fill_victim_pool(now);
+        self.victim_pool.iter().flatten().filter(|e| e.preemptions < max).map(|e| e.rank).min()
+    }
+
+    /// Builds [`Sim::victim_pool`] unless it is current.
+    fn fill_victim_pool(&mut self, now: f64) {
         if self.victim_pool.is_none() {
             let mut pool = Vec::new();
             let mut seen = BTreeSet::new();
@@ -683,16 +709,22 @@ impl Sim<'_> {
                     // victim; prefer the ones that ran least since they last started.
                     lost_s: now - self.jobs[j].run_start_s,
                 };
-                pool.push((c, v.rank(), v.preemptions));
+                pool.push(PoolEntry { candidate: c, rank: v.rank(), preemptions: v.preemptions });
             }
             self.victim_pool = Some(pool);
         }
+    }
+
+    fn try_preempt(&mut self, i: usize, allowed: LocalityLevel, salt: u64, now: f64) -> bool {
+        let Some(me) = self.view.job(self.jobs[i].view_id).map(|j| j.rank()) else { return false };
+        let max = self.view.priorities().max_preemptions;
+        self.fill_victim_pool(now);
         let candidates: Vec<Candidate> = self
             .victim_pool
             .iter()
             .flatten()
-            .filter(|(_, rank, preemptions)| me > *rank && *preemptions < max)
-            .map(|(c, _, _)| c.clone())
+            .filter(|e| me > e.rank && e.preemptions < max)
+            .map(|e| e.candidate.clone())
             .collect();
         let need = u64::from(self.jobs[i].gpus);
         let could_free: u64 = candidates.iter().flat_map(|c| &c.members).map(|m| u64::from(m.gpus.count_ones())).sum();
