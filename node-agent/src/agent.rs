@@ -266,7 +266,7 @@ struct Agent {
     jobs: HashMap<u64, Job>,
     /// Jobs being moved (migrating), anywhere, by id: the proposal of their new placement. A
     /// task of an older placement of such a job is checkpointed before it stops.
-    migrating: HashMap<u64, u64>,
+    migrating: HashMap<u64, Option<u64>>,
     /// What the plan remembers between rounds: tasks being stopped, grants of the tasks started
     /// here, members with no process or that failed to start.
     memory: Memory,
@@ -437,7 +437,12 @@ impl Agent {
         // here: remember the move (until the job runs again) to checkpoint that task.
         match (&j.placement, j.state) {
             (Some(p), JobState::Migrating) => {
-                self.migrating.insert(j.id.0, p.proposal.0);
+                self.migrating.insert(j.id.0, Some(p.proposal.0));
+            }
+            // Back to pending (preempted, or re-queued) while its task may still run here: the
+            // task saves its state, as the job will run again.
+            (None, JobState::Pending) if self.jobs.contains_key(&j.id.0) || self.migrating.contains_key(&j.id.0) => {
+                self.migrating.insert(j.id.0, None);
             }
             _ => {
                 self.migrating.remove(&j.id.0);
@@ -485,7 +490,7 @@ impl Agent {
                 }
                 Action::Checkpoint(id) => {
                     let grace_ms = grace.as_millis() as u64;
-                    info!(job_id = id.job, task = %id, grace_ms, "job migrating: checkpointing its task");
+                    info!(job_id = id.job, task = %id, grace_ms, "job moved or preempted: checkpointing its task");
                     self.signal_stop(id, Control::Checkpoint { grace });
                 }
                 Action::Stop(id) => {

@@ -16,8 +16,8 @@
 //! |---|---|
 //! | [`Action::Forget`] | it had no process or could not start, and is no longer wanted |
 //! | [`Action::ReportStarted`] | it runs, is wanted, the view still sees it starting, and no start report is queued |
-//! | [`Action::Checkpoint`] | it runs, is not wanted, is not being stopped, and its job is migrating to another placement |
-//! | [`Action::Stop`] | the same, but its job is not migrating away from it |
+//! | [`Action::Checkpoint`] | it runs, is not wanted, is not being stopped, and its job is migrating to another placement or was re-queued (preempted) to run again later |
+//! | [`Action::Stop`] | the same, but its job is neither migrating away from it nor re-queued |
 //! | [`Action::Wait`] | it is wanted and never ran here, and a task being stopped (this round or before) holds, or may hold, some of its devices or cores |
 //! | [`Action::Refuse`] | otherwise, when its grant names devices or cores the server's model lacks |
 //! | [`Action::NoProcess`] | otherwise, when its job has no command |
@@ -135,8 +135,10 @@ pub struct Round<'a> {
     pub ran: &'a HashSet<TaskId>,
     /// Tasks whose "started" report is queued, not yet acknowledged by the view.
     pub start_queued: &'a HashSet<TaskId>,
-    /// Jobs being moved (migrating), by id: the proposal of their new placement.
-    pub migrating: &'a HashMap<u64, u64>,
+    /// Jobs leaving their tasks here to run again elsewhere or later, by id: the proposal of
+    /// their new placement while they migrate, `None` once they are pending again (preempted or
+    /// re-queued). Their tasks are checkpointed, not just stopped.
+    pub migrating: &'a HashMap<u64, Option<u64>>,
     /// What the agent remembers from earlier rounds.
     pub memory: &'a Memory,
     /// This server's model, to check each grant against.
@@ -153,8 +155,8 @@ pub enum Action {
     /// Report a running task started (again): the view still sees it starting, e.g. because
     /// the report was lost with an earlier agent.
     ReportStarted(TaskId),
-    /// Checkpoint a task of a migrating job's older placement (SIGUSR1, grace, then stop), so
-    /// it can save its state before it ends.
+    /// Checkpoint a task of a migrating job's older placement, or of a job preempted back to
+    /// pending (SIGUSR1, grace, then stop), so it can save its state before it ends.
     Checkpoint(TaskId),
     /// Stop a task whose placement is gone (SIGTERM, grace, SIGKILL): the job was cancelled,
     /// failed elsewhere, or was re-queued after a lease expiry.
@@ -209,7 +211,7 @@ pub fn plan(r: &Round<'_>) -> Vec<Action> {
     for id in r.running.iter().filter(|id| !r.desired.contains_key(*id) && !m.stopping.contains(*id)) {
         // A moved job holds its new placement from the moment the move commits; the task of
         // its old placement gets the chance to save its state first.
-        let moved_away = r.migrating.get(&id.job).is_some_and(|new| *new != id.proposal);
+        let moved_away = r.migrating.get(&id.job).is_some_and(|new| *new != Some(id.proposal));
         actions.push(if moved_away { Action::Checkpoint(*id) } else { Action::Stop(*id) });
         stopping.insert(*id);
     }

@@ -38,7 +38,7 @@ struct Facts {
     running: BTreeSet<TaskId>,
     ran: HashSet<TaskId>,
     start_queued: HashSet<TaskId>,
-    migrating: HashMap<u64, u64>,
+    migrating: HashMap<u64, Option<u64>>,
     memory: Memory,
 }
 
@@ -88,6 +88,8 @@ enum Migrating {
     Here,
     /// To another placement.
     Away,
+    /// Back to pending (preempted).
+    Requeued,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -117,10 +119,13 @@ fn facts(c: &Case) -> Facts {
     match c.migrating {
         Migrating::No => {}
         Migrating::Here => {
-            f.migrating.insert(T.job, T.proposal);
+            f.migrating.insert(T.job, Some(T.proposal));
         }
         Migrating::Away => {
-            f.migrating.insert(T.job, 0x99);
+            f.migrating.insert(T.job, Some(0x99));
+        }
+        Migrating::Requeued => {
+            f.migrating.insert(T.job, None);
         }
     }
     let relation = match c.other {
@@ -185,7 +190,8 @@ fn expected(c: &Case) -> Vec<Action> {
     }
     let t_stopped_now = c.running && !wanted && !c.stopping;
     if t_stopped_now {
-        actions.push(if matches!(c.migrating, Migrating::Away) { Action::Checkpoint(T) } else { Action::Stop(T) });
+        let leaving = matches!(c.migrating, Migrating::Away | Migrating::Requeued);
+        actions.push(if leaving { Action::Checkpoint(T) } else { Action::Stop(T) });
     }
     if matches!(c.other, Other::Unwanted(_)) {
         // The other task's job is not migrating.
@@ -244,7 +250,7 @@ fn every_combination_of_one_task() {
     for &desired in &desired {
         for bits in 0..64u32 {
             let bit = |i: u32| bits >> i & 1 == 1;
-            for migrating in [Migrating::No, Migrating::Here, Migrating::Away] {
+            for migrating in [Migrating::No, Migrating::Here, Migrating::Away, Migrating::Requeued] {
                 for &other in &others {
                     let c = Case {
                         desired,
@@ -267,7 +273,7 @@ fn every_combination_of_one_task() {
             }
         }
     }
-    assert_eq!(cases, 13 * 64 * 3 * 7);
+    assert_eq!(cases, 13 * 64 * 4 * 7);
     // Coverage: the enumeration reaches every kind of action for the focal task.
     let kinds = ["forget", "report-started", "checkpoint", "stop", "wait", "refuse", "no-process", "start"];
     for k in kinds {
@@ -302,13 +308,17 @@ fn a_migrating_jobs_old_task_is_checkpointed_and_its_new_member_starts_beside_it
     let mut f = Facts::default();
     f.running.insert(old);
     f.memory.grants.insert(old, grant(0b1, 0));
-    f.migrating.insert(5, 2);
+    f.migrating.insert(5, Some(2));
     f.desired.insert(new, want(grant(0b100, 16), true, None));
     assert_eq!(f.plan(&model), vec![Action::Checkpoint(old), Action::Start { id: new, grant: grant(0b100, 16) }]);
     // Once the job runs again (no longer migrating), a leftover task of the old placement is
     // stopped plainly.
     f.migrating.clear();
     assert_eq!(f.plan(&model)[0], Action::Stop(old));
+    // A job preempted back to pending: its task saves its state before it stops.
+    f.desired.clear();
+    f.migrating.insert(5, None);
+    assert_eq!(f.plan(&model), vec![Action::Checkpoint(old)]);
 }
 
 #[test]
@@ -448,7 +458,7 @@ fn arb_facts() -> impl Strategy<Value = Facts> {
         0u32..4,
         prop::option::of(prop::sample::select(vec![TaskState::Starting, TaskState::Running])),
     );
-    (prop::collection::vec(task, 0..12), prop::collection::hash_map(0u64..6, 0u64..2, 0..3)).prop_map(
+    (prop::collection::vec(task, 0..12), prop::collection::hash_map(0u64..6, prop::option::of(0u64..2), 0..3)).prop_map(
         |(tasks, migrating)| {
             let mut f = Facts { migrating, ..Facts::default() };
             for (member, (job, proposal, b, gpus, core, view_state)) in tasks.into_iter().enumerate() {
