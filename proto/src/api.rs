@@ -317,8 +317,15 @@ pub struct Job {
     pub gpu_type: Option<String>,
     /// The scheduler asked for (the host's default when null).
     pub scheduler: Option<String>,
-    /// Higher runs first.
+    /// Higher runs first, and may preempt lower.
     pub priority: i32,
+    /// The priority class it named, if it named one (its priority comes from it).
+    pub class: Option<String>,
+    /// How many times a higher-ranked job preempted it.
+    pub preemptions: u32,
+    /// Its attained-service queue (0 = the least service); within a priority, a job may preempt
+    /// jobs of a higher queue.
+    pub service_queue: u8,
     /// The view version at which it was admitted.
     pub submitted_at: u64,
     /// The tightest locality wanted.
@@ -332,7 +339,7 @@ pub struct Job {
     pub locality: Option<LocalityLevel>,
     /// Its members' placement (empty while it holds none).
     pub placement: Vec<Member>,
-    /// Why it failed or was cancelled.
+    /// Why it failed, was cancelled, re-queued or preempted.
     pub error: Option<String>,
 }
 
@@ -364,6 +371,9 @@ impl Job {
             gpu_type: spec.gpu_type.clone(),
             scheduler: spec.scheduler.clone(),
             priority: spec.priority,
+            class: spec.class.clone(),
+            preemptions: j.preemptions,
+            service_queue: j.service_queue,
             submitted_at: j.submitted_at.0,
             prefer: spec.prefer,
             tolerate: spec.tolerate,
