@@ -15,7 +15,7 @@
 //! | `tessera` | [`CpuAware`]: tightest level allowed now, relaxing one level per `relax_after_s`; load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept down to the proportional share | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
-//! | `tessera-las` | as `tessera`, in attained-service order ([`QueueOrder::AttainedService`]) with preemption | as `tessera` | as `tessera` | no |
+//! | `tessera-las` | as `tessera`, in attained-service order ([`QueueOrder::AttainedService`]) with preemption when no move helps | as `tessera` | as `tessera` | yes |
 //!
 //! Every preset but `tessera-las` offers waiting jobs in arrival order and never preempts.
 
@@ -111,7 +111,10 @@ impl SimPolicy {
 
     /// Whether it migrates jobs to de-fragment.
     pub fn migrates(self) -> bool {
-        matches!(self, SimPolicy::Gandiva | SimPolicy::Tessera | SimPolicy::TesseraGpuProportionalCpu)
+        matches!(
+            self,
+            SimPolicy::Gandiva | SimPolicy::Tessera | SimPolicy::TesseraGpuProportionalCpu | SimPolicy::TesseraLas
+        )
     }
 
     /// The scheduler it runs.

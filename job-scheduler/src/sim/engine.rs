@@ -530,8 +530,8 @@ impl Sim<'_> {
                         failed.insert(key);
                     }
                 }
-                None if preempts && self.try_preempt(i, allowed, salt, now) => {}
                 None => {
+                    // Moving jobs first (they keep running), preempting only when no move helps.
                     let plan_now =
                         self.cfg.contender.migrates && !migrated && self.jobs[i].gpus > 1 && now >= self.next_plan_s;
                     if plan_now {
@@ -542,8 +542,10 @@ impl Sim<'_> {
                         if plan_now {
                             self.next_plan_s = now + MIGRATION_RETRY_S;
                         }
-                        failed.insert(key);
-                        self.wake_later(i, now, allowed);
+                        if !(preempts && self.try_preempt(i, allowed, salt, now)) {
+                            failed.insert(key);
+                            self.wake_later(i, now, allowed);
+                        }
                     }
                 }
             }
