@@ -253,6 +253,12 @@ fn api_contract() {
         let leader = c.wait_for_leader().await.expect("leader");
         let follower = addrs.iter().find(|a| **a != leader.leader_addr).expect("a follower").clone();
         let mut raw = v1::view_client::ViewClient::connect(format!("http://{follower}")).await.expect("connect");
+        // A follower names the leader only once it has heard from it: wait for that (bounded).
+        let t0 = std::time::Instant::now();
+        while c.status_of(&follower).await.expect("status").leader_addr != leader.leader_addr {
+            assert!(t0.elapsed() < Duration::from_secs(10), "follower {follower} never learned the leader");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
 
         // A write sent to a follower: UNAVAILABLE with the leader's address.
         let s = raw
