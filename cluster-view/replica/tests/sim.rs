@@ -2,8 +2,9 @@
 //!
 //! Three replicas, each on its own disk, exchange raft messages through a simulated network
 //! driven by a seed: messages are delayed (and so reordered), dropped and cut by partitions;
-//! replicas crash and restart from their disks. Clients submit jobs, propose gangs planned by
-//! the real placement search (often on a stale follower view), and release jobs. After every
+//! replicas crash and restart from their disks. Clients submit jobs (some of a higher priority),
+//! propose gangs planned by the real placement search (often on a stale follower view), preempt
+//! lower-priority gangs with victims the real victim choice picks, and release jobs. After every
 //! step the checks below run; after the faults stop the cluster must make progress again.
 //!
 //! Two kinds of disk. On the simulated disk (`MemBackend`, fast, 1,000 seeds) every write is
@@ -18,7 +19,7 @@
 //! Checks: no device or core allocated twice on any replica (`invariants::check`); replicas
 //! that applied the same index have the same state hash; every placement a client saw
 //! acknowledged is present on every live replica once they caught up (unless that client
-//! released it); progress resumes after faults stop. A coverage check on the totals proves the
+//! released it, or saw it preempted); progress resumes after faults stop. A coverage check on the totals proves the
 //! schedules reached placements, crashes and every disk fault.
 //!
 //! `SIM_SEEDS=N` runs N seeds in each test; `SIM_SEED=S` replays seed S (add the test name to
@@ -29,10 +30,11 @@ use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap};
 use tempfile::TempDir;
 use tessera_replica::{Answer, Backend, DiskFault, MemBackend, Replica, ReplicaConfig, RocksBackend, Ticket};
+use tessera_scheduler::preemption::{Candidate, choose_victims};
 use tessera_scheduler::{LocalView, Overlay, find_placement};
 use tessera_view::fit::FitMode;
 use tessera_view::{
-    ClusterSpec, ClusterView, Command, Decision, JobId, JobSpec, Outcome, Proposal, ProposalId, Topology,
+    ClusterSpec, ClusterView, Command, Decision, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, Topology,
 };
 
 const REPLICAS: u64 = 3;
@@ -150,6 +152,8 @@ struct Sim<D: Disks> {
 #[derive(Default, Debug)]
 struct Stats {
     accepted: u64,
+    /// Preemptions acknowledged.
+    preempted: u64,
     rejected: u64,
     dropped: u64,
     crashes: u64,
@@ -170,6 +174,7 @@ struct Stats {
 impl Stats {
     fn add(&mut self, s: &Stats) {
         self.accepted += s.accepted;
+        self.preempted += s.preempted;
         self.rejected += s.rejected;
         self.dropped += s.dropped;
         self.crashes += s.crashes;
@@ -186,6 +191,8 @@ enum Ask {
     Submit,
     Gang(Proposal),
     Release(JobId),
+    /// A preemption and its victims.
+    Preempt(Proposal, Vec<JobId>),
 }
 
 impl<D: Disks> Sim<D> {
@@ -245,8 +252,15 @@ impl<D: Disks> Sim<D> {
         // Its clients never hear back: a release it was carrying may still commit.
         let lost: Vec<(u64, Ticket)> = self.pending.keys().filter(|(r, _)| *r == id).copied().collect();
         for k in lost {
-            if let Some(Ask::Release(job)) = self.pending.remove(&k) {
-                self.acknowledged.remove(&job);
+            match self.pending.remove(&k) {
+                Some(Ask::Release(job)) => {
+                    self.acknowledged.remove(&job);
+                }
+                // It may still commit: its victims' placements are no longer the client's to insist on.
+                Some(Ask::Preempt(_, victims)) => victims.iter().for_each(|v| {
+                    self.acknowledged.remove(v);
+                }),
+                _ => {}
             }
         }
         self.stats.unsynced_lost += self.disks.crash(i, power_loss, &mut self.rng);
@@ -372,6 +386,24 @@ impl<D: Disks> Sim<D> {
             (Ask::Release(job), Answer::Applied(Outcome::Ended(Ok(())))) => {
                 self.acknowledged.remove(&job);
             }
+            (Ask::Preempt(p, victims), Answer::Applied(Outcome::Decided(ds))) => match ds.as_slice() {
+                [Decision::Accepted { job, proposal, .. } | Decision::AlreadyApplied { job, proposal, .. }] => {
+                    self.stats.preempted += 1;
+                    for v in &victims {
+                        self.acknowledged.remove(v);
+                    }
+                    self.acknowledged.insert(*job, *proposal);
+                }
+                [Decision::Rejected { .. }] => self.stats.rejected += 1,
+                other => return Err(format!("preemption {} decided as {other:?}", p.id)),
+            },
+            (Ask::Preempt(..), Answer::Immediate(_)) => self.stats.rejected += 1,
+            (Ask::Preempt(_, victims), Answer::Dropped) => {
+                for v in &victims {
+                    self.acknowledged.remove(v);
+                }
+                self.stats.dropped += 1;
+            }
             (Ask::Release(job), Answer::Dropped) => {
                 // The release may or may not have committed: the placement is no longer one
                 // the client can insist on.
@@ -392,6 +424,9 @@ impl<D: Disks> Sim<D> {
             let mut spec = JobSpec::simple("sim", 1, [1, 2, 4, 8][self.rng.random_range(0..4)]);
             if self.rng.random_bool(0.2) {
                 spec = JobSpec::simple("gang", 2, 8);
+            }
+            if self.rng.random_bool(0.2) {
+                spec.priority = 5;
             }
             if let Some(l) = self.leader() {
                 let id = l.id();
@@ -415,6 +450,10 @@ impl<D: Disks> Sim<D> {
             let spec = view.job(job).map(|j| j.spec.clone()).expect("job");
             let local = LocalView::of_view(&view);
             let salt = self.rng.random();
+            if spec.priority > 0 && self.rng.random_bool(0.5) {
+                self.preempt(&view, &local, job, &spec, salt);
+                return;
+            }
             let Ok(found) = find_placement(&local, &Overlay::default(), &spec, spec.tolerate, FitMode::Pack, salt)
             else {
                 return;
@@ -439,6 +478,37 @@ impl<D: Disks> Sim<D> {
             let id = l.id();
             if let Ok(t) = l.propose(Command::Release { job, failed: false }) {
                 self.pending.insert((id, t), Ask::Release(job));
+            }
+        }
+    }
+
+    /// Preempts lower-priority gangs for `job`, victims chosen on the planner's (possibly stale)
+    /// view by the real victim choice.
+    fn preempt(&mut self, view: &ClusterView, local: &LocalView, job: JobId, spec: &JobSpec, salt: u64) {
+        let me = view.job(job).expect("job");
+        let candidates: Vec<Candidate> = view
+            .jobs()
+            .into_iter()
+            .filter(|v| v.state.holds_resources() && me.outranks(v))
+            .filter_map(|v| {
+                let p = v.placement.as_ref()?;
+                Some(Candidate {
+                    job: v.id,
+                    members: p.members.clone(),
+                    priority: v.spec.priority,
+                    service_queue: v.service_queue,
+                    lost_s: 0.0,
+                })
+            })
+            .collect();
+        let Some(choice) = choose_victims(local, spec, spec.tolerate, FitMode::Pack, salt, &candidates) else { return };
+        let p = Proposal { id: ProposalId(self.next_proposal), job, members: choice.members, based_on: view.version() };
+        self.next_proposal += 1;
+        let pre = Preemption { proposal: p.clone(), victims: choice.victims.clone(), reason: "sim".into() };
+        if let Some(l) = self.leader() {
+            let id = l.id();
+            if let Ok(t) = l.propose(Command::Preempt(pre)) {
+                self.pending.insert((id, t), Ask::Preempt(p, choice.victims));
             }
         }
     }
@@ -654,13 +724,14 @@ fn seeded_fault_schedules_keep_every_invariant_on_simulated_disks() {
         // Coverage: the generator reaches every fault it claims to test.
         assert!(
             total.accepted > 0
+                && total.preempted > 0
                 && total.crashes > 0
                 && total.power_losses > 0
                 && total.failed_writes > 0
                 && total.torn_writes > 0
                 && total.slow_syncs > 0,
-            "the schedules must exercise placements, crashes, power losses, failed and torn writes and \
-             slow fsyncs: {total:?}"
+            "the schedules must exercise placements, preemptions, crashes, power losses, failed and torn \
+             writes and slow fsyncs: {total:?}"
         );
     }
 }
