@@ -276,6 +276,13 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
                 spec.relax_after_s.map(|r| format!(" (relax every {r} s)")).unwrap_or_default()
             );
             println!("  scheduler {}", spec.scheduler.as_deref().unwrap_or("(the host's default)"));
+            println!(
+                "  priority {}{}{}{}",
+                spec.priority,
+                spec.class.as_ref().map(|c| format!(" (class {c})")).unwrap_or_default(),
+                if j.service_queue > 0 { format!(", service queue {}", j.service_queue) } else { String::new() },
+                if j.preemptions > 0 { format!(", preempted {} times", j.preemptions) } else { String::new() }
+            );
             if let Some(p) = &j.placement {
                 println!("  placed   at {} (proposal {:x})", p.level, p.proposal.0);
                 for (rank, m) in p.members.iter().enumerate() {
