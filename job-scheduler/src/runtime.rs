@@ -42,7 +42,8 @@ use tessera_proto::backoff::Backoff;
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::{RemoteDecision, v1};
 use tessera_view::{
-    Decision, Job, JobId, JobState, LocalityLevel, Proposal, ProposalId, ServerId, ServerRecord, ViewVersion,
+    Decision, Job, JobId, JobState, LocalityLevel, Preemption, Proposal, ProposalId, ServerId, ServerRecord,
+    ViewVersion,
 };
 
 /// Shortest wait for a relaxation step, so a step that is due now cannot spin.
@@ -156,6 +157,9 @@ pub enum Answer {
 pub enum Action {
     /// Send this proposal; answer with [`Event::Answer`]. A resend carries the same id.
     Propose(Proposal),
+    /// Send this preemption (the scheduler's [`Verdict::Preempt`]); answer with
+    /// [`Event::Answer`]. A resend carries the same id.
+    Preempt(Preemption),
     /// Wait until `until` (on the machine's clock), then show the view ([`Event::View`]).
     Sleep {
         /// When to look again.
@@ -188,8 +192,8 @@ pub enum Action {
 enum Phase {
     /// An [`Event::View`].
     Look,
-    /// The answer to this proposal.
-    Proposed(Proposal),
+    /// The answer to this proposal or preemption.
+    Proposed(Sent),
     /// The job's state, after a refusal of a proposal based on this version.
     Reading(ViewVersion),
     /// The outcome of cancelling the job with this reason.
@@ -221,6 +225,25 @@ impl Event<'_> {
     }
 }
 
+/// What the machine sent and waits on: a gang proposal, or a preemption (a gang and its victims).
+#[derive(Clone, Debug)]
+pub enum Sent {
+    /// A proposal.
+    Gang(Proposal),
+    /// A preemption.
+    Preempt(Preemption),
+}
+
+impl Sent {
+    /// The gang proposal inside.
+    pub fn proposal(&self) -> &Proposal {
+        match self {
+            Sent::Gang(p) => p,
+            Sent::Preempt(pre) => &pre.proposal,
+        }
+    }
+}
+
 /// One job's placement as a state machine over a clock: events and the time in, [`Action`]s
 /// out, no I/O. See the [module docs](self).
 #[derive(Debug)]
@@ -239,8 +262,8 @@ pub struct PlaceMachine<'s> {
     attempt: u32,
     /// The level the job accepted at the last look.
     allowed: Option<LocalityLevel>,
-    /// A proposal whose outcome is unknown: sent again as is.
-    in_doubt: Option<Proposal>,
+    /// A proposal or preemption whose outcome is unknown: sent again as is.
+    in_doubt: Option<Sent>,
     /// Since when the copy has not held the job.
     missing_since: Option<Duration>,
     phase: Phase,
@@ -320,8 +343,8 @@ impl<'s> PlaceMachine<'s> {
         let waited_s = now.saturating_sub(self.waited_from).as_secs();
         let allowed = j.spec.allowed_level(waited_s);
         self.allowed = Some(allowed);
-        if let Some(p) = self.in_doubt.take() {
-            return self.propose(p);
+        if let Some(sent) = self.in_doubt.take() {
+            return self.send(sent);
         }
         let verdict = self.scheduler.schedule(&Attempt {
             job: j,
@@ -337,7 +360,14 @@ impl<'s> PlaceMachine<'s> {
         match verdict {
             Verdict::Propose(members) => {
                 let id = fresh_id(&mut self.rng);
-                self.propose(Proposal { id, job: self.job, members, based_on: version })
+                self.send(Sent::Gang(Proposal { id, job: self.job, members, based_on: version }))
+            }
+            Verdict::Preempt { members, victims } => {
+                let id = fresh_id(&mut self.rng);
+                let proposal = Proposal { id, job: self.job, members, based_on: version };
+                let reason = format!("scheduler `{}` preempted for job {}", self.scheduler.name(), self.job);
+                tracing::info!(job_id = self.job.0, victims = victims.len(), "preempting");
+                self.send(Sent::Preempt(Preemption { proposal, victims, reason }))
             }
             Verdict::Wait(why) => {
                 tracing::debug!(job_id = self.job.0, reason = %why, "waiting");
@@ -360,8 +390,9 @@ impl<'s> PlaceMachine<'s> {
         }
     }
 
-    fn answered(&mut self, now: Duration, p: Proposal, a: Answer) -> Action {
+    fn answered(&mut self, now: Duration, sent: Sent, a: Answer) -> Action {
         let conflicts = self.conflicts;
+        let p = sent.proposal();
         match a {
             Answer::Accepted { level } => {
                 tracing::info!(job_id = self.job.0, %level, conflicts, "placed");
@@ -386,22 +417,27 @@ impl<'s> PlaceMachine<'s> {
                 Action::ReadJob
             }
             Answer::Failed(e @ ClientError::Status { .. }) => {
-                Action::Fail(SchedulerError::Call { call: "Propose", source: e })
+                let call = if matches!(sent, Sent::Preempt(_)) { "Preempt" } else { "Propose" };
+                Action::Fail(SchedulerError::Call { call, source: e })
             }
-            Answer::Failed(e) => self.in_doubt(now, p, &e.to_string()),
-            Answer::Unknown(why) => self.in_doubt(now, p, &why),
+            Answer::Failed(e) => self.in_doubt(now, sent, &e.to_string()),
+            Answer::Unknown(why) => self.in_doubt(now, sent, &why),
         }
     }
 
-    fn in_doubt(&mut self, now: Duration, p: Proposal, why: &str) -> Action {
-        tracing::debug!(job_id = self.job.0, proposal = p.id.0, reason = why, "outcome unknown; sending it again");
-        self.in_doubt = Some(p);
+    fn in_doubt(&mut self, now: Duration, sent: Sent, why: &str) -> Action {
+        let proposal = sent.proposal().id.0;
+        tracing::debug!(job_id = self.job.0, proposal, reason = why, "outcome unknown; sending it again");
+        self.in_doubt = Some(sent);
         self.sleep(now)
     }
 
-    fn propose(&mut self, p: Proposal) -> Action {
-        self.phase = Phase::Proposed(p.clone());
-        Action::Propose(p)
+    fn send(&mut self, sent: Sent) -> Action {
+        self.phase = Phase::Proposed(sent.clone());
+        match sent {
+            Sent::Gang(p) => Action::Propose(p),
+            Sent::Preempt(pre) => Action::Preempt(pre),
+        }
     }
 
     fn sleep(&mut self, now: Duration) -> Action {
@@ -450,6 +486,10 @@ pub async fn place_job(
                 let answer = answer(client.propose(vec![v1::Proposal::from(&p)]).await, cache, job);
                 m.step(now(), Event::Answer(answer))
             }
+            Action::Preempt(pre) => {
+                let answer = answer(client.preempt(v1::Preemption::from(&pre)).await, cache, job);
+                m.step(now(), Event::Answer(answer))
+            }
             Action::Sleep { until } => {
                 tokio::time::sleep(until.saturating_sub(now())).await;
                 look(&mut m)
@@ -480,7 +520,7 @@ fn job_state(wire: i32) -> JobState {
     v1::JobState::try_from(wire).ok().and_then(|s| JobState::try_from(s).ok()).unwrap_or(JobState::Failed)
 }
 
-/// What a `Propose` call answered, as the machine takes it. A conflict's fresh records also go
+/// What a `Propose` or `Preempt` call answered, as the machine takes it. A conflict's fresh records also go
 /// into `cache` here, so every scheduler of the process sees them at once.
 fn answer(r: Result<Vec<v1::ProposeResult>, ClientError>, cache: &ViewCache, job: JobId) -> Answer {
     let result = match r {
@@ -709,6 +749,56 @@ mod tests {
                 assert_eq!((proposal, level), (p.id, LocalityLevel::Socket), "the level allowed when sent");
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// A scheduler that always preempts with the gang and victims it was built with.
+    #[derive(Debug)]
+    struct Displacer(Vec<tessera_view::MemberPlacement>, Vec<JobId>);
+
+    impl Scheduler for Displacer {
+        fn name(&self) -> &str {
+            "displacer"
+        }
+        fn schedule(&self, _: &Attempt<'_>) -> Verdict {
+            Verdict::Preempt { members: self.0.clone(), victims: self.1.clone() }
+        }
+    }
+
+    #[test]
+    fn a_preempt_verdict_is_sent_as_one_preemption_and_resent_as_is_when_its_outcome_is_unknown() {
+        let mut f =
+            Fixture::new(1, JobSpec { priority: 10, ..spec(8, LocalityLevel::Server, LocalityLevel::Server, None) });
+        f.fill(1);
+        let victim = JobId(f.job.0 + 1);
+        // The gang, planned as if the victim were gone.
+        let mut without = f.view.clone();
+        without.release(victim, false).expect("placed");
+        let spec = f.view.job(f.job).expect("job").spec.clone();
+        let found = crate::find_placement(
+            &LocalView::of_view(&without),
+            &Overlay::default(),
+            &spec,
+            LocalityLevel::Server,
+            tessera_view::fit::FitMode::Pack,
+            0,
+        )
+        .expect("the server, once free");
+        let sched = Displacer(found.members.clone(), vec![victim]);
+        let mut m = machine(&sched, &f);
+        let Action::Preempt(pre) = f.look(&mut m, S) else { panic!("expected a preemption") };
+        assert_eq!((pre.proposal.job, &pre.proposal.members, &pre.victims), (f.job, &found.members, &vec![victim]));
+        assert!(pre.reason.contains("displacer"), "{}", pre.reason);
+        // The outcome is lost: the same preemption goes again, under the same id.
+        assert!(sleep_until(m.step(S, Event::Answer(Answer::Unknown("leader changed".into())))) > S);
+        let Action::Preempt(again) = f.look(&mut m, 2 * S) else { panic!("expected the preemption again") };
+        assert_eq!(again, pre);
+        // The approver takes it: the victim waits again, the job is placed.
+        assert!(f.view.preempt(&again).is_placed());
+        assert_eq!(f.view.job(victim).expect("victim").state, JobState::Pending);
+        match m.step(2 * S, Event::Answer(Answer::Accepted { level: LocalityLevel::Server })) {
+            Action::Done(Placed::Placed { proposal, .. }) => assert_eq!(proposal, pre.proposal.id),
+            other => panic!("expected placed, got {other:?}"),
         }
     }
 

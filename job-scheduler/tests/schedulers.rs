@@ -48,6 +48,7 @@ fn schedule(v: &mut ClusterView, s: &dyn Scheduler, spec: JobSpec, n: u64) -> Re
             }
         }
         Verdict::Wait(why) | Verdict::GiveUp(why) => Err(why),
+        Verdict::Preempt { victims, .. } => panic!("{} preempted {victims:?} without being asked to", s.name()),
     }
 }
 

@@ -70,6 +70,16 @@ pub enum Verdict {
     Wait(String),
     /// The job can never be placed; the runtime cancels it with this reason.
     GiveUp(String),
+    /// Place this gang on resources the `victims` hold now: the runtime sends one
+    /// [`tessera_view::Preemption`], which the approver applies whole (every victim re-queued,
+    /// the gang placed) or refuses. Each victim must rank below the job and be needed by the gang
+    /// ([`crate::preemption::choose_victims`] picks such a set).
+    Preempt {
+        /// The gang, members in rank order.
+        members: Vec<MemberPlacement>,
+        /// The jobs it displaces.
+        victims: Vec<tessera_view::JobId>,
+    },
 }
 
 /// The policy of one job. Implementations must be cheap to call: the runtime calls

@@ -523,6 +523,14 @@ impl Sim<'_> {
                     self.give_up(i, reason);
                     continue;
                 }
+                Verdict::Preempt { members, victims } => {
+                    let why = format!("scheduler `{}`", self.cfg.contender.scheduler.name());
+                    if !self.preempt(i, members, victims, &why, now) {
+                        failed.insert(key);
+                        self.wake_later(i, now, allowed);
+                    }
+                    continue;
+                }
             };
             match found {
                 Some(members) => {
@@ -738,30 +746,30 @@ impl Sim<'_> {
         else {
             return false;
         };
+        self.preempt(i, choice.members, choice.victims, "attained-service order", now)
+    }
+
+    /// Sends one `Command::Preempt` for job `i` (a host's choice, or its scheduler's
+    /// [`Verdict::Preempt`]); on acceptance stops the victims and starts the job. True if it
+    /// started.
+    fn preempt(&mut self, i: usize, members: Vec<MemberPlacement>, victims: Vec<JobId>, why: &str, now: f64) -> bool {
         let id = self.next_proposal();
-        let pre = Preemption {
-            proposal: Proposal {
-                id,
-                job: self.jobs[i].view_id,
-                members: choice.members.clone(),
-                based_on: self.view.version(),
-            },
-            victims: choice.victims.clone(),
-            reason: "attained-service order".into(),
-        };
+        let proposal =
+            Proposal { id, job: self.jobs[i].view_id, members: members.clone(), based_on: self.view.version() };
+        let pre = Preemption { proposal, victims: victims.clone(), reason: why.into() };
         let Outcome::Decided(ds) = self.view.apply(&Command::Preempt(pre)) else { return false };
         let Some(Decision::Accepted { level, .. }) = ds.first().cloned() else {
             self.rep.rejected_proposals += 1;
             return false;
         };
-        for v in &choice.victims {
+        for v in &victims {
             if let Some(&j) = self.by_view.get(v) {
                 self.stop_preempted(j, now);
             }
         }
-        self.start(i, id, choice.members, level, now);
+        self.start(i, id, members, level, now);
         // The victims wait again: offer them (only them, as arrivals) in a pass at this instant.
-        for v in &choice.victims {
+        for v in &victims {
             if let Some(&j) = self.by_view.get(v) {
                 self.push(now, Event::Requeued(j));
             }
