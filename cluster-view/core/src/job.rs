@@ -202,11 +202,36 @@ pub struct JobFile {
 }
 
 /// `priority = 10` or `priority = "batch"` (a class name).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 enum RawPriority {
     Number(i32),
     Class(String),
+}
+
+impl<'de> Deserialize<'de> for RawPriority {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = RawPriority;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a whole number (e.g. 10) or a priority class of the cluster (e.g. \"batch\")")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawPriority, E> {
+                i32::try_from(v)
+                    .map(RawPriority::Number)
+                    .map_err(|_| E::custom(format!("priority {v} is out of range")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawPriority, E> {
+                i32::try_from(v)
+                    .map(RawPriority::Number)
+                    .map_err(|_| E::custom(format!("priority {v} is out of range")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawPriority, E> {
+                Ok(RawPriority::Class(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -587,6 +612,21 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_priority_is_a_number_or_a_class_name() {
+        let parse = |p: &str| JobSpec::from_toml("j.toml", &format!("name='j'\ngpus=1\npriority={p}\n"));
+        let n = parse("-5").expect("a number");
+        assert_eq!((n.priority, n.class), (-5, None));
+        let c = parse("'batch'").expect("a class");
+        assert_eq!((c.priority, c.class.as_deref()), (0, Some("batch")), "resolved at admission, not here");
+        let e = parse("1.5").expect_err("not whole").to_string();
+        assert!(e.contains("a whole number") && e.contains("priority class"), "{e}");
+        let e = parse("9999999999").expect_err("out of range").to_string();
+        assert!(e.contains("out of range"), "{e}");
+        let e = parse("'two words'").expect_err("spaces").to_string();
+        assert!(e.contains("not a class name"), "{e}");
+    }
 
     #[test]
     fn levels_declared_free_of_slowdown_are_allowed_at_once_and_the_timer_relaxes_the_rest() {
