@@ -25,7 +25,8 @@ use crate::local_view::{LocalView, Overlay};
 use crate::search::{find_placement, plan_on_server};
 use std::collections::BTreeSet;
 use tessera_view::fit::FitMode;
-use tessera_view::{JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId};
+use tessera_view::preemption::shares_resources;
+use tessera_view::{JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord};
 
 /// Servers the per-server search visits at most (those with the most candidate GPUs first).
 const SERVERS_TRIED: usize = 64;
@@ -111,9 +112,7 @@ pub fn choose_victims(
             let mut set = Vec::new();
             for &k in order.iter().filter(|&&k| candidates[k].members.iter().any(|m| m.server == s)) {
                 for m in candidates[k].members.iter().filter(|m| m.server == s) {
-                    rec.free_gpus |= m.gpus;
-                    rec.free_cores = rec.free_cores.or(m.cores);
-                    rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
+                    give_back(&mut rec, m);
                 }
                 set.push(k);
                 let found = levels.iter().find_map(|&l| plan_on_server(topo, &rec, s, &req, spec.members, l, mode));
@@ -137,11 +136,16 @@ pub fn choose_victims(
     best.map(|(_, c)| c)
 }
 
-/// Whether the gang `found` uses a device or a core that `c` holds.
+/// Whether the gang `found` uses a device or a core that `c` holds (the approver's own test).
 fn needed(c: &Candidate, found: &[MemberPlacement]) -> bool {
-    c.members
-        .iter()
-        .any(|h| found.iter().any(|m| m.server == h.server && (m.gpus & h.gpus != 0 || m.cores.intersects(h.cores))))
+    shares_resources(&c.members, found)
+}
+
+/// `rec` with `m`'s resources given back.
+fn give_back(rec: &mut ServerRecord, m: &MemberPlacement) {
+    rec.free_gpus |= m.gpus;
+    rec.free_cores = rec.free_cores.or(m.cores);
+    rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
 }
 
 /// The preference order of a victim set: fewer gangs, then lower rank, then less work lost.
@@ -185,9 +189,7 @@ impl Scratch<'_> {
         for &k in set {
             for m in &candidates[k].members {
                 let mut rec = self.copy.servers()[m.server.index()];
-                rec.free_gpus |= m.gpus;
-                rec.free_cores = rec.free_cores.or(m.cores);
-                rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
+                give_back(&mut rec, m);
                 if self.copy.apply_server(m.server, rec) {
                     self.touched.insert(m.server);
                 }

@@ -23,7 +23,7 @@
 use crate::ids::JobId;
 use crate::job::{Job, JobState};
 use crate::locality::LocalityLevel;
-use crate::placement::{Decision, Proposal, Rejection};
+use crate::placement::{Decision, MemberPlacement, Proposal, Rejection};
 use crate::view::ClusterView;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -87,6 +87,13 @@ pub enum VictimProblem {
     NotNeeded,
 }
 
+/// Whether the gang `gang` uses a device or a core that `held` holds: the approver's test of
+/// whether a victim is needed, and the victim choice's.
+pub fn shares_resources(held: &[MemberPlacement], gang: &[MemberPlacement]) -> bool {
+    held.iter()
+        .any(|h| gang.iter().any(|m| m.server == h.server && (m.gpus & h.gpus != 0 || m.cores.intersects(h.cores))))
+}
+
 impl ClusterView {
     /// Applies a preemption atomically (see the [module docs](crate::preemption)): on success
     /// every victim is pending again, with its `preemptions` count raised and the reason as its
@@ -134,11 +141,7 @@ impl ClusterView {
             self.validate_members(p, job, &victims).map_err(|(reason, stale)| self.reject(p, reason, &stale))?;
         // Checked after the gang's shape, so that "needed" compares well-formed members.
         for v in &victims {
-            let held = v.placement.as_ref().map_or(&[][..], |g| &g.members[..]);
-            let needed = held.iter().any(|h| {
-                p.members.iter().any(|m| m.server == h.server && (m.gpus & h.gpus != 0 || m.cores.intersects(h.cores)))
-            });
-            if !needed {
+            if !shares_resources(v.placement.as_ref().map_or(&[][..], |g| &g.members[..]), &p.members) {
                 return reject(Rejection::Victim { victim: v.id, problem: VictimProblem::NotNeeded });
             }
         }
@@ -182,7 +185,6 @@ mod tests {
     use super::*;
     use crate::invariants;
     use crate::mask::CoreMask;
-    use crate::placement::MemberPlacement;
     use crate::{ClusterSpec, Command, JobSpec, Outcome, ProposalId, ServerId, Topology};
 
     fn view(servers: u32) -> ClusterView {

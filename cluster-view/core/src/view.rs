@@ -567,16 +567,16 @@ impl ClusterView {
     /// job is live or among the ended jobs kept) is answered with that job and changes nothing;
     /// the same id with another spec is refused ([`ViewError::RequestReused`]).
     pub fn submit_once(&mut self, spec: &JobSpec, request: Option<&RequestId>) -> Result<JobId, ViewError> {
-        let spec = &self.with_class_resolved(spec.clone())?;
+        let spec = self.with_class_resolved(spec.clone())?;
         if let Some(r) = request
             && let Some(&job) = self.requests.get(r)
         {
             return match self.jobs.get(&job) {
-                Some(j) if j.spec == *spec => Ok(job),
+                Some(j) if j.spec == spec => Ok(job),
                 _ => Err(ViewError::RequestReused { request: r.to_string(), job }),
             };
         }
-        self.admit(spec.clone(), request.cloned())
+        self.admit(spec, request.cloned())
     }
 
     /// Whether a job was admitted under `request` (and is still remembered).
