@@ -46,7 +46,7 @@ impl CacheState {
         CacheState {
             view: LocalView::from_snapshot(s),
             jobs: s.jobs.iter().map(|j| (j.id, j.clone())).collect(),
-            running: RunningIndex::from_jobs(&s.jobs),
+            running: RunningIndex::from_jobs(&s.jobs).with_preemption_bound(s.priorities.max_preemptions),
             server_names: s.server_names.clone(),
             unhealthy: s.unhealthy.clone(),
         }

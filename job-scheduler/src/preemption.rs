@@ -22,6 +22,7 @@
 //! before returning: the approver refuses unneeded victims.
 
 use crate::local_view::{LocalView, Overlay};
+use crate::scheduler::Attempt;
 use crate::search::{find_placement, plan_on_server};
 use std::collections::BTreeSet;
 use tessera_view::fit::FitMode;
@@ -134,6 +135,24 @@ pub fn choose_victims(
         }
     }
     best.map(|(_, c)| c)
+}
+
+/// The host's preemption step, live ([`crate::runtime::PlaceMachine`]) and wherever else an
+/// [`Attempt`] is made: when the job's scheduler found nothing, the gang the job would get by
+/// displacing running jobs it outranks ([`crate::scheduler::RunningIndex::preemptible_by`]),
+/// within the level it accepts now; `None` when no such jobs exist or freeing all of them
+/// would not make room.
+pub fn displace(a: &Attempt<'_>) -> Option<Choice> {
+    let candidates = a.ctx.running.preemptible_by(a.job.rank());
+    if candidates.is_empty() {
+        return None;
+    }
+    let freeable: u32 = candidates.iter().flat_map(|c| &c.members).map(|m| m.gpus.count_ones()).sum();
+    let free: u32 = a.view.servers().iter().map(|r| r.free_gpus.count_ones()).sum();
+    if freeable + free < a.job.spec.total_gpus() {
+        return None;
+    }
+    choose_victims(a.view, &a.job.spec, a.allowed, FitMode::Pack, a.salt, &candidates)
 }
 
 /// Whether the gang `found` uses a device or a core that `c` holds (the approver's own test).

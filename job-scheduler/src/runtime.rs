@@ -35,6 +35,7 @@
 use crate::SchedulerError;
 use crate::cache::ViewCache;
 use crate::local_view::{LocalView, Overlay};
+use crate::preemption;
 use crate::scheduler::{Attempt, Context, Scheduler, Verdict};
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
@@ -346,7 +347,7 @@ impl<'s> PlaceMachine<'s> {
         if let Some(sent) = self.in_doubt.take() {
             return self.send(sent);
         }
-        let verdict = self.scheduler.schedule(&Attempt {
+        let attempt = Attempt {
             job: j,
             view,
             overlay: &self.overlay,
@@ -355,7 +356,19 @@ impl<'s> PlaceMachine<'s> {
             attempt: self.attempt,
             salt: self.salt.wrapping_add(self.job.0),
             ctx,
-        });
+        };
+        // Nothing fits: a job that outranks running ones displaces the fewest of them
+        // (`preemption::displace`; none unless the cluster allows preemption).
+        let verdict = match self.scheduler.schedule(&attempt) {
+            Verdict::Wait(why) => match preemption::displace(&attempt) {
+                Some(c) => {
+                    tracing::debug!(job_id = self.job.0, reason = %why, "no fit without preempting");
+                    Verdict::Preempt { members: c.members, victims: c.victims }
+                }
+                None => Verdict::Wait(why),
+            },
+            v => v,
+        };
         self.attempt += 1;
         match verdict {
             Verdict::Propose(members) => {
@@ -365,7 +378,12 @@ impl<'s> PlaceMachine<'s> {
             Verdict::Preempt { members, victims } => {
                 let id = fresh_id(&mut self.rng);
                 let proposal = Proposal { id, job: self.job, members, based_on: version };
-                let reason = format!("scheduler `{}` preempted for job {}", self.scheduler.name(), self.job);
+                let reason = format!(
+                    "preempted for job {} (priority {}) by scheduler `{}`",
+                    self.job,
+                    j.spec.priority,
+                    self.scheduler.name()
+                );
                 tracing::info!(job_id = self.job.0, victims = victims.len(), "preempting");
                 self.send(Sent::Preempt(Preemption { proposal, victims, reason }))
             }
@@ -549,6 +567,7 @@ mod tests {
 
     use super::*;
     use crate::LocalityTolerant;
+    use crate::scheduler::RunningIndex;
     use tessera_view::{ClusterSpec, ClusterView, JobSpec};
 
     const MS: Duration = Duration::from_millis(1);
@@ -583,10 +602,15 @@ mod tests {
 
         /// Places an 8-GPU job on each of `servers` servers, so none has a free GPU.
         fn fill(&mut self, servers: u64) {
+            self.fill_ranked(&vec![0; servers as usize]);
+        }
+
+        /// Places an 8-GPU job of each of `priorities` on a server of its own.
+        fn fill_ranked(&mut self, priorities: &[i32]) {
             let sched = LocalityTolerant::default();
-            for n in 0..servers {
-                let id =
-                    self.view.submit(spec(8, LocalityLevel::Server, LocalityLevel::Server, None)).expect("admitted");
+            for (n, &priority) in (0u64..).zip(priorities) {
+                let s = JobSpec { priority, ..spec(8, LocalityLevel::Server, LocalityLevel::Server, None) };
+                let id = self.view.submit(s).expect("admitted");
                 let job = self.view.job(id).expect("job").clone();
                 let local = LocalView::of_view(&self.view);
                 let overlay = Overlay::default();
@@ -610,6 +634,17 @@ mod tests {
         fn look(&self, m: &mut PlaceMachine<'_>, now: Duration) -> Action {
             let local = LocalView::of_view(&self.view);
             let ctx = Context::empty();
+            m.step(now, Event::View { job: self.view.job(self.job), view: &local, version: self.view.version(), ctx })
+        }
+    }
+
+    impl Fixture {
+        /// Shows `m` the view at `now` with the running jobs indexed as a live host indexes
+        /// them, under the preemption bound `max_preemptions`.
+        fn look_indexed(&self, m: &mut PlaceMachine<'_>, now: Duration, max_preemptions: u32) -> Action {
+            let local = LocalView::of_view(&self.view);
+            let running = RunningIndex::from_jobs(self.view.jobs()).with_preemption_bound(max_preemptions);
+            let ctx = Context { running: &running };
             m.step(now, Event::View { job: self.view.job(self.job), view: &local, version: self.view.version(), ctx })
         }
     }
@@ -800,6 +835,34 @@ mod tests {
             Action::Done(Placed::Placed { proposal, .. }) => assert_eq!(proposal, pre.proposal.id),
             other => panic!("expected placed, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_job_that_fits_nowhere_displaces_a_job_it_outranks_and_only_such_a_job() {
+        // Two full servers, held by jobs of priority 0 and 10; the job of priority 10 needs a
+        // whole server.
+        let mut f =
+            Fixture::new(2, JobSpec { priority: 10, ..spec(8, LocalityLevel::Server, LocalityLevel::Server, None) });
+        f.fill_ranked(&[0, 10]);
+        let low = JobId(f.job.0 + 1);
+        let sched = LocalityTolerant::default();
+        // Preemption off (the cluster's bound 0): the job waits.
+        let mut m = machine(&sched, &f);
+        wait_until(f.look_indexed(&mut m, S, 0));
+        // On: it displaces the job it outranks, not its equal.
+        let mut m = machine(&sched, &f);
+        let Action::Preempt(pre) = f.look_indexed(&mut m, S, 3) else { panic!("expected a preemption") };
+        assert_eq!(pre.victims, vec![low], "only the job it outranks");
+        let low_server = f.view.job(low).and_then(|j| j.placement.as_ref()).expect("placed").members[0].server;
+        assert!(pre.proposal.members.iter().all(|p| p.server == low_server), "{pre:?}");
+        assert!(pre.reason.contains("priority 10"), "{}", pre.reason);
+        assert!(f.view.preempt(&pre).is_placed(), "the approver takes the host's choice");
+        assert_eq!(f.view.job(low).expect("victim").state, JobState::Pending);
+        // A job outranking nobody waits.
+        let mut f = Fixture::new(1, spec(8, LocalityLevel::Server, LocalityLevel::Server, None));
+        f.fill(1);
+        let mut m = machine(&sched, &f);
+        wait_until(f.look_indexed(&mut m, S, 3));
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! [`Context`]: what a scheduler is shown beyond the server records — today the jobs running on
-//! each server ([`RunningIndex`]), which affinity placements (Gandiva) and victim choice need.
+//! each server ([`RunningIndex`]), which affinity placements (Gandiva) need, and the running
+//! jobs a waiting one may preempt ([`RunningIndex::preemptible_by`]), which victim choice needs.
 //! The host builds it once and shares it with every attempt: the live host keeps it in its
 //! copy of the view ([`crate::cache::CacheState::running`]), the simulator beside its event loop.
 
+use crate::preemption::Candidate;
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use tessera_view::{Job, JobId, ServerId};
 
@@ -38,12 +41,58 @@ pub struct RunningIndex {
     per_server: Vec<Vec<Running>>,
     /// The servers each listed job is on, so an update touches only those.
     servers_of: BTreeMap<JobId, Vec<ServerId>>,
+    /// The jobs [`RunningIndex::update`] listed, as possible victims: placement, rank and the
+    /// preemptions they have had. ([`RunningIndex::add`] knows no rank: such jobs are never
+    /// offered as victims.)
+    victims: BTreeMap<JobId, Victim>,
+    /// The cluster's bound on preemptions of one job (`[priorities] max_preemptions`); 0 turns
+    /// preemption off.
+    max_preemptions: u32,
+}
+
+/// A running job as a possible victim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Victim {
+    members: Vec<tessera_view::MemberPlacement>,
+    priority: i32,
+    service_queue: u8,
+    preemptions: u32,
 }
 
 impl RunningIndex {
     /// An empty index.
     pub const fn new() -> RunningIndex {
-        RunningIndex { per_server: Vec::new(), servers_of: BTreeMap::new() }
+        RunningIndex {
+            per_server: Vec::new(),
+            servers_of: BTreeMap::new(),
+            victims: BTreeMap::new(),
+            max_preemptions: 0,
+        }
+    }
+
+    /// The same index under the cluster's preemption bound ([`tessera_view::Priorities`]'s
+    /// `max_preemptions`; the default, 0, offers no victims).
+    pub fn with_preemption_bound(mut self, max_preemptions: u32) -> RunningIndex {
+        self.max_preemptions = max_preemptions;
+        self
+    }
+
+    /// The running jobs a job of rank `rank` ([`Job::rank`]) may preempt: those it outranks,
+    /// preempted fewer times than the cluster's bound, in job order. The approver checks the
+    /// same rules again at apply. Work lost is unknown here (0 for every candidate), so victim
+    /// choice falls back on the fewest gangs and the lowest rank.
+    pub fn preemptible_by(&self, rank: (i32, Reverse<u8>)) -> Vec<Candidate> {
+        self.victims
+            .iter()
+            .filter(|(_, v)| v.preemptions < self.max_preemptions && rank > (v.priority, Reverse(v.service_queue)))
+            .map(|(&job, v)| Candidate {
+                job,
+                members: v.members.clone(),
+                priority: v.priority,
+                service_queue: v.service_queue,
+                lost_s: 0.0,
+            })
+            .collect()
     }
 
     /// The index of the jobs among `jobs` that hold a placement.
@@ -76,6 +125,7 @@ impl RunningIndex {
 
     /// Forgets `job` wherever it is listed.
     pub fn remove(&mut self, job: JobId) {
+        self.victims.remove(&job);
         for s in self.servers_of.remove(&job).unwrap_or_default() {
             if let Some(on) = self.per_server.get_mut(s.index()) {
                 on.retain(|r| r.job != job);
@@ -96,6 +146,13 @@ impl RunningIndex {
             && let Some(p) = &job.placement
         {
             self.add(job.id, job.spec.total_gpus(), p.members.iter().map(|m| m.server));
+            let victim = Victim {
+                members: p.members.clone(),
+                priority: job.spec.priority,
+                service_queue: job.service_queue,
+                preemptions: job.preemptions,
+            };
+            self.victims.insert(job.id, victim);
         }
     }
 }
