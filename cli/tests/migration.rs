@@ -11,7 +11,7 @@
 //! started new ones), and that a watcher following the change stream from version 0 never
 //! sees a GPU or core held by two jobs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,49 +45,8 @@ impl Drop for Procs {
             let _ = c.wait();
         }
         for d in &self.data_dirs {
-            for dir in task_dirs(d) {
-                let Ok(text) = std::fs::read_to_string(dir.join("task.pid")) else { continue };
-                let mut lines = text.lines().map(|l| l.trim().parse::<u64>().ok());
-                let (Some(Some(pid)), Some(Some(start))) = (lines.next(), lines.next()) else { continue };
-                // Only a group whose leader is still the recorded task: pids are recycled.
-                if start_time(pid) == Some(start) {
-                    kill_group(pid);
-                }
-            }
+            kill_tasks(d);
         }
-    }
-}
-
-/// Every task directory under an agent's data dir (`<data>/<cluster>/tasks/<task>`).
-fn task_dirs(data: &Path) -> Vec<PathBuf> {
-    let list = |p: PathBuf| std::fs::read_dir(p).into_iter().flatten().flatten().map(|e| e.path()).collect::<Vec<_>>();
-    list(data.to_path_buf()).into_iter().flat_map(|cluster| list(cluster.join("tasks"))).collect()
-}
-
-/// A live process's start time (`/proc/<pid>/stat` field 22), `None` for a zombie or none.
-fn start_time(pid: u64) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    (fields.first() != Some(&"Z")).then(|| fields.get(19)?.parse().ok())?
-}
-
-/// Waits (bounded by `deadline`) until `pred` holds on a snapshot, waking on view changes.
-async fn wait_view(c: &mut ViewClient, deadline: Instant, what: &str, mut pred: impl FnMut(&ViewSnapshot) -> bool) {
-    loop {
-        let s = c.snapshot(false).await.expect("snapshot").snapshot.expect("snapshot body");
-        let s = ViewSnapshot::try_from(s).expect("valid snapshot");
-        if pred(&s) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        let mut w = c.clone();
-        let v = s.version.0;
-        let _ = tokio::time::timeout(Duration::from_millis(500), async move {
-            if let Ok(mut st) = w.watch(v).await {
-                let _ = st.message().await;
-            }
-        })
-        .await;
     }
 }
 

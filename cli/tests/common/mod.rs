@@ -2,8 +2,9 @@
 //! other `tessera` processes on loopback, the history checker, and small view helpers.
 #![allow(dead_code, unused_imports)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_testkit::{LocalCluster, ProcessCluster};
 use tessera_view::{ClusterSpec, ClusterView, CoreMask, Decision, MemberPlacement, ServerId, Topology, ViewSnapshot};
@@ -41,6 +42,33 @@ pub fn kill_group(pgid: u64) {
         && p > 1
     {
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Every task directory under an agent's data dir (`<data>/<cluster>/tasks/<task>`).
+pub fn task_dirs(data: &Path) -> Vec<PathBuf> {
+    let list = |p: PathBuf| std::fs::read_dir(p).into_iter().flatten().flatten().map(|e| e.path()).collect::<Vec<_>>();
+    list(data.to_path_buf()).into_iter().flat_map(|cluster| list(cluster.join("tasks"))).collect()
+}
+
+/// A live process's start time (`/proc/<pid>/stat` field 22), `None` for a zombie or none.
+pub fn start_time(pid: u64) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    (fields.first() != Some(&"Z")).then(|| fields.get(19)?.parse().ok())?
+}
+
+/// Kills the process group of every task an agent with data dir `data` started that still
+/// runs (tasks outlive their agents by design): only groups whose leader is still the
+/// recorded task, as pids are recycled.
+pub fn kill_tasks(data: &Path) {
+    for dir in task_dirs(data) {
+        let Ok(text) = std::fs::read_to_string(dir.join("task.pid")) else { continue };
+        let mut lines = text.lines().map(|l| l.trim().parse::<u64>().ok());
+        let (Some(Some(pid)), Some(Some(start))) = (lines.next(), lines.next()) else { continue };
+        if start_time(pid) == Some(start) {
+            kill_group(pid);
+        }
     }
 }
 
@@ -117,6 +145,31 @@ pub fn member(server: u32, gpus: u64, core0: u32) -> MemberPlacement {
 
 pub fn decision(r: &v1::ProposeResult) -> Option<Decision<tessera_proto::RemoteRejection>> {
     r.decision.clone().map(|d| tessera_proto::RemoteDecision::try_from(d).expect("decision"))
+}
+
+pub async fn snapshot(c: &mut ViewClient) -> ViewSnapshot {
+    let s = c.snapshot(true).await.expect("snapshot").snapshot.expect("snapshot body");
+    ViewSnapshot::try_from(s).expect("valid snapshot")
+}
+
+/// Waits (bounded by `deadline`) until `pred` holds on a snapshot, waking on view changes.
+pub async fn wait_view(c: &mut ViewClient, deadline: Instant, what: &str, mut pred: impl FnMut(&ViewSnapshot) -> bool) {
+    loop {
+        let s = snapshot(c).await;
+        if pred(&s) {
+            return;
+        }
+        let states: Vec<String> = s.jobs.iter().map(|j| format!("{}:{:?}", j.id, j.state)).collect();
+        assert!(Instant::now() < deadline, "timed out waiting for {what}; jobs: {states:?}");
+        let mut w = c.clone();
+        let v = s.version.0;
+        let _ = tokio::time::timeout(Duration::from_millis(500), async move {
+            if let Ok(mut st) = w.watch(v).await {
+                let _ = st.message().await;
+            }
+        })
+        .await;
+    }
 }
 
 pub use tessera_testkit::history::{History, follow};

@@ -1,0 +1,189 @@
+//! Priority preemption on a whole `tessera dev` cluster (one process: three replicas, a
+//! fake-GPU agent per server, a scheduler host), driven through the public API.
+//!
+//! `a_production_gang_preempts_best_effort_jobs_which_resume_and_finish`: four best-effort
+//! 4-GPU jobs fill both 8-GPU servers. A production 16-GPU gang (two members of 8) is then
+//! submitted: nothing fits, so the host's scheduler displaces the jobs it outranks in one
+//! `Preempt` command. The test checks that the gang runs within a bound; that every victim went
+//! back to pending once (`preemptions` = 1) and its task saved a checkpoint on the stop signal;
+//! that after the gang ends every victim runs again, resumes from its checkpoint and finishes;
+//! and that a watcher following the change stream from version 0 never saw a GPU or core held
+//! by two jobs (a victim's members are released in the same step the gang is placed, so a
+//! half-preempted gang would show as a double holding).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tessera_proto::v1;
+use tessera_view::{CpuDemand, JobId, JobSpec, JobState, LocalityLevel};
+use tessera_view_server::ViewClient;
+
+mod common;
+use common::*;
+
+/// A victim's command: resumes from its checkpoint file if there is one (and then finishes at
+/// once); otherwise works until stopped, saving the checkpoint on SIGUSR1 (the agent's
+/// checkpoint signal) or SIGTERM.
+fn victim_command(ckpt: &Path) -> String {
+    let f = ckpt.display();
+    format!(
+        "if [ -e {f} ]; then echo resumed from $(cat {f}); exit 0; fi; echo started gpus=$CUDA_VISIBLE_DEVICES; \
+         trap 'echo step-42 > {f}; echo checkpointed; kill $!; exit 0' USR1 TERM; sleep 120 & wait"
+    )
+}
+
+/// `tessera dev` on two servers with free ports; stopped (SIGTERM, so it cancels its jobs and
+/// stops their tasks) on drop, killed if it does not exit in time.
+struct Dev {
+    child: Child,
+    data: std::path::PathBuf,
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for server in std::fs::read_dir(self.data.join("agents")).into_iter().flatten().flatten() {
+            kill_tasks(&server.path());
+        }
+    }
+}
+
+/// Starts `tessera dev` and returns it with its replicas' addresses, read from its banner.
+fn start_dev(dir: &Path) -> (Dev, Vec<String>) {
+    let data = dir.join("dev");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["dev", "--servers", "2", "--racks", "1", "--view-port", "0", "--http-port", "0", "--data-dir"])
+        .arg(&data)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("dev.log")).expect("log"))
+        .spawn()
+        .expect("spawn tessera dev");
+    let stdout = child.stdout.take().expect("stdout");
+    let dev = Dev { child, data };
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Reads the banner, then keeps draining stdout so that the process never blocks on it.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.trim_start().strip_prefix("view (gRPC)") {
+                let addrs = rest.split_whitespace().next().unwrap_or_default().to_string();
+                let _ = tx.send(addrs);
+            }
+        }
+    });
+    let addrs = rx.recv_timeout(Duration::from_secs(60)).expect("tessera dev printed its view addresses");
+    (dev, addrs.split(',').map(str::to_string).collect())
+}
+
+fn with_command(mut s: JobSpec, class: &str, command: String) -> v1::JobSpec {
+    s.class = Some(class.into());
+    s.memory_mib_per_gpu = Some(1024);
+    s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+    s.command = vec!["sh".into(), "-c".into(), command];
+    v1::JobSpec::from(&s)
+}
+
+#[test]
+fn a_production_gang_preempts_best_effort_jobs_which_resume_and_finish() {
+    let dir = test_dir("tessera-preemption-");
+    let d = dir.path();
+    let (dev, addrs) = start_dev(d);
+    rt().block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        c.wait_for_leader().await.expect("leader");
+        let history = Arc::new(Mutex::new(History::default()));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let watcher = tokio::spawn(follow(c.clone(), history.clone(), stop_rx));
+
+        // Four best-effort jobs of 4 GPUs: both servers full once they run.
+        let specs: Vec<v1::JobSpec> = (0..4)
+            .map(|i| {
+                let mut s = JobSpec::simple(&format!("victim-{i}"), 1, 4);
+                (s.prefer, s.tolerate) = (LocalityLevel::Socket, LocalityLevel::Any);
+                with_command(s, "best-effort", victim_command(&d.join(format!("victim-{i}.ckpt"))))
+            })
+            .collect();
+        let victims: Vec<JobId> = c
+            .submit(specs)
+            .await
+            .expect("submit")
+            .iter()
+            .map(|r| {
+                assert!(r.error.is_empty(), "{}", r.error);
+                JobId(r.job)
+            })
+            .collect();
+        wait_view(&mut c, deadline, "the best-effort jobs running", |s| {
+            victims.iter().all(|id| s.jobs.iter().any(|j| j.id == *id && j.state == JobState::Running))
+        })
+        .await;
+
+        // The production gang: two members of 8 GPUs, anywhere.
+        let mut gang = JobSpec::simple("production-16", 2, 8);
+        (gang.prefer, gang.tolerate) = (LocalityLevel::Rack, LocalityLevel::Any);
+        let gang = with_command(gang, "production", "echo gang gpus=$CUDA_VISIBLE_DEVICES; sleep 2".into());
+        let t0 = Instant::now();
+        let r = c.submit(vec![gang]).await.expect("submit");
+        assert!(r[0].error.is_empty(), "{}", r[0].error);
+        let gang = JobId(r[0].job);
+        let bound = (t0 + Duration::from_secs(30)).min(deadline);
+        wait_view(&mut c, bound, "the production gang running", |s| {
+            s.jobs.iter().any(|j| j.id == gang && matches!(j.state, JobState::Running | JobState::Finished))
+        })
+        .await;
+        eprintln!("production gang running after {} ms", t0.elapsed().as_millis());
+        let s = snapshot(&mut c).await;
+        let job = |id: JobId| s.jobs.iter().find(|j| j.id == id).expect("job kept").clone();
+        assert_eq!(job(gang).spec.priority, 100, "the production class");
+        for v in &victims {
+            let j = job(*v);
+            assert_eq!(j.preemptions, 1, "victim {v} preempted once: {j:?}");
+            assert_eq!(j.spec.priority, 0, "the best-effort class");
+        }
+
+        // Every victim runs again after the gang, resumes from its checkpoint and finishes.
+        wait_view(&mut c, deadline, "the gang and every victim finished", |s| {
+            victims.iter().chain([&gang]).all(|id| s.jobs.iter().any(|j| j.id == *id && j.state == JobState::Finished))
+        })
+        .await;
+        for (i, v) in victims.iter().enumerate() {
+            let ckpt = std::fs::read_to_string(d.join(format!("victim-{i}.ckpt"))).unwrap_or_default();
+            assert_eq!(ckpt.trim(), "step-42", "victim {v} saved its checkpoint when stopped");
+            let prefix = format!("j{}-p", v.0);
+            let outputs: Vec<String> = std::fs::read_dir(dev.data.join("agents"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .flat_map(|server| task_dirs(&server.path()))
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+                .map(|p| std::fs::read_to_string(p.join("stdout.log")).unwrap_or_default())
+                .collect();
+            assert_eq!(outputs.len(), 2, "victim {v}: a task before and one after the gang: {outputs:?}");
+            assert!(outputs.iter().any(|o| o.contains("checkpointed")), "victim {v}: {outputs:?}");
+            assert!(outputs.iter().any(|o| o.contains("resumed from step-42")), "victim {v}: {outputs:?}");
+        }
+
+        let _ = stop_tx.send(true);
+        let _ = watcher.await;
+        let h = history.lock().expect("history");
+        assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
+        for v in &victims {
+            assert_eq!(h.placements[v].len(), 2, "victim {v}: placed, preempted, placed again: {:?}", h.placements[v]);
+        }
+    });
+    drop(dev);
+}
