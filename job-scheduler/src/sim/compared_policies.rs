@@ -166,8 +166,9 @@ pub enum SpecStyle {
 }
 
 impl SpecStyle {
-    /// The job spec for a trace job. `theta` is the job's CPU sweet point, `slowdown` its loss
-    /// per level ([`SpeedModel::slowdown_of`]: what a Tessera user declares).
+    /// The job spec for a trace job. `theta` is the job's CPU sweet point and `slowdown` its loss
+    /// per level, as a Tessera user declares them ([`SpeedModel::declared_theta`],
+    /// [`SpeedModel::slowdown_of`]: nothing to gain from cores or locality under `ideal`).
     pub fn spec(
         self,
         job: &SimJob,

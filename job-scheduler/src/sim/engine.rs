@@ -296,7 +296,8 @@ pub fn simulate(
     for (i, j) in trace.jobs.iter().enumerate() {
         let class = model.class_of(&j.job_type);
         let theta = compared_policies::theta_of(j, model, class);
-        let spec = cfg.contender.style.spec(j, theta, &model.slowdown_of(class), sim.view.topologies());
+        let declared = model.declared_theta(theta);
+        let spec = cfg.contender.style.spec(j, declared, &model.slowdown_of(class), sim.view.topologies());
         let preferred = compared_policies::preferred_level(j.gpus, sim.view.topologies());
         sim.jobs.push(Rt {
             view_id: JobId(0),

@@ -142,6 +142,14 @@ impl SpeedModel {
         &self.classes[i].1
     }
 
+    /// The CPU sweet point a job whose real one is `theta` declares in its spec's predictor:
+    /// `theta` itself, but 1 under the `ideal` model, where a job runs at full speed on any
+    /// number of cores and so gains nothing from more than one (as its declared `slowdown` is 0
+    /// at every level there, [`SpeedModel::slowdown_of`]).
+    pub fn declared_theta(&self, theta: f64) -> f64 {
+        if self.ideal { 1.0 } else { theta }
+    }
+
     /// The throughput a job of class `class` loses at each locality level, as a job spec's
     /// `slowdown` declares it: none at one PCIe switch, the class's socket and server losses,
     /// and its two-server loss for rack and wider levels (the least a gang beyond one server
@@ -207,6 +215,17 @@ mod tests {
         let lm = m.class_of("LM");
         assert!((m.speed(lm, 1.0, LocalityLevel::PcieSwitch, 1, 1.0, true) - 0.81).abs() < 1e-9);
         assert_eq!(SpeedModel::ideal().speed(cnn, 11.0, LocalityLevel::Any, 8, 1.0, true), 1.0);
+    }
+
+    #[test]
+    fn a_job_declares_what_it_loses_and_under_ideal_it_loses_nothing() {
+        let (m, ideal) = (SpeedModel::builtin(), SpeedModel::ideal());
+        let cnn = m.class_of("ResNet-50");
+        assert_eq!(m.declared_theta(11.0), 11.0);
+        assert_eq!(ideal.declared_theta(11.0), 1.0, "one core per GPU runs at full speed under ideal");
+        assert!(ideal.speed(cnn, 11.0, LocalityLevel::PcieSwitch, 1, 1.0, false) == 1.0);
+        assert_eq!(m.slowdown_of(cnn)[&LocalityLevel::Rack], 0.28);
+        assert!(ideal.slowdown_of(cnn).values().all(|s| *s == 0.0));
     }
 
     #[test]
