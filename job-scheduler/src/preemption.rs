@@ -147,12 +147,18 @@ pub fn displace(a: &Attempt<'_>) -> Option<Choice> {
     if candidates.is_empty() {
         return None;
     }
-    let freeable: u32 = candidates.iter().flat_map(|c| &c.members).map(|m| m.gpus.count_ones()).sum();
-    let free: u32 = a.view.servers().iter().map(|r| r.free_gpus.count_ones()).sum();
-    if freeable + free < a.job.spec.total_gpus() {
+    let free: u64 = a.view.servers().iter().map(|r| u64::from(r.free_gpus.count_ones())).sum();
+    if !could_make_room(&candidates, free, a.job.spec.total_gpus()) {
         return None;
     }
     choose_victims(a.view, &a.job.spec, a.allowed, FitMode::Pack, a.salt, &candidates)
+}
+
+/// Whether `candidates`' GPUs and the `free` ones are at least the `need`ed: a bound checked
+/// before the search, which then looks for a placement.
+pub fn could_make_room(candidates: &[Candidate], free: u64, need: u32) -> bool {
+    let freeable: u64 = candidates.iter().flat_map(|c| &c.members).map(|m| u64::from(m.gpus.count_ones())).sum();
+    freeable + free >= u64::from(need)
 }
 
 /// Whether the gang `found` uses a device or a core that `c` holds (the approver's own test).

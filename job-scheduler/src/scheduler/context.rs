@@ -36,27 +36,17 @@ pub struct Running {
 }
 
 /// The jobs holding GPUs, per server; kept current by the host as jobs start, move and end.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunningIndex {
     per_server: Vec<Vec<Running>>,
     /// The servers each listed job is on, so an update touches only those.
     servers_of: BTreeMap<JobId, Vec<ServerId>>,
-    /// The jobs [`RunningIndex::update`] listed, as possible victims: placement, rank and the
-    /// preemptions they have had. ([`RunningIndex::add`] knows no rank: such jobs are never
-    /// offered as victims.)
-    victims: BTreeMap<JobId, Victim>,
+    /// The jobs [`RunningIndex::update`] listed, as possible victims, with the preemptions they
+    /// have had. ([`RunningIndex::add`] knows no rank: such jobs are never offered as victims.)
+    victims: BTreeMap<JobId, (Candidate, u32)>,
     /// The cluster's bound on preemptions of one job (`[priorities] max_preemptions`); 0 turns
     /// preemption off.
     max_preemptions: u32,
-}
-
-/// A running job as a possible victim.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Victim {
-    members: Vec<tessera_view::MemberPlacement>,
-    priority: i32,
-    service_queue: u8,
-    preemptions: u32,
 }
 
 impl RunningIndex {
@@ -83,15 +73,11 @@ impl RunningIndex {
     /// choice falls back on the fewest gangs and the lowest rank.
     pub fn preemptible_by(&self, rank: (i32, Reverse<u8>)) -> Vec<Candidate> {
         self.victims
-            .iter()
-            .filter(|(_, v)| v.preemptions < self.max_preemptions && rank > (v.priority, Reverse(v.service_queue)))
-            .map(|(&job, v)| Candidate {
-                job,
-                members: v.members.clone(),
-                priority: v.priority,
-                service_queue: v.service_queue,
-                lost_s: 0.0,
+            .values()
+            .filter(|(c, preemptions)| {
+                *preemptions < self.max_preemptions && rank > (c.priority, Reverse(c.service_queue))
             })
+            .map(|(c, _)| c.clone())
             .collect()
     }
 
@@ -146,13 +132,14 @@ impl RunningIndex {
             && let Some(p) = &job.placement
         {
             self.add(job.id, job.spec.total_gpus(), p.members.iter().map(|m| m.server));
-            let victim = Victim {
+            let victim = Candidate {
+                job: job.id,
                 members: p.members.clone(),
                 priority: job.spec.priority,
                 service_queue: job.service_queue,
-                preemptions: job.preemptions,
+                lost_s: 0.0,
             };
-            self.victims.insert(job.id, victim);
+            self.victims.insert(job.id, (victim, job.preemptions));
         }
     }
 }

@@ -737,9 +737,7 @@ impl Sim<'_> {
             .filter(|e| me > e.rank && e.preemptions < max)
             .map(|e| e.candidate.clone())
             .collect();
-        let need = u64::from(self.jobs[i].gpus);
-        let could_free: u64 = candidates.iter().flat_map(|c| &c.members).map(|m| u64::from(m.gpus.count_ones())).sum();
-        if could_free + (self.total_gpus - self.busy_gpus) < need {
+        if !preemption::could_make_room(&candidates, self.total_gpus - self.busy_gpus, self.jobs[i].gpus) {
             return false;
         }
         let spec = self.jobs[i].spec.clone();
