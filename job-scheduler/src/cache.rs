@@ -12,14 +12,15 @@
 
 use crate::LocalView;
 use crate::SchedulerError;
+use crate::locality_cost::ReleaseStats;
 use crate::scheduler::RunningIndex;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::client::ViewClient;
 use tessera_proto::v1;
-use tessera_view::{Job, JobId, JobState, ServerId, ServerRecord, ViewDelta, ViewSnapshot, ViewVersion};
+use tessera_view::{Job, JobId, JobState, LocalityLevel, ServerId, ServerRecord, ViewDelta, ViewSnapshot, ViewVersion};
 use tokio::sync::watch;
 
 /// How long one watch stream is followed before subscribing again (a replica that went quiet
@@ -39,6 +40,11 @@ pub struct CacheState {
     pub unhealthy: Vec<u64>,
     /// The jobs holding GPUs, per server (for schedulers' [`crate::scheduler::Context`]).
     pub running: RunningIndex,
+    /// GPU releases and run times seen in the change stream, timed on this copy's clock (for
+    /// [`crate::locality_cost`]).
+    pub releases: ReleaseStats,
+    /// The origin of that clock.
+    clock: Instant,
 }
 
 impl CacheState {
@@ -49,7 +55,34 @@ impl CacheState {
             running: RunningIndex::from_jobs(&s.jobs).with_preemption_bound(s.priorities.max_preemptions),
             server_names: s.server_names.clone(),
             unhealthy: s.unhealthy.clone(),
+            releases: ReleaseStats::new(),
+            clock: Instant::now(),
         }
+        .observing(&s.jobs)
+    }
+
+    /// This copy with `jobs` observed now (what a snapshot shows running is timed from now).
+    fn observing(mut self, jobs: &[Job]) -> CacheState {
+        let now = self.now_s();
+        for j in jobs {
+            self.releases.observe(j, now);
+        }
+        self
+    }
+
+    /// Seconds on this copy's clock.
+    fn now_s(&self) -> f64 {
+        self.clock.elapsed().as_secs_f64()
+    }
+
+    /// A copy rebuilt from `s` that keeps what this one observed of releases, on the same clock.
+    fn rebuilt(&mut self, s: &ViewSnapshot) -> CacheState {
+        let mut fresh = CacheState::from_snapshot(s);
+        fresh.clock = self.clock;
+        fresh.releases = std::mem::take(&mut self.releases);
+        let now = fresh.now_s();
+        fresh.releases.resync(&s.jobs, now);
+        fresh
     }
 
     /// Applies a delta; false (nothing changed) when it does not continue this copy.
@@ -57,7 +90,9 @@ impl CacheState {
         if !self.view.apply_delta(d) {
             return false;
         }
+        let now = self.now_s();
         for j in &d.jobs {
+            self.releases.observe(j, now);
             self.running.update(j);
             self.jobs.insert(j.id, j.clone());
         }
@@ -69,6 +104,21 @@ impl CacheState {
         let mut v: Vec<&Job> = self.jobs.values().filter(|j| j.state == JobState::Pending).collect();
         v.sort_by(|a, b| b.spec.priority.cmp(&a.spec.priority).then(a.id.cmp(&b.id)));
         v
+    }
+
+    /// Pending jobs ahead of `job` in the host's order (higher priority, or the same and
+    /// submitted earlier) that wait for the same kind of slot: the same gang shape, GPU type and
+    /// preferred level ([`crate::Context::ahead`]).
+    pub fn same_kind_ahead(&self, job: &Job) -> u32 {
+        fn kind(j: &Job) -> (u32, u32, LocalityLevel, Option<&str>) {
+            (j.spec.members, j.spec.gpus_per_member, j.spec.prefer, j.spec.gpu_type.as_deref())
+        }
+        let me = (std::cmp::Reverse(job.spec.priority), job.id);
+        self.jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending && kind(j) == kind(job))
+            .filter(|j| (std::cmp::Reverse(j.spec.priority), j.id) < me)
+            .count() as u32
     }
 
     /// A server's name, or its id in words.
@@ -240,6 +290,50 @@ fn replace(state: &RwLock<CacheState>, s: &ViewSnapshot) -> Option<u64> {
     if s.version < st.view.version() {
         return None;
     }
-    *st = CacheState::from_snapshot(s);
+    *st = st.rebuilt(s);
     Some(s.version.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::{ClusterSpec, ClusterView, Command, Decision, JobSpec, Proposal, ProposalId, Topology};
+
+    #[test]
+    fn the_copy_counts_jobs_ahead_for_the_same_slot_and_times_releases_from_the_stream() {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
+        let first = v.submit(JobSpec::simple("a", 1, 8)).expect("admitted");
+        let other_shape = v.submit(JobSpec::simple("b", 1, 4)).expect("admitted");
+        let second = v.submit(JobSpec::simple("c", 1, 8)).expect("admitted");
+        let urgent = v.submit(JobSpec { priority: 10, ..JobSpec::simple("d", 1, 8) }).expect("admitted");
+        let mut state = CacheState::from_snapshot(&v.snapshot());
+        let ahead = |s: &CacheState, id| s.same_kind_ahead(&s.jobs[&id]);
+        assert_eq!(ahead(&state, urgent), 0, "a higher priority goes first");
+        assert_eq!(ahead(&state, first), 1);
+        assert_eq!(ahead(&state, second), 2, "the earlier job of its shape and the urgent one");
+        assert_eq!(ahead(&state, other_shape), 0, "another shape waits for another slot");
+        // The urgent job is placed and ends: the copy sees both in the change stream.
+        let spec = v.job(urgent).expect("job").spec.clone();
+        let members = crate::find_placement(
+            &LocalView::of_view(&v),
+            &crate::Overlay::default(),
+            &spec,
+            tessera_view::LocalityLevel::Server,
+            tessera_view::fit::FitMode::Pack,
+            1,
+        )
+        .expect("a free server")
+        .members;
+        let seen = v.version();
+        let p = Proposal { id: ProposalId(9), job: urgent, members, based_on: seen };
+        assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
+        assert!(state.apply(&v.delta_since(seen).expect("delta")));
+        assert!(state.releases.mean_run_s().is_none(), "nothing ended yet");
+        let seen = v.version();
+        v.apply(&Command::Release { job: urgent, failed: false });
+        assert!(state.apply(&v.delta_since(seen).expect("delta")));
+        assert_eq!(ahead(&state, second), 1, "the urgent job is no longer waiting");
+        assert!(state.releases.mean_run_s().is_some(), "its run was timed");
+    }
 }

@@ -14,6 +14,7 @@
 //! | [`cache`] | [`ViewCache`]: a live copy of the view from a snapshot plus the `Watch` stream, following leader changes |
 //! | [`local_view`] | [`LocalView`]: a scheduler's copy of the view, kept current from deltas, with a free-capacity index over servers |
 //! | [`search`] | [`search::find_placement`]: topology-aware gang placement at the tightest feasible level within tolerance, via bit operations |
+//! | [`locality_cost`] | [`locality_cost::decide`]: start a job now at a looser level, or wait for a tighter one, by expected completion time (the job's declared `slowdown`, observed release rates) |
 //! | [`placement_policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
 //! | [`preemption`] | [`preemption::choose_victims`]: which lower-ranked gangs a waiting job displaces (fewest gangs, lowest rank, least work lost) |
 //! | [`philly_sampler`] | [`PhillySampler`](philly_sampler::PhillySampler): job sizes and durations drawn from the Philly trace (file or built-in histogram) |
@@ -32,6 +33,7 @@ pub mod cache;
 pub mod error;
 pub mod host;
 pub mod local_view;
+pub mod locality_cost;
 pub mod migration_task;
 pub mod philly_sampler;
 pub mod placement_policy;

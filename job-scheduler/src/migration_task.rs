@@ -5,7 +5,9 @@
 //! host holds that have waited at least [`MigrationConfig::min_wait`]. A job is a candidate
 //! when the GPUs of its type are busy (used fraction at least
 //! [`MigrationConfig::min_utilization`]: under light load a free group turns up by itself) and
-//! enough of them are free in total. For the first candidates it reads a linearizable
+//! enough of them are free in total, and it cannot start now at a looser level it tolerates
+//! (a job that declares its loss per level and waits for a tighter one waits by choice:
+//! [`crate::locality_cost::can_start_looser`]). For the first candidates it reads a linearizable
 //! snapshot, rebuilds the [`ClusterView`] from it and asks the pure planner
 //! ([`tessera_view::migration_planner::plan`]) for the fewest moves that free a group at the job's
 //! allowed level. A plan with no moves means the job is not blocked (its scheduler task will
@@ -26,6 +28,7 @@
 
 use crate::cache::ViewCache;
 use crate::error::SchedulerError;
+use crate::locality_cost;
 use rand::Rng;
 use rand::rngs::SmallRng;
 use std::collections::{BTreeMap, HashMap};
@@ -113,8 +116,8 @@ pub(crate) async fn run(cfg: MigrationConfig, host: String, mut client: ViewClie
     }
 }
 
-/// Held pending jobs that waited long enough, whose GPU type is busy and has enough free
-/// GPUs in total: (job, seconds waited), highest priority then oldest first.
+/// Held pending jobs that waited long enough, cannot start looser now, and whose GPU type is
+/// busy and has enough free GPUs in total: (job, seconds waited), highest priority then oldest first.
 fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)]) -> Vec<(JobId, u64)> {
     cache.read(|s| {
         let mut out: Vec<(i32, JobId, u64)> = held
@@ -122,6 +125,11 @@ fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)
             .filter(|(_, since)| since.elapsed() >= cfg.min_wait)
             .filter_map(|(id, since)| {
                 let j = s.jobs.get(id).filter(|j| j.state == JobState::Pending)?;
+                // A job that can start looser now waits by choice, not blocked.
+                let allowed = j.spec.allowed_level(since.elapsed().as_secs());
+                if locality_cost::can_start_looser(&s.view, &j.spec, allowed) {
+                    return None;
+                }
                 let ty = j.spec.gpu_type.as_deref();
                 let busy = s.view.utilization_of_type(ty) >= cfg.min_utilization;
                 (busy && free_gpus(&s.view, ty) >= u64::from(j.spec.total_gpus())).then_some((

@@ -11,8 +11,12 @@
 //!   stream.
 //! - **Outcome unknown** (the leader changed, a timeout, an undecodable decision): the same
 //!   proposal id is sent again after a backoff; the approver applies an id at most once.
+//! - **Locality as a cost**: a job its scheduler cannot place at its floor, that declares its
+//!   loss per level, is asked again at a looser level when starting there now is expected to
+//!   finish sooner than waiting ([`crate::locality_cost::decide`]).
 //! - **Wait**: sleep until the view changes, the job's tolerance relaxes (the next
-//!   `relax_after_s` step), or [`RuntimeOptions::max_backoff`] passes.
+//!   `relax_after_s` step), waiting for a tighter level stops paying (the cost rule's bound),
+//!   or [`RuntimeOptions::max_backoff`] passes.
 //! - **Give up**: the scheduler says the job can never fit; the job is cancelled with the
 //!   reason, which `tessera status` shows.
 //! - The job stopped being pending (cancelled, placed by someone else): stop quietly.
@@ -35,8 +39,8 @@
 use crate::SchedulerError;
 use crate::cache::ViewCache;
 use crate::local_view::{LocalView, Overlay};
-use crate::preemption;
 use crate::scheduler::{Attempt, Context, Scheduler, Verdict};
+use crate::{locality_cost, preemption};
 use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 use tessera_proto::backoff::Backoff;
@@ -357,9 +361,14 @@ impl<'s> PlaceMachine<'s> {
             salt: self.salt.wrapping_add(self.job.0),
             ctx,
         };
-        // Nothing fits: a job that outranks running ones displaces the fewest of them
-        // (`preemption::displace`; none unless the cluster allows preemption).
-        let verdict = match self.scheduler.schedule(&attempt) {
+        // Nothing fits at the floor: a looser level if starting there now pays
+        // (`locality_cost::decide`); else a job that outranks running ones displaces the
+        // fewest of them (`preemption::displace`; none unless the cluster allows preemption).
+        let decided = locality_cost::decide(self.scheduler, &attempt);
+        let recheck = decided.recheck_waited_s;
+        self.allowed = Some(decided.allowed);
+        let verdict = match decided.verdict {
+            Verdict::Wait(why) if decided.by_cost => Verdict::Wait(why),
             Verdict::Wait(why) => match preemption::displace(&attempt) {
                 Some(c) => {
                     tracing::debug!(job_id = self.job.0, reason = %why, "no fit without preempting");
@@ -396,6 +405,11 @@ impl<'s> PlaceMachine<'s> {
                 if let Some(r) = j.spec.relax_after_s.filter(|r| *r > 0 && allowed < j.spec.tolerate) {
                     let step = self.waited_from + Duration::from_secs((waited_s / r + 1) * r);
                     until = until.min(step.max(now + MIN_RELAX_WAIT));
+                }
+                // Or when waiting for a tighter level stops paying whatever the view does.
+                if let Some(w) = recheck {
+                    let bound = self.waited_from + Duration::from_secs(w);
+                    until = until.min(bound.max(now + MIN_RELAX_WAIT));
                 }
                 self.wait_for_view(version, until)
             }
@@ -492,7 +506,8 @@ pub async fn place_job(
     let look = |m: &mut PlaceMachine<'_>| {
         let version = cache.version();
         cache.read(|s| {
-            let ctx = Context { running: &s.running };
+            let ahead = s.jobs.get(&job).map_or(0, |j| s.same_kind_ahead(j));
+            let ctx = Context { running: &s.running, releases: &s.releases, ahead };
             m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version, ctx })
         })
     };
@@ -568,6 +583,7 @@ mod tests {
     use super::*;
     use crate::LocalityTolerant;
     use crate::scheduler::RunningIndex;
+    use tessera_view::fit::FitMode;
     use tessera_view::{ClusterSpec, ClusterView, JobSpec};
 
     const MS: Duration = Duration::from_millis(1);
@@ -644,7 +660,7 @@ mod tests {
         fn look_indexed(&self, m: &mut PlaceMachine<'_>, now: Duration, max_preemptions: u32) -> Action {
             let local = LocalView::of_view(&self.view);
             let running = RunningIndex::from_jobs(self.view.jobs()).with_preemption_bound(max_preemptions);
-            let ctx = Context { running: &running };
+            let ctx = Context::of_running(&running);
             m.step(now, Event::View { job: self.view.job(self.job), view: &local, version: self.view.version(), ctx })
         }
     }
@@ -705,6 +721,51 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_job_that_declares_its_loss_waits_for_its_level_while_that_pays_and_then_starts_looser() {
+        // Two servers with 6 of 8 GPUs busy each; a 2 × 2-GPU job prefers one server and
+        // loses 30% across two. Runs of 1,000 s: across servers costs 429 s more, and a slot
+        // on one server is expected within seconds (a GPU released every second).
+        let mut spec = JobSpec::simple("j", 2, 2);
+        (spec.prefer, spec.tolerate) = (LocalityLevel::Server, LocalityLevel::Rack);
+        spec.slowdown = [(LocalityLevel::Rack, 0.3)].into_iter().collect();
+        let mut f = Fixture::new(2, spec);
+        for n in 0..2u64 {
+            let id = f.view.submit(JobSpec::simple("six", 1, 6)).expect("admitted");
+            let s = f.view.job(id).expect("job").spec.clone();
+            let local = LocalView::of_view(&f.view);
+            let found = crate::find_placement(&local, &Overlay::default(), &s, LocalityLevel::Server, FitMode::Pack, n);
+            let p = Proposal {
+                id: ProposalId(501 + n),
+                job: id,
+                members: found.expect("free").members,
+                based_on: f.view.version(),
+            };
+            assert!(f.view.propose(&p).is_placed());
+        }
+        let mut releases = crate::locality_cost::ReleaseStats::new();
+        for i in 0..50 {
+            releases.record_release(f64::from(i), 1);
+            releases.record_run(1_000.0);
+        }
+        let look = |m: &mut PlaceMachine<'_>, now: Duration| {
+            let local = LocalView::of_view(&f.view);
+            let running = RunningIndex::from_jobs(f.view.jobs());
+            let ctx = Context { running: &running, releases: &releases, ahead: 0 };
+            m.step(now, Event::View { job: f.view.job(f.job), view: &local, version: f.view.version(), ctx })
+        };
+        let opts = RuntimeOptions { max_backoff: Duration::from_secs(3_600), ..RuntimeOptions::default() };
+        let sched = LocalityTolerant::default();
+        let mut m = PlaceMachine::new(&sched, f.job, Duration::ZERO, &opts);
+        // Waiting pays: it waits, and looks again by the bound (429 s waited) at the latest.
+        assert_eq!(wait_until(look(&mut m, Duration::ZERO)).1, 429 * S);
+        assert_eq!(wait_until(look(&mut m, 100 * S)).1, 429 * S);
+        // Waited as long as the tighter level could save: it starts across the two servers.
+        let p = proposal(look(&mut m, 429 * S));
+        assert_eq!(p.members.len(), 2);
+        assert_ne!(p.members[0].server, p.members[1].server);
     }
 
     #[test]

@@ -37,7 +37,7 @@ fn schedule(v: &mut ClusterView, s: &dyn Scheduler, spec: JobSpec, n: u64) -> Re
         waited_s: 0,
         attempt: 0,
         salt: n,
-        ctx: Context { running: &running },
+        ctx: Context::of_running(&running),
     };
     match s.schedule(&a) {
         Verdict::Propose(members) => {

@@ -145,8 +145,10 @@ pub struct JobSpec {
     pub tolerate: LocalityLevel,
     /// Seconds of waiting after which the job accepts one level looser than before.
     pub relax_after_s: Option<u64>,
-    /// Throughput lost at each level (0 = none, 0.28 = 28% slower), for cost-aware policies; a
-    /// level declared 0 is accepted without waiting ([`JobSpec::allowed_level`]).
+    /// Throughput lost at each level (0 = none, 0.28 = 28% slower): a level declared 0 is
+    /// accepted without waiting ([`JobSpec::allowed_level`]), and a lossy one when starting
+    /// there now is expected to finish sooner than waiting for a tighter one (the scheduler
+    /// crate's `locality_cost`).
     pub slowdown: BTreeMap<LocalityLevel, f64>,
     /// CPU demand.
     pub cpu: CpuDemand,
@@ -368,10 +370,16 @@ impl JobSpec {
     /// The loosest level the job accepts after waiting `waited_s` seconds: `prefer` loosened one
     /// level per `relax_after_s`, and at once as far as the job declares no slowdown (a level
     /// whose `slowdown` is 0, with every level between `prefer` and it declared 0 too: waiting
-    /// for a tighter placement would gain the job nothing). Never beyond `tolerate`.
+    /// for a tighter placement would gain the job nothing). Never beyond `tolerate`. With no
+    /// timer, a job that declares no slowdown accepts `tolerate` at once; one that declares a
+    /// slowdown accepts this floor, and its host weighs the looser levels by their cost (the
+    /// scheduler crate's `locality_cost`).
     pub fn allowed_level(&self, waited_s: u64) -> LocalityLevel {
         let by_time = match self.relax_after_s {
             Some(step) if step > 0 => self.prefer.relaxed_by((waited_s / step) as usize),
+            // A declared cost and no timer: looser levels are weighed by the scheduler's host
+            // (`locality_cost` in the scheduler crate), from `prefer` up.
+            _ if !self.slowdown.is_empty() => self.prefer,
             _ => return self.tolerate,
         };
         by_time.max(self.free_level()).min(self.tolerate)

@@ -1,9 +1,12 @@
 //! [`Context`]: what a scheduler is shown beyond the server records — today the jobs running on
 //! each server ([`RunningIndex`]), which affinity placements (Gandiva) need, and the running
 //! jobs a waiting one may preempt ([`RunningIndex::preemptible_by`]), which victim choice needs.
+//! It also carries the GPU releases the host has observed ([`ReleaseStats`]), from which the
+//! cost of waiting for a tighter locality level is estimated ([`crate::locality_cost`]).
 //! The host builds it once and shares it with every attempt: the live host keeps it in its
 //! copy of the view ([`crate::cache::CacheState::running`]), the simulator beside its event loop.
 
+use crate::locality_cost::ReleaseStats;
 use crate::preemption::Candidate;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -14,15 +17,30 @@ use tessera_view::{Job, JobId, ServerId};
 pub struct Context<'a> {
     /// Jobs holding GPUs, per server.
     pub running: &'a RunningIndex,
+    /// The GPU releases and run times the host has observed, for the estimates of
+    /// [`crate::locality_cost`].
+    pub releases: &'a ReleaseStats,
+    /// Pending jobs ahead of this attempt's job in the host's queue that wait for the same kind
+    /// of slot (the same gang shape, GPU type and floor level): they take the slots that open
+    /// first. 0 when the host does not know.
+    pub ahead: u32,
 }
 
 /// No jobs known: what tests and tools that hold only server records pass.
 static NOTHING_RUNNING: RunningIndex = RunningIndex::new();
+static NOTHING_RELEASED: ReleaseStats = ReleaseStats::new();
 
 impl Context<'static> {
     /// A context that knows nothing beyond the server records.
     pub fn empty() -> Context<'static> {
-        Context { running: &NOTHING_RUNNING }
+        Context { running: &NOTHING_RUNNING, releases: &NOTHING_RELEASED, ahead: 0 }
+    }
+}
+
+impl<'a> Context<'a> {
+    /// A context of running jobs `running`, with nothing released yet.
+    pub fn of_running(running: &'a RunningIndex) -> Context<'a> {
+        Context { running, releases: &NOTHING_RELEASED, ahead: 0 }
     }
 }
 

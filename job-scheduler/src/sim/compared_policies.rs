@@ -12,7 +12,7 @@
 //! | `fifo-firstfit` | [`FifoFirstFit`]: one-GPU members on the first servers with free GPUs | [`SpecStyle::OneGpuMembers`] | share per GPU | no |
 //! | `gandiva` | [`Gandiva`]: affinity to servers running same-size jobs, then empty ones | [`SpecStyle::Preferred`] | share per GPU | yes |
 //! | `hived` | [`Hived`]: buddy cells, the tightest level whose group holds the job, never relaxed | [`SpecStyle::Cell`] | share per GPU | no |
-//! | `tessera` | [`CpuAware`]: tightest level allowed now, relaxing one level per `relax_after_s`; load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept down to the proportional share | yes |
+//! | `tessera` | [`CpuAware`]: tightest level allowed now, a looser one when starting there now beats waiting ([`crate::locality_cost`]); load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept down to the proportional share | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
 //! | `tessera-las` | as `tessera`, in attained-service order ([`QueueOrder::AttainedService`]) with preemption when no move helps | as `tessera` | as `tessera` | yes |
@@ -27,9 +27,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use tessera_view::{CpuDemand, JobSpec, LocalityLevel, Predictor, Topology};
-
-/// Seconds a `tessera` job waits at one locality level before accepting the next looser one.
-pub const RELAX_AFTER_S: u64 = 1800;
 
 /// The attained-service queue thresholds of `tessera-las`, in GPU-seconds: one GPU-hour, then
 /// ten. Tiresias spaces its queues exponentially so that a job's queue says how many orders of
@@ -156,9 +153,11 @@ pub enum SpecStyle {
     Cell,
     /// One member per server-sized piece; prefer that level, tolerate any.
     Preferred,
-    /// One member per server-sized piece; prefer that level and relax one level per
-    /// [`RELAX_AFTER_S`], at once through the levels its speed class loses nothing at; with `cpu_aware`, the job's predicted CPU demand (want θ cores per
-    /// GPU, accept down to the proportional share) and its memory.
+    /// One member per server-sized piece; prefer that level, declare the job's loss at each
+    /// looser one (its speed class's `slowdown`) and no timer: levels it loses nothing at are
+    /// taken at once, lossy ones when starting there now is expected to finish sooner than
+    /// waiting ([`crate::locality_cost`]). With `cpu_aware`, the job's predicted CPU demand
+    /// (want θ cores per GPU, accept down to the proportional share) and its memory.
     Relaxing {
         /// Whether the spec carries the predicted CPU demand and memory.
         cpu_aware: bool,
@@ -196,9 +195,8 @@ impl SpecStyle {
             SpecStyle::Preferred => spec.prefer = cell,
             SpecStyle::Relaxing { .. } => {
                 spec.prefer = cell;
-                spec.relax_after_s = Some(RELAX_AFTER_S);
-                // The job's own losses per level (none under `ideal`), so levels that cost it
-                // nothing are taken at once instead of after a timer.
+                // The job's own losses per level (none under `ideal`): what the host weighs a
+                // looser level by, instead of a timer.
                 spec.slowdown = slowdown.clone();
             }
         }

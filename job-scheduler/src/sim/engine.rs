@@ -14,6 +14,7 @@ use super::model::SpeedModel;
 use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
+use crate::locality_cost::{self, Decided, ReleaseStats};
 use crate::preemption::{self, Candidate};
 use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
 use crate::search::find_placement;
@@ -162,6 +163,13 @@ pub struct JobRecord {
 /// sweet point (bits), memory and device type.
 type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>, (i32, u8));
 
+/// The kind of slot a job waits for: its gang shape, GPU type and preferred level.
+type SlotKind = (u32, u32, LocalityLevel, Option<String>);
+
+fn slot_kind(spec: &JobSpec) -> SlotKind {
+    (spec.members, spec.gpus_per_member, spec.prefer, spec.gpu_type.clone())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Arrive(usize),
@@ -239,6 +247,8 @@ struct Sim<'a> {
     server_jobs: Vec<Vec<usize>>,
     /// The same jobs by view id, as schedulers see them ([`Context::running`]).
     running: RunningIndex,
+    /// Releases and run times so far, as a live host observes them ([`Context::releases`]).
+    releases: ReleaseStats,
     total_gpus: u64,
     busy_gpus: u64,
     last_t: f64,
@@ -290,6 +300,7 @@ pub fn simulate(
         busy_series: vec![(0.0, 0)],
         next_plan_s: 0.0,
         victim_pool: None,
+        releases: ReleaseStats::new(),
         rep: PolicyReport::default(),
     };
     let scale = cfg.load_scale.max(1e-9);
@@ -458,6 +469,10 @@ impl Sim<'_> {
         }
         self.local.catch_up(&self.view);
         let mut failed: BTreeSet<ShapeKey> = BTreeSet::new();
+        // Pending jobs by the kind of slot they wait for, in arrival order, and how many of
+        // each kind this pass placed (for `Context::ahead`); built when first needed.
+        let mut kinds: Option<BTreeMap<SlotKind, Vec<usize>>> = None;
+        let mut placed_kinds: BTreeMap<SlotKind, u32> = BTreeMap::new();
         let mut migrated = false;
         let preempts = self.cfg.contender.preempts;
         let by_rank = matches!(self.cfg.contender.order, QueueOrder::AttainedService { .. });
@@ -499,13 +514,28 @@ impl Sim<'_> {
                 continue;
             }
             let salt = splitmix(self.cfg.seed ^ (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-            let verdict = if u64::from(self.jobs[i].gpus) > free {
+            let decided = if u64::from(self.jobs[i].gpus) > free {
                 // Only a preempting host gets here: no search can place it without victims.
-                Verdict::Wait("fewer GPUs free than it needs".into())
+                let verdict = Verdict::Wait("fewer GPUs free than it needs".into());
+                Decided { verdict, allowed, recheck_waited_s: None, by_cost: false }
             } else {
                 let rt = &self.jobs[i];
+                let ahead = if rt.spec.slowdown.is_empty() || allowed >= rt.spec.tolerate {
+                    0
+                } else {
+                    let kinds = kinds.get_or_insert_with(|| {
+                        let mut m: BTreeMap<SlotKind, Vec<usize>> = BTreeMap::new();
+                        for &p in &self.pending {
+                            m.entry(slot_kind(&self.jobs[p].spec)).or_default().push(p);
+                        }
+                        m
+                    });
+                    let kind = slot_kind(&rt.spec);
+                    let earlier = kinds.get(&kind).map_or(0, |v| v.partition_point(|&p| p < i)) as u32;
+                    earlier.saturating_sub(placed_kinds.get(&kind).copied().unwrap_or(0))
+                };
                 let job = self.view.job(rt.view_id).expect("a pending job is in the view");
-                self.cfg.contender.scheduler.schedule(&Attempt {
+                let attempt = Attempt {
                     job,
                     view: &self.local,
                     overlay: &Overlay::default(),
@@ -513,11 +543,19 @@ impl Sim<'_> {
                     waited_s: waited.max(0.0) as u64,
                     attempt: rt.attempts,
                     salt,
-                    ctx: Context { running: &self.running },
-                })
+                    ctx: Context { running: &self.running, releases: &self.releases, ahead },
+                };
+                locality_cost::decide(self.cfg.contender.scheduler.as_ref(), &attempt)
             };
             self.jobs[i].attempts += 1;
-            let found = match verdict {
+            if let Some(w) = decided.recheck_waited_s {
+                // Waiting for a tighter level by choice: decide again when that stops paying.
+                // Another job of this shape may have waited longer and choose otherwise, so the
+                // shape is not marked as failed. No moves are planned for it: it can start now.
+                self.wake_at(i, self.jobs[i].arrival_s + w as f64);
+                continue;
+            }
+            let found = match decided.verdict {
                 Verdict::Propose(members) => Some(members),
                 Verdict::Wait(_) => None,
                 Verdict::GiveUp(reason) => {
@@ -535,7 +573,9 @@ impl Sim<'_> {
             };
             match found {
                 Some(members) => {
-                    if !self.propose(i, members, now) {
+                    if self.propose(i, members, now) {
+                        *placed_kinds.entry(slot_kind(&self.jobs[i].spec)).or_default() += 1;
+                    } else {
                         failed.insert(key);
                     }
                 }
@@ -614,9 +654,14 @@ impl Sim<'_> {
         let Some(step) = rt.spec.relax_after_s.filter(|_| allowed < rt.spec.tolerate) else { return };
         let waited = (now - rt.arrival_s).max(0.0);
         let next = rt.arrival_s + ((waited / step as f64).floor() + 1.0) * step as f64;
-        if next > rt.next_wake_s {
-            self.jobs[i].next_wake_s = next;
-            self.push(next, Event::Wake);
+        self.wake_at(i, next);
+    }
+
+    /// Schedules a pass at `t` for job `i`, unless one is due for it no earlier.
+    fn wake_at(&mut self, i: usize, t: f64) {
+        if t > self.jobs[i].next_wake_s {
+            self.jobs[i].next_wake_s = t;
+            self.push(t, Event::Wake);
         }
     }
 
@@ -790,6 +835,7 @@ impl Sim<'_> {
         rt.runs += 1;
         rt.members.clear();
         let gpus = rt.gpus;
+        self.releases.record_release(now, gpus);
         self.rep.preemptions += 1;
         self.rep.preemption_cost_gpu_s += f64::from(gpus) * cost;
         self.set_busy(now, self.busy_gpus - u64::from(gpus));
@@ -882,6 +928,8 @@ impl Sim<'_> {
         let rt = &mut self.jobs[i];
         rt.finish_s = Some(now);
         rt.epoch += 1;
+        self.releases.record_release(now, rt.gpus);
+        self.releases.record_run(now - rt.run_start_s);
         let gpus = u64::from(rt.gpus);
         self.set_busy(now, self.busy_gpus - gpus);
         self.respeed(&servers);
