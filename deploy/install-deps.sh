@@ -22,6 +22,8 @@ dpkg -s libhwloc-dev >/dev/null 2>&1 || missing+=(libhwloc-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v sccache >/dev/null 2>&1 || missing+=(sccache)
 command -v git >/dev/null 2>&1 || missing+=(git)
+# systemd-analyze checks the units of deploy/systemd in the tests (offline: no systemd needs to run).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
