@@ -198,6 +198,44 @@ pub struct SchedulerHost {
     pub jobs: Vec<u64>,
 }
 
+/// The answer of the probes `GET /healthz` (the replica serves) and `GET /readyz` (it also knows
+/// a leader, so the cluster has a quorum it reaches and writes through it can commit).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Probe {
+    /// `ok`, or what the replica lacks (`no leader known`).
+    pub status: String,
+    /// The answering replica.
+    pub replica: u64,
+    /// The replica's raft role.
+    #[schema(schema_with = role_schema)]
+    pub role: String,
+    /// The leader's id (0: none known).
+    pub leader: u64,
+    /// The raft term.
+    pub term: u64,
+    /// The raft index the view reflects.
+    pub applied_index: u64,
+}
+
+impl Probe {
+    /// The probe of a replica that answered `s`: ready when it knows a leader.
+    pub fn of(s: &v1::StatusResponse) -> Probe {
+        Probe {
+            status: if s.leader == 0 { "no leader known".into() } else { "ok".into() },
+            replica: s.replica,
+            role: s.role.clone(),
+            leader: s.leader,
+            term: s.term,
+            applied_index: s.applied_index,
+        }
+    }
+
+    /// Whether the replica knows a leader.
+    pub fn ready(&self) -> bool {
+        self.leader != 0
+    }
+}
+
 /// A replica's raft status with the cluster in brief.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Status {
@@ -573,6 +611,19 @@ mod tests {
         )
         .expect("a cluster spec");
         ClusterView::from_spec(&spec).snapshot()
+    }
+
+    #[test]
+    fn a_replica_is_ready_only_while_it_knows_a_leader() {
+        let mut s =
+            v1::StatusResponse { replica: 2, role: "follower".into(), leader: 1, term: 4, ..Default::default() };
+        let p = Probe::of(&s);
+        assert!(p.ready());
+        assert_eq!((p.status.as_str(), p.replica, p.leader, p.term), ("ok", 2, 1, 4));
+        (s.role, s.leader) = ("candidate".into(), 0);
+        let p = Probe::of(&s);
+        assert!(!p.ready());
+        assert_eq!((p.status.as_str(), p.role.as_str()), ("no leader known", "candidate"));
     }
 
     #[test]

@@ -292,6 +292,12 @@ async fn endpoints_answer_as_documented_and_refuse_bad_input() {
     assert_eq!(st["gpus"], json!({ "total": 16, "used": 0, "free": 16, "unavailable": 0 }));
     assert_eq!(st["jobs"]["pending"], 0);
     assert_eq!(st["servers"]["up"], 2);
+    // The probes: alive, and ready (it is its own leader).
+    for probe in ["/healthz", "/readyz"] {
+        let (s, p) = api.get(probe, probe).await;
+        assert_eq!(s, StatusCode::OK, "{probe}: {p}");
+        assert_eq!((&p["status"], &p["role"], &p["leader"]), (&json!("ok"), &json!("leader"), &json!(1)), "{probe}");
+    }
 
     // Submit: JSON in the job-file shape, and TOML.
     let a = api.admit(json!({ "name": "json-job", "gpus": 4, "members": 2, "locality": { "tolerate": "rack" } })).await;

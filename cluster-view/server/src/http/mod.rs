@@ -9,6 +9,7 @@
 //!
 //! | route | what | module |
 //! |---|---|---|
+//! | `GET /healthz`, `GET /readyz` | probes: the replica serves; it also knows a leader | [`probes`] |
 //! | `GET /v1/status` | this replica's raft status, jobs by state, GPUs by use | [`servers`] |
 //! | `GET /v1/servers` | every server with its GPU bitmap | [`servers`] |
 //! | `GET /v1/jobs`, `POST /v1/jobs` | every job; submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
@@ -27,6 +28,7 @@ pub mod jobs;
 pub mod logs;
 pub mod metrics;
 pub mod openapi;
+pub mod probes;
 pub mod servers;
 pub mod spec;
 
@@ -119,6 +121,16 @@ impl Api {
         let snap = decode_snapshot(wire)?;
         self.remember_names(&snap.0);
         Ok(snap)
+    }
+
+    /// This replica's raft status alone (the probes: no snapshot).
+    async fn own_status(&self) -> Result<v1::StatusResponse, ApiError> {
+        let own = self.own.clone();
+        self.call(|mut c| async move {
+            let r = c.status_of(&own).await.map_err(ApiError::from);
+            (c, r)
+        })
+        .await
     }
 
     /// This replica's status and view (both from this replica, so they agree).
@@ -253,7 +265,9 @@ pub fn start(
 /// Every route; the OpenAPI document lists the same (a test checks).
 fn routes(cfg: &mut web::ServiceConfig) {
     let resource = |path: &str| web::resource(path.to_string()).default_service(web::to(not_allowed));
-    cfg.service(resource("/v1/status").route(web::get().to(servers::status)))
+    cfg.service(resource("/healthz").route(web::get().to(probes::healthz)))
+        .service(resource("/readyz").route(web::get().to(probes::readyz)))
+        .service(resource("/v1/status").route(web::get().to(servers::status)))
         .service(resource("/v1/jobs").route(web::get().to(jobs::list_jobs)).route(web::post().to(jobs::submit)))
         .service(resource("/v1/jobs/{id}").route(web::get().to(jobs::get_job)).route(web::delete().to(jobs::cancel)))
         .service(resource("/v1/jobs/{id}/logs").route(web::get().to(logs::logs)))

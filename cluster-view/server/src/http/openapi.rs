@@ -17,6 +17,8 @@ use utoipa::OpenApi;
             stable `code` and a `message`, and the `field`, `line` and `column` of the input at fault when known.",
     ),
     paths(
+        super::probes::healthz,
+        super::probes::readyz,
         super::servers::status,
         super::servers::servers,
         super::jobs::list_jobs,
@@ -29,6 +31,7 @@ use utoipa::OpenApi;
     ),
     components(schemas(
         api::ErrorBody,
+        api::Probe,
         api::Status,
         api::GpuCounts,
         api::SchedulerHost,
@@ -43,6 +46,7 @@ use utoipa::OpenApi;
         api::Cancelled,
         api::Logs,
         super::spec::JobFileBody,
+        super::probes::NotReady,
     ))
 )]
 struct ApiDoc;
@@ -72,6 +76,8 @@ mod tests {
         let doc = serde_json::to_value(openapi_document()).expect("JSON");
         let paths = doc["paths"].as_object().expect("paths");
         for path in [
+            "/healthz",
+            "/readyz",
             "/v1/status",
             "/v1/servers",
             "/v1/jobs",
