@@ -127,6 +127,36 @@ impl ViewClient {
         Ok(Grpc::new(ch).max_decoding_message_size(self.max_message).max_encoding_message_size(self.max_message))
     }
 
+    /// Picks the address to try after a call to `addr` failed: the leader it named (`hint`),
+    /// unless that failed in this call without naming one; else the next address in order that
+    /// has not (all of them again once none is left). True when it
+    /// follows a hint (tried at once, without a backoff).
+    fn after_failure(&mut self, addr: &str, hint: Option<String>, unreachable: &mut Vec<String>) -> bool {
+        match hint {
+            Some(h) if h != addr && !unreachable.contains(&h) => {
+                if !self.addrs.contains(&h) {
+                    self.addrs.push(h.clone());
+                }
+                self.current = h;
+                true
+            }
+            hint => {
+                if hint.is_none() && !unreachable.iter().any(|a| a == addr) {
+                    unreachable.push(addr.to_string());
+                }
+                if self.addrs.iter().all(|a| unreachable.contains(a)) {
+                    unreachable.clear();
+                }
+                self.current = addr.to_string();
+                self.next_addr();
+                while unreachable.contains(&self.current) {
+                    self.next_addr();
+                }
+                false
+            }
+        }
+    }
+
     fn next_addr(&mut self) {
         let i = self.addrs.iter().position(|a| *a == self.current).map_or(0, |i| (i + 1) % self.addrs.len());
         self.current = self.addrs[i].clone();
@@ -144,6 +174,10 @@ impl ViewClient {
         let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(200));
         let mut rng = None;
         let mut tried: Vec<String> = Vec::new();
+        // Addresses that failed during this call without naming a leader: down, or not
+        // reachable from here (a leader hint may name an address advertised inside a private
+        // network, which this client cannot reach).
+        let mut unreachable: Vec<String> = Vec::new();
         loop {
             let addr = self.current.clone();
             if !tried.contains(&addr) {
@@ -168,15 +202,8 @@ impl ViewClient {
                     last: format!("{addr}: {}", status.message()),
                 });
             }
-            match hint {
-                Some(h) if h != addr => {
-                    if !self.addrs.contains(&h) {
-                        self.addrs.push(h.clone());
-                    }
-                    self.current = h;
-                    continue;
-                }
-                _ => self.next_addr(),
+            if self.after_failure(&addr, hint, &mut unreachable) {
+                continue;
             }
             let rng = rng.get_or_insert_with(|| seeded_rng(self.deadline.as_nanos() as u64));
             tokio::time::sleep(backoff.next_delay(rng)).await;
@@ -446,4 +473,45 @@ impl ViewClient {
 /// A fresh request id: 128 random bits in hex, unique for every practical purpose.
 pub fn new_request_id() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> ViewClient {
+        ViewClient::new(vec!["a:1".into(), "b:1".into(), "c:1".into()]).expect("addresses")
+    }
+
+    #[test]
+    fn a_leader_hint_this_client_cannot_reach_is_not_followed_twice() {
+        let mut c = client();
+        let mut unreachable = Vec::new();
+        // `a` says the leader is at `view-2:7101`, an address only its own network resolves.
+        assert!(c.after_failure("a:1", Some("view-2:7101".into()), &mut unreachable));
+        assert_eq!(c.current(), "view-2:7101");
+        // It does not answer: on to the address after the one that named it.
+        assert!(!c.after_failure("view-2:7101", None, &mut unreachable));
+        assert_eq!(c.current(), "a:1", "the next in order after the hint appended last");
+        // `a` names it again: not followed; `b`, which may be the leader, is tried.
+        assert!(!c.after_failure("a:1", Some("view-2:7101".into()), &mut unreachable));
+        assert_eq!(c.current(), "b:1");
+    }
+
+    #[test]
+    fn addresses_that_failed_are_skipped_until_every_one_has() {
+        let mut c = client();
+        let mut unreachable = Vec::new();
+        assert!(!c.after_failure("a:1", None, &mut unreachable));
+        assert_eq!(c.current(), "b:1");
+        assert!(!c.after_failure("b:1", None, &mut unreachable));
+        assert_eq!(c.current(), "c:1");
+        // All three failed: start over rather than give up before the deadline.
+        assert!(!c.after_failure("c:1", None, &mut unreachable));
+        assert!(unreachable.is_empty());
+        assert_eq!(c.current(), "a:1");
+        // A reachable hint is followed at once.
+        assert!(c.after_failure("a:1", Some("c:1".into()), &mut unreachable));
+        assert_eq!(c.current(), "c:1");
+    }
 }
