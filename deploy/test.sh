@@ -33,6 +33,10 @@ echo "== node agent task path, short: one replica, 2 fake-GPU agents in one proc
 echo "   non-zero on a failed job or an invariant violation)"
 "$CARGO_TARGET_DIR/release/tessera" bench agent --servers 2 --jobs 40 --json
 
+echo "== the compose cluster across containers (deploy/compose/test.sh): image, 3 replicas, 4 fake-GPU"
+echo "   agents, 2 scheduler hosts; jobs from this host, kill -9 of the leader's container, convergence"
+bash deploy/compose/test.sh
+
 echo "== tessera dev, the quick start's main job: 3 replicas, 4 fake-GPU agents, a scheduler host;"
 echo "   every example job submitted and run to its end (exits non-zero if one fails)"
 "$CARGO_TARGET_DIR/release/tessera" dev --view-port 0 --http-port 0 --submit examples/jobs/*.toml --exit-when-done
