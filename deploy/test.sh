@@ -33,6 +33,9 @@ echo "== node agent task path, short: one replica, 2 fake-GPU agents in one proc
 echo "   non-zero on a failed job or an invariant violation)"
 "$CARGO_TARGET_DIR/release/tessera" bench agent --servers 2 --jobs 40 --json
 
+echo "== Kubernetes manifests (deploy/k8s), offline: strict schema validation and consistency"
+bash deploy/k8s/validate.sh
+
 echo "== the compose cluster across containers (deploy/compose/test.sh): image, 3 replicas, 4 fake-GPU"
 echo "   agents, 2 scheduler hosts; jobs from this host, kill -9 of the leader's container, convergence"
 bash deploy/compose/test.sh
