@@ -357,12 +357,45 @@ impl<B: Backend> Replica<B> {
     }
 
     /// Takes a message from a peer. Malformed or unknown-peer messages are dropped with a log
-    /// line: a peer cannot make this replica fail.
+    /// line, and so are messages no correct peer sends that raft-rs would end the process on
+    /// ([`Replica::forged`]): a peer cannot make this replica fail.
     pub fn step(&mut self, msg: Message) {
+        if let Some(why) = self.forged(&msg) {
+            tracing::warn!(replica = self.cfg.id, from = msg.from, why = %why, "dropped a raft message no correct peer sends");
+            return;
+        }
         if let Err(e) = self.node.step(msg) {
             tracing::debug!(replica = self.cfg.id, error = %e, "dropped raft message");
         }
         self.seed_election_timeout();
+    }
+
+    /// Why `m` cannot come from a correct peer, if it cannot. Checked before raft-rs sees it,
+    /// because raft-rs 0.7 panics on some such messages instead of refusing them:
+    /// - a heartbeat committing past this log's last index (`RaftLog::commit_to`): a leader
+    ///   sends at most what this follower acknowledged;
+    /// - an append whose entries do not follow its `index` one by one: a leader sends exactly
+    ///   those, and others can contradict committed entries (`RaftLog::maybe_append`);
+    /// - an acknowledgement of entries past this log's last index: a follower acknowledges only
+    ///   what it was sent, and the leader would track progress it never made.
+    fn forged(&self, m: &Message) -> Option<String> {
+        use raft::eraftpb::MessageType::{MsgAppend, MsgAppendResponse, MsgHeartbeat};
+        let last = self.node.raft.raft_log.last_index();
+        match m.get_msg_type() {
+            MsgHeartbeat if m.commit > last => {
+                Some(format!("a heartbeat commits to {} past the last index {last}", m.commit))
+            }
+            MsgAppend
+                if m.entries.iter().enumerate().any(|(i, e)| Some(e.index) != m.index.checked_add(1 + i as u64)) =>
+            {
+                let got: Vec<u64> = m.entries.iter().map(|e| e.index).collect();
+                Some(format!("an append after index {} carries entries {got:?}", m.index))
+            }
+            MsgAppendResponse if !m.reject && m.index > last => {
+                Some(format!("an acknowledgement of index {} past the last index {last}", m.index))
+            }
+            _ => None,
+        }
     }
 
     /// The transport's report on a snapshot message sent to `to`: delivered or not. Without a
