@@ -93,6 +93,7 @@ pub async fn serve(
         scheduler_lease: Duration::from_millis(t.scheduler_lease_ms),
         queue: 65_536,
         peer_queue: 8_192,
+        election: Duration::from_millis(t.tick_ms * 2 * t.election_tick as u64),
     };
     // Peer tasks are spawned from the driver thread through the runtime handle.
     let rt = tokio::runtime::Handle::current();

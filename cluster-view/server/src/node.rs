@@ -134,6 +134,12 @@ pub struct NodeHandle {
     raft: Arc<std::sync::Mutex<std::collections::VecDeque<NodeRequest>>>,
     /// The applied view version, for watchers.
     pub version: watch::Receiver<u64>,
+    /// The leader this replica knows (0: none), for watchers: a replica cut off from the others
+    /// knows none, and its view stops moving.
+    pub leader: watch::Receiver<u64>,
+    /// How long a replica may know no leader before its watch streams end: longer than an
+    /// election takes (twice the longest election timeout).
+    pub leaderless_grace: Duration,
     /// Replica id → address record, `client` or `client raft` (configured peers plus announced
     /// ones).
     pub addrs: Arc<RwLock<BTreeMap<u64, String>>>,
@@ -211,6 +217,8 @@ pub struct DriverConfig {
     pub queue: usize,
     /// Capacity of each peer's outgoing message queue.
     pub peer_queue: usize,
+    /// The longest election timeout (`2 × election_tick` ticks).
+    pub election: Duration,
 }
 
 enum Pending {
@@ -232,6 +240,7 @@ pub struct Driver {
     rx: Receiver<NodeRequest>,
     raft: Arc<std::sync::Mutex<std::collections::VecDeque<NodeRequest>>>,
     version_tx: watch::Sender<u64>,
+    leader_tx: watch::Sender<u64>,
     addrs: Arc<RwLock<BTreeMap<u64, String>>>,
     peers: PeerSenders,
     /// Called with (id, address) for each replica whose address becomes known.
@@ -268,13 +277,22 @@ impl Driver {
     ) -> (Driver, NodeHandle) {
         let (tx, rx) = std::sync::mpsc::sync_channel(cfg.queue);
         let (version_tx, version) = watch::channel(replica.view().version().0);
+        let (leader_tx, leader) = watch::channel(replica.leader_id());
         let mut all = addrs;
         for (id, a) in replica.announced_addrs() {
             all.insert(*id, a.clone());
         }
         let addrs = Arc::new(RwLock::new(all));
         let raft = Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
-        let handle = NodeHandle { tx, raft: raft.clone(), version, addrs: addrs.clone(), timeout: cfg.timeout };
+        let handle = NodeHandle {
+            tx,
+            raft: raft.clone(),
+            version,
+            leader,
+            leaderless_grace: 2 * cfg.election,
+            addrs: addrs.clone(),
+            timeout: cfg.timeout,
+        };
         let adoptions = Adoptions::new(cfg.scheduler_lease, Instant::now());
         let leases = ServerLeases::new(cfg.lease);
         let d = Driver {
@@ -284,6 +302,7 @@ impl Driver {
             rx,
             raft,
             version_tx,
+            leader_tx,
             addrs,
             peers,
             on_new_peer,
@@ -656,6 +675,10 @@ impl Driver {
         let v = self.replica.view().version().0;
         if *self.version_tx.borrow() != v {
             let _ = self.version_tx.send(v);
+        }
+        let known = self.replica.leader_id();
+        if *self.leader_tx.borrow() != known {
+            let _ = self.leader_tx.send(known);
         }
         let leader = self.replica.is_leader();
         if leader && !self.was_leader {

@@ -147,9 +147,20 @@ impl v1::view_server::View for ViewService {
     type WatchStream = WatchStream;
 
     /// The span covers opening the stream; the stream's task logs nothing per event.
+    ///
+    /// A replica that knows no leader refuses a new watch, and ends its streams once it has
+    /// known none for [`NodeHandle::leaderless_grace`](crate::node::NodeHandle): cut off from
+    /// the others, it would keep its watchers on a view that no longer moves (an agent would
+    /// never see the placements it must start). `UNAVAILABLE` sends the client to another
+    /// replica.
     #[instrument(level = "debug", skip_all, fields(from_version = req.get_ref().from_version))]
     async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let mut from = req.into_inner().from_version;
+        if *self.node.leader.borrow() == 0 {
+            return Err(Status::unavailable(
+                "this replica knows no leader (an election, or cut off from the others): watch another",
+            ));
+        }
         let n = self.watchers.fetch_add(1, Ordering::SeqCst);
         if n >= self.max_watchers {
             self.watchers.fetch_sub(1, Ordering::SeqCst);
@@ -161,6 +172,9 @@ impl v1::view_server::View for ViewService {
         let watchers = self.watchers.clone();
         tokio::spawn(async move {
             let mut version = node.version.clone();
+            let mut leader = node.leader.clone();
+            // Since when this replica has known no leader, while it knows none.
+            let mut leaderless: Option<tokio::time::Instant> = None;
             loop {
                 if *version.borrow_and_update() != from {
                     let step = match node.ask(|r| NodeRequest::Delta(from, r)).await {
@@ -186,8 +200,28 @@ impl v1::view_server::View for ViewService {
                     }
                     continue;
                 }
+                let deadline = leaderless.map(|t| t + node.leaderless_grace);
                 tokio::select! {
                     changed = version.changed() => if changed.is_err() { break },
+                    changed = leader.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                        let known = *leader.borrow_and_update() != 0;
+                        leaderless = match (known, leaderless) {
+                            (true, _) => None,
+                            (false, None) => Some(tokio::time::Instant::now()),
+                            (false, since) => since,
+                        };
+                    }
+                    () = async { tokio::time::sleep_until(deadline.expect("armed")).await }, if deadline.is_some() => {
+                        let why = format!(
+                            "this replica has known no leader for {} ms (cut off from the others?): watch another",
+                            node.leaderless_grace.as_millis()
+                        );
+                        let _ = tx.send(Err(Status::unavailable(why))).await;
+                        break;
+                    }
                     () = tx.closed() => break,
                 }
             }

@@ -27,6 +27,7 @@ fn start(dir: &std::path::Path) -> NodeHandle {
         scheduler_lease: Duration::from_secs(5),
         queue: 1024,
         peer_queue: 16,
+        election: Duration::from_millis(100),
     };
     let addrs = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
     let (driver, handle) =
