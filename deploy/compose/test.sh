@@ -3,7 +3,8 @@
 # fake-GPU agents and 2 scheduler hosts (compose.yaml), run jobs submitted from this host (a
 # 16-GPU gang over two servers of one rack and a 2-GPU job), kill -9 the leader's container,
 # run another job through the new leader, restart the killed replica and check that every
-# replica converges to one state. Exits non-zero on any failure; always removes its containers,
+# replica converges to one state; then cut the leader off the raft network and run a job, and
+# restart the replicas one by one under load. Exits non-zero on any failure; always removes its containers,
 # networks and volumes. Prints the cold-start and failover times.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -102,6 +103,16 @@ new=$(leader)
 [ "$new" != "$old" ] || { echo "compose test: replica $old still leads after its kill" >&2; exit 1; }
 docker start "${project}_view-${old}_1" >/dev/null
 converged
+old=$(leader)
+echo "== cut the leader (view-$old) off the raft network; a job runs through the new leader (agents that"
+echo "   watched the cut-off replica must move to another), then the cut is healed"
+docker network disconnect "${project}_raft" "${project}_view-${old}_1"
+t6=$(date +%s.%N)
+timeout 120 "$tessera" submit --view "$view" --wait "$(job after-partition 4 1)"
+t7=$(date +%s.%N)
+docker network connect --alias "view-${old}-raft" "${project}_raft" "${project}_view-${old}_1"
+converged
+
 echo "== rolling restart under load: each replica restarted in turn (followers first, the leader last),"
 echo "   the next only once all three have caught up, while jobs are submitted one after another and run"
 (
@@ -129,6 +140,6 @@ t5=$(date +%s.%N)
 rolled=$(cat "$work/count")
 converged
 "$tessera" jobs --view "$view"
-printf 'compose test passed: cold start to 2 jobs finished %.1f s; leader kill to a job finished %.1f s (new leader: replica %s); rolling restart of 3 replicas (order %s) in %.1f s with %s jobs submitted and finished meanwhile\n' \
+printf 'compose test passed: cold start to 2 jobs finished %.1f s; leader kill to a job finished %.1f s (new leader: replica %s); leader cut off the raft network to a job finished %.1f s; rolling restart of 3 replicas (order %s) in %.1f s with %s jobs submitted and finished meanwhile\n' \
     "$(awk "BEGIN{print $t1 - $t0}")" \
-    "$(awk "BEGIN{print $t3 - $t2}")" "$new" "${order[*]}" "$(awk "BEGIN{print $t5 - $t4}")" "$rolled"
+    "$(awk "BEGIN{print $t3 - $t2}")" "$new" "$(awk "BEGIN{print $t7 - $t6}")" "${order[*]}" "$(awk "BEGIN{print $t5 - $t4}")" "$rolled"
