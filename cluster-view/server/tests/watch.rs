@@ -58,12 +58,18 @@ async fn a_replica_without_a_leader_sends_its_watchers_elsewhere() {
     // With the others up, a leader is elected and the watch is served.
     let others: Vec<Node> =
         (2..=3).map(|id| start(id, listeners.next().expect("listener"), &addrs, dir.path())).collect();
+    let mut probe = ViewClient::new(vec![lone.clone()]).expect("client").with_deadline(Duration::from_secs(10));
+    probe.wait_for_leader().await.expect("a leader");
+    // A client of replica 1 alone (a watch is served by any replica in touch with a leader, so
+    // no hint takes it elsewhere).
     let mut c = ViewClient::new(vec![lone.clone()]).expect("client").with_deadline(Duration::from_secs(10));
-    c.wait_for_leader().await.expect("a leader");
     let t0 = Instant::now();
     let mut stream = loop {
         match c.watch(0).await {
-            Ok(s) => break s,
+            Ok(s) => {
+                assert_eq!(c.current(), lone, "the watch is on replica 1");
+                break s;
+            }
             Err(e) => assert!(t0.elapsed() < Duration::from_secs(10), "no watch served: {e}"),
         }
     };
