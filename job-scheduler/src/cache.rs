@@ -12,7 +12,7 @@
 
 use crate::LocalView;
 use crate::SchedulerError;
-use crate::locality_cost::ReleaseStats;
+use crate::locality_cost::{ReleaseStats, slot_kind};
 use crate::scheduler::RunningIndex;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::client::ViewClient;
 use tessera_proto::v1;
-use tessera_view::{Job, JobId, JobState, LocalityLevel, ServerId, ServerRecord, ViewDelta, ViewSnapshot, ViewVersion};
+use tessera_view::{Job, JobId, JobState, ServerId, ServerRecord, ViewDelta, ViewSnapshot, ViewVersion};
 use tokio::sync::watch;
 
 /// How long one watch stream is followed before subscribing again (a replica that went quiet
@@ -110,13 +110,11 @@ impl CacheState {
     /// submitted earlier) that wait for the same kind of slot: the same gang shape, GPU type and
     /// preferred level ([`crate::Context::ahead`]).
     pub fn same_kind_ahead(&self, job: &Job) -> u32 {
-        fn kind(j: &Job) -> (u32, u32, LocalityLevel, Option<&str>) {
-            (j.spec.members, j.spec.gpus_per_member, j.spec.prefer, j.spec.gpu_type.as_deref())
-        }
+        let kind = slot_kind(&job.spec);
         let me = (std::cmp::Reverse(job.spec.priority), job.id);
         self.jobs
             .values()
-            .filter(|j| j.state == JobState::Pending && kind(j) == kind(job))
+            .filter(|j| j.state == JobState::Pending && slot_kind(&j.spec) == kind)
             .filter(|j| (std::cmp::Reverse(j.spec.priority), j.id) < me)
             .count() as u32
     }

@@ -228,6 +228,13 @@ pub fn expected_wait_s(
     }
 }
 
+/// The kind of slot a pending job waits for: its gang shape, GPU type and preferred level. Jobs
+/// of one kind compete for the same slots, so the ones ahead take the first that open
+/// ([`crate::Context::ahead`]; counted by the live host's copy of the view and the simulator).
+pub fn slot_kind(spec: &JobSpec) -> (u32, u32, LocalityLevel, Option<&str>) {
+    (spec.members, spec.gpus_per_member, spec.prefer, spec.gpu_type.as_deref())
+}
+
 /// What [`relax`] decided for a job its scheduler could not place at its floor.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Relaxed {

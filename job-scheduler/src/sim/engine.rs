@@ -163,11 +163,12 @@ pub struct JobRecord {
 /// sweet point (bits), memory and device type.
 type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>, (i32, u8));
 
-/// The kind of slot a job waits for: its gang shape, GPU type and preferred level.
+/// [`locality_cost::slot_kind`], owned (a map key that outlives the borrow of the job).
 type SlotKind = (u32, u32, LocalityLevel, Option<String>);
 
 fn slot_kind(spec: &JobSpec) -> SlotKind {
-    (spec.members, spec.gpus_per_member, spec.prefer, spec.gpu_type.clone())
+    let (members, per, prefer, ty) = locality_cost::slot_kind(spec);
+    (members, per, prefer, ty.map(str::to_owned))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
