@@ -46,44 +46,41 @@ job() { # name gpus members [locality]
         >"$work/$1.toml"
     echo "$work/$1.toml"
 }
-# The replica that leads now, from the replicas' own status (bounded wait for an election).
+# Polls the replicas' status (into $s) every 0.5 s until predicate $1 holds on it; fails after
+# 60 s saying that $2 did not happen.
+until_status() {
+    for _ in $(seq 1 120); do
+        s=$("$tessera" view status --view "$view" --json 2>/dev/null || true)
+        if "$1"; then return 0; fi
+        sleep 0.5
+    done
+    echo "compose test: $2 within 60 s: $s" >&2
+    return 1
+}
+count() { grep -o "$1" <<<"$s" | sort -u | wc -l; }
+# Some replica knows a leader.
+has_leader() { grep -q '"leader":[1-9]' <<<"$s"; }
+# Every replica at one applied index and one state hash.
+one_state() {
+    [ "$(grep -o '"state_hash"' <<<"$s" | wc -l)" -eq 3 ] && [ "$(count '"state_hash":"[0-9a-f]*"')" -eq 1 ] &&
+        [ "$(count '"applied_index":[0-9]*')" -eq 1 ]
+}
+# Every replica knows a leader and is within 10 entries of the others (while writes flow).
+close_behind() {
+    local spread
+    spread=$(grep -o '"applied_index":[0-9]*' <<<"$s" | cut -d: -f2 | sort -n | sed -n '1p;$p' | paste -sd' ' - |
+        awk '{ print ($2 == "" ? 0 : $2 - $1) }')
+    [ "$(grep -o '"leader":[1-9][0-9]*' <<<"$s" | wc -l)" -eq 3 ] && [ "${spread:-99}" -le 10 ]
+}
+# The replica that leads now (after a bounded wait for an election).
 leader() {
-    for _ in $(seq 1 120); do
-        id=$("$tessera" view status --view "$view" --json 2>/dev/null | grep -o '"leader":[1-9][0-9]*' | head -n 1 | cut -d: -f2 || true)
-        if [ -n "$id" ]; then echo "$id"; return 0; fi
-        sleep 0.5
-    done
-    echo "compose test: no leader within 60 s" >&2
-    return 1
+    until_status has_leader "no leader" || return 1
+    grep -o '"leader":[1-9][0-9]*' <<<"$s" | head -n 1 | cut -d: -f2
 }
-# Every replica at one applied index and one state hash (bounded wait).
-converged() {
-    for _ in $(seq 1 120); do
-        s=$("$tessera" view status --view "$view" --json 2>/dev/null || true)
-        hashes=$(grep -o '"state_hash":"[0-9a-f]*"' <<<"$s" | sort -u | wc -l)
-        indexes=$(grep -o '"applied_index":[0-9]*' <<<"$s" | sort -u | wc -l)
-        answered=$(grep -o '"state_hash"' <<<"$s" | wc -l)
-        if [ "$answered" -eq 3 ] && [ "$hashes" -eq 1 ] && [ "$indexes" -eq 1 ]; then return 0; fi
-        sleep 0.5
-    done
-    echo "compose test: replicas did not converge: $s" >&2
-    return 1
-}
-
-# Every replica answers, knows a leader and is within a few entries of the others: caught up
-# while writes still flow (bounded wait).
-caught_up() {
-    for _ in $(seq 1 120); do
-        s=$("$tessera" view status --view "$view" --json 2>/dev/null || true)
-        answered=$(grep -o '"leader":[1-9][0-9]*' <<<"$s" | wc -l)
-        spread=$(grep -o '"applied_index":[0-9]*' <<<"$s" | cut -d: -f2 | sort -n | sed -n '1p;$p' | paste -sd' ' - |
-            awk '{ print ($2 == "" ? 0 : $2 - $1) }')
-        if [ "$answered" -eq 3 ] && [ "${spread:-99}" -le 10 ]; then return 0; fi
-        sleep 0.5
-    done
-    echo "compose test: replicas did not catch up: $s" >&2
-    return 1
-}
+# A replica other than $old leads (the cluster moved on from replica $old).
+moved_on() { grep -o '"leader":[1-9][0-9]*' <<<"$s" | cut -d: -f2 | grep -qv "^$old\$"; }
+converged() { until_status one_state "replicas did not converge"; }
+caught_up() { until_status close_behind "replicas did not catch up"; }
 
 t0=$(date +%s.%N)
 "${compose[@]}" up -d
@@ -97,6 +94,7 @@ old=$(leader)
 echo "== kill -9 the leader's container (view-$old), then run a job through the new leader"
 docker kill --signal KILL "${project}_view-${old}_1" >/dev/null
 t2=$(date +%s.%N)
+until_status moved_on "no new leader after the kill"
 timeout 120 "$tessera" submit --view "$view" --wait "$(job after-failover 8 1)"
 t3=$(date +%s.%N)
 new=$(leader)
@@ -108,6 +106,9 @@ echo "== cut the leader (view-$old) off the raft network; a job runs through the
 echo "   watched the cut-off replica must move to another), then the cut is healed"
 docker network disconnect "${project}_raft" "${project}_view-${old}_1"
 t6=$(date +%s.%N)
+# The cut-off leader still answers clients until it steps down, and the CLI gives up after 5 s:
+# the job is submitted once the others have elected a new leader (counted in the time).
+until_status moved_on "no new leader after the partition"
 timeout 120 "$tessera" submit --view "$view" --wait "$(job after-partition 4 1)"
 t7=$(date +%s.%N)
 docker network connect --alias "view-${old}-raft" "${project}_raft" "${project}_view-${old}_1"
