@@ -101,6 +101,15 @@ impl ViewClient {
         self
     }
 
+    /// How long one attempt of a call waits for an answer before the call tries another
+    /// replica: a third of the deadline, within 300 ms..=2 s. A leader answers a write once it
+    /// commits (milliseconds; the replica's own request timeout bounds a slow commit), and
+    /// every write is safe to send again, so an attempt cut short costs a retry, not a
+    /// duplicate.
+    pub fn attempt_timeout(&self) -> Duration {
+        (self.deadline / 3).clamp(Duration::from_millis(300), Duration::from_secs(2))
+    }
+
     /// The replica the last call went to (the leader, after a successful write).
     pub fn current(&self) -> &str {
         &self.current
@@ -184,9 +193,14 @@ impl ViewClient {
                 tried.push(addr.clone());
             }
             let g = self.grpc(&addr)?;
-            let status = match call(g).await {
-                Ok(r) => return Ok(r.into_inner()),
-                Err(s) => s,
+            // A replica that accepts the connection and never answers (a frozen process: a
+            // stopped VM, `docker pause`, SIGSTOP) holds one attempt, not the whole call: its
+            // peers elect another leader meanwhile, and the call goes on to them.
+            let attempt = self.attempt_timeout();
+            let status = match tokio::time::timeout(attempt, call(g)).await {
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(s)) => s,
+                Err(_) => Status::unavailable(format!("no answer within {} ms", attempt.as_millis())),
             };
             let hint = status.metadata().get(LEADER_KEY).and_then(|v| v.to_str().ok()).map(str::to_string);
             // Cancelled: the connection closed under the call (a replica died mid-request).
@@ -195,6 +209,9 @@ impl ViewClient {
             if !retry {
                 return Err(ClientError::Status { addr, status: Box::new(status) });
             }
+            // Moved on before the deadline check, so that the next call does not begin where
+            // this one failed.
+            let follow = self.after_failure(&addr, hint, &mut unreachable);
             if start.elapsed() >= self.deadline {
                 return Err(ClientError::Unavailable {
                     tried: tried.join(", "),
@@ -202,7 +219,7 @@ impl ViewClient {
                     last: format!("{addr}: {}", status.message()),
                 });
             }
-            if self.after_failure(&addr, hint, &mut unreachable) {
+            if follow {
                 continue;
             }
             let rng = rng.get_or_insert_with(|| seeded_rng(self.deadline.as_nanos() as u64));
