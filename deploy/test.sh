@@ -40,6 +40,11 @@ echo "== the compose cluster across containers (deploy/compose/test.sh): image, 
 echo "   agents, 2 scheduler hosts; jobs from this host, kill -9 of the leader's container, convergence"
 bash deploy/compose/test.sh
 
+echo "== chaos round across containers (deploy/chaos/run.sh): load through the scheduler hosts and direct"
+echo "   proposals while 9 seeded faults, one of each kind, are injected; exits non-zero on a lost"
+echo "   acknowledgement, a double allocation, diverging replicas, an unended job or a split brain"
+bash deploy/chaos/run.sh
+
 echo "== tessera dev, the quick start's main job: 3 replicas, 4 fake-GPU agents, a scheduler host;"
 echo "   every example job submitted and run to its end (exits non-zero if one fails)"
 "$CARGO_TARGET_DIR/release/tessera" dev --view-port 0 --http-port 0 --submit examples/jobs/*.toml --exit-when-done

@@ -8,6 +8,7 @@ mod agent;
 mod bench;
 mod bench_agent;
 mod bench_commit;
+mod chaos;
 mod check;
 mod dev;
 mod jobs;
@@ -34,6 +35,10 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The chaos suite: faults injected into a compose cluster's containers under load, and
+    /// the check of what the cluster acknowledged.
+    #[command(subcommand)]
+    Chaos(chaos::ChaosCommand),
     /// Validate topology, cluster spec or job files and summarize them.
     Check(check::CheckArgs),
     /// Place job files on a fresh cluster built from a spec, through the real search and
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Agent(args) => agent::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Chaos(args) => chaos::run(args),
         Command::Check(args) => check::run(args),
         Command::Place(args) => place::run(args),
         Command::View(args) => view::run(args),

@@ -8,14 +8,7 @@
 # networks and volumes. Prints the cold-start and failover times.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-. deploy/install-deps.sh
-set +u
-command -v docker >/dev/null 2>&1 || { echo "compose test: docker not found" >&2; exit 1; }
-if ! command -v docker-compose >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq docker-compose
-fi
-set -u
+. deploy/compose/common.sh
 
 project="tessera-test-$$"
 # Host ports of this run (overridable, so that two runs on one machine do not collide).
@@ -25,13 +18,7 @@ compose=(docker-compose -f deploy/compose/compose.yaml -p "$project")
 work=$(mktemp -d)
 cleanup() {
     status=$?
-    if [ "$status" -ne 0 ]; then
-        echo "compose test failed; the last lines of each container's log:" >&2
-        for c in $("${compose[@]}" ps -q 2>/dev/null); do
-            echo "--- $(docker inspect --format '{{.Name}}' "$c")" >&2
-            docker logs --tail 15 "$c" >&2 2>&1 || true
-        done
-    fi
+    [ "$status" -ne 0 ] && dump_logs "compose test" "${compose[@]}"
     "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
     rm -rf "$work"
     exit "$status"

@@ -23,6 +23,12 @@ pub struct History {
     pub violations: Vec<String>,
     /// Every placement each job was seen with: (first member's server, level).
     pub placements: HashMap<JobId, Vec<(u32, LocalityLevel)>>,
+    /// Every proposal id seen applied for a job (its placement's, and the job's record of
+    /// every proposal applied for it, which a delta that skipped the placement still carries).
+    pub proposals: std::collections::HashSet<u64>,
+    /// Steps at which a gang was partly placed or partly running: a placement with fewer or
+    /// more members than the job asked for, or a job running while a member has not started.
+    pub partial_gangs: u64,
     /// The last version seen.
     pub version: u64,
     /// Events applied (deltas and snapshots).
@@ -72,8 +78,24 @@ impl History {
     fn apply(&mut self, jobs: &[Job], version: u64) {
         self.events += 1;
         for j in jobs {
+            self.proposals.extend(j.proposals.iter().map(|p| p.0));
             match &j.placement {
                 Some(p) if j.state.holds_resources() => {
+                    let all_started = j.tasks.len() == p.members.len()
+                        && j.tasks.iter().all(|t| *t != tessera_view::TaskState::Starting);
+                    if p.members.len() != j.spec.members as usize
+                        || (j.state == tessera_view::JobState::Running && !all_started)
+                    {
+                        self.partial_gangs += 1;
+                        self.violations.push(format!(
+                            "version {version}: job {} is partly placed or running ({} of {} members, tasks {:?}, state {})",
+                            j.id,
+                            p.members.len(),
+                            j.spec.members,
+                            j.tasks,
+                            j.state.as_str()
+                        ));
+                    }
                     let members: Vec<(u32, u64, [u64; 2])> =
                         p.members.iter().map(|m| (m.server.0, m.gpus, m.cores.0)).collect();
                     if self.held.get(&j.id) != Some(&members) {
@@ -156,6 +178,29 @@ mod tests {
     fn submit(v: &mut ClusterView, name: &str) {
         let out = v.apply(&Command::submit(JobSpec::simple(name, 1, 1)));
         assert!(matches!(out, Outcome::Submitted(Ok(_))), "{out:?}");
+    }
+
+    #[test]
+    fn a_placement_that_began_and_ended_between_two_deltas_is_still_seen() {
+        use tessera_view::{CoreMask, MemberPlacement, Proposal, ProposalId, ServerId};
+        let mut v = view();
+        let mut h = History::default();
+        h.apply_snapshot(&v.snapshot());
+        let v0 = v.version();
+        let job = match v.apply(&Command::submit(JobSpec::simple("short", 1, 1))) {
+            Outcome::Submitted(Ok(j)) => j,
+            o => panic!("{o:?}"),
+        };
+        let m = MemberPlacement { server: ServerId(0), gpus: 1, cores: CoreMask::range(0, 4), memory_mib: 49_152 };
+        let p = Proposal { id: ProposalId(77), job, members: vec![m], based_on: v.version() };
+        let d = v.apply(&Command::Propose(vec![p]));
+        assert!(matches!(&d, Outcome::Decided(d) if d[0].is_placed()), "{d:?}");
+        v.release(job, false).expect("release");
+        // One delta for all three steps: the job arrives finished, holding nothing.
+        h.apply_delta(&v.delta_since(v0).expect("delta"));
+        assert!(h.violations.is_empty(), "{:?}", h.violations);
+        assert!(h.held.is_empty());
+        assert!(h.proposals.contains(&77), "the job's record of applied proposals carries it");
     }
 
     #[test]

@@ -29,6 +29,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub mod chaos;
 pub mod commit_load;
 pub mod history;
 mod process;
@@ -105,6 +106,15 @@ pub enum KitError {
     /// A load's client task panicked or was cancelled.
     #[error("a client task failed: {0}")]
     ClientTask(String),
+    /// A fault could not be injected or healed (a `docker`, `nsenter`, `tc` or `iptables`
+    /// command failed, or a file could not be written).
+    #[error("{what}: {why}")]
+    Fault {
+        /// The command or action.
+        what: String,
+        /// Its error output or the I/O error.
+        why: String,
+    },
 }
 
 /// How to start a [`LocalCluster`].

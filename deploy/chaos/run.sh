@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The chaos suite across containers (issue 14): builds the image, starts the compose cluster
+# (3 replicas, each with its data on a loop-mounted file system of its own, 4 fake-GPU agents,
+# 2 scheduler hosts), runs `tessera chaos run` against it — load through the scheduler hosts and
+# direct gang proposals while a seeded schedule of faults is injected — and prints its JSON
+# verdict. Exits non-zero on any violation; always removes its containers, networks, volumes
+# and file systems.
+#
+#   deploy/chaos/run.sh                 # one round: 9 faults, one of each kind (CI, < 5 min)
+#   deploy/chaos/run.sh --soak          # 108 faults (12 of each kind)
+#   TESSERA_CHAOS_SEED=7 deploy/chaos/run.sh   # another schedule; a failing seed repeats
+#
+# Extra arguments after `--` go to `tessera chaos run` (e.g. `-- --kinds kill-leader,full-disk`);
+# TESSERA_CHAOS_FAULTS=N sets how many faults.
+# TESSERA_CHAOS_LOGS=DIR keeps every container's whole log there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. deploy/compose/common.sh
+
+faults=9
+if [ "${1:-}" = "--soak" ]; then
+    faults=108
+    shift
+fi
+[ "${1:-}" = "--" ] && shift
+seed="${TESSERA_CHAOS_SEED:-1}"
+faults="${TESSERA_CHAOS_FAULTS:-$faults}"
+
+project="tessera-chaos-$$"
+export TESSERA_PORT_PREFIX="${TESSERA_PORT_PREFIX:-3710}" TESSERA_HTTP_PORT_PREFIX="${TESSERA_HTTP_PORT_PREFIX:-3808}"
+view="127.0.0.1:${TESSERA_PORT_PREFIX}1,127.0.0.1:${TESSERA_PORT_PREFIX}2,127.0.0.1:${TESSERA_PORT_PREFIX}3"
+compose=(docker-compose -f deploy/compose/compose.yaml -f deploy/chaos/compose.chaos.yaml -p "$project")
+work=$(mktemp -d)
+export TESSERA_CHAOS_DATA="$work"
+cleanup() {
+    status=$?
+    [ "$status" -ne 0 ] && dump_logs "chaos run" "${compose[@]}"
+    if [ -n "${TESSERA_CHAOS_LOGS:-}" ]; then
+        mkdir -p "$TESSERA_CHAOS_LOGS"
+        for c in $("${compose[@]}" ps -q 2>/dev/null); do
+            docker logs "$c" >"$TESSERA_CHAOS_LOGS/$(docker inspect --format '{{.Name}}' "$c" | tr -d /).log" 2>&1 || true
+        done
+    fi
+    "${compose[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+    for i in 1 2 3; do mountpoint -q "$work/view-$i" && umount "$work/view-$i"; done
+    rm -rf "$work"
+    exit "$status"
+}
+trap cleanup EXIT
+
+# Each replica's data on a 256 MiB ext4 file system of its own (no reserved blocks: the disk is
+# full for the replica when it is full), owned by the image's user.
+data_root=(--data-root "$work")
+for i in 1 2 3; do
+    mkdir -p "$work/view-$i"
+    truncate -s 256M "$work/view-$i.img"
+    mkfs.ext4 -q -F -m 0 "$work/view-$i.img"
+    if ! mount -o loop "$work/view-$i.img" "$work/view-$i" 2>"$work/mount.err"; then
+        echo "chaos: cannot loop-mount a file system ($(cat "$work/mount.err")): replicas keep their data on" \
+            "the host's disk and the schedule has no full-disk faults" >&2
+        data_root=()
+        break
+    fi
+    chown 65532:65532 "$work/view-$i"
+done
+
+bash deploy/image/build.sh tessera:dev
+tessera="$CARGO_TARGET_DIR/release/tessera"
+t0=$(date +%s.%N)
+"${compose[@]}" up -d
+"$tessera" chaos run --project "$project" --view "$view" --seed "$seed" --faults "$faults" \
+    --agent-lease-ms 6000 "${data_root[@]}" "$@" | tee "$work/report.json"
+printf 'chaos run: seed %s, %s faults, %.0f s from compose up\n' "$seed" "$faults" "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" >&2
