@@ -33,6 +33,10 @@ echo "== node agent task path, short: one replica, 2 fake-GPU agents in one proc
 echo "   non-zero on a failed job or an invariant violation)"
 "$CARGO_TARGET_DIR/release/tessera" bench agent --servers 2 --jobs 40 --json
 
+echo "== HTTP API against its OpenAPI document, property-based (schemathesis): generated valid and invalid"
+echo "   requests to tessera dev; no server error, every answer as documented"
+bash cluster-view/server/tests/schemathesis.sh
+
 echo "== Kubernetes manifests (deploy/k8s), offline: strict schema validation and consistency"
 bash deploy/k8s/validate.sh
 

@@ -68,12 +68,14 @@ pub enum ApiError {
         path: String,
     },
     /// The route exists but not with this method.
-    #[error("{method} is not allowed on {path}")]
+    #[error("{method} is not allowed on {path} (allowed: {allow})")]
     MethodNotAllowed {
         /// The method asked.
         method: String,
         /// The path asked.
         path: String,
+        /// The methods it allows, as the `Allow` header lists them (RFC 9110 §15.5.6).
+        allow: &'static str,
     },
     /// The view answered with an error, or no replica answered.
     #[error(transparent)]
@@ -195,7 +197,11 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(self.body())
+        let mut r = HttpResponse::build(self.status_code());
+        if let ApiError::MethodNotAllowed { allow, .. } = self {
+            r.insert_header((actix_web::http::header::ALLOW, *allow));
+        }
+        r.json(self.body())
     }
 }
 

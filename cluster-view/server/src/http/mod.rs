@@ -264,24 +264,34 @@ pub fn start(
 
 /// Every route; the OpenAPI document lists the same (a test checks).
 fn routes(cfg: &mut web::ServiceConfig) {
-    let resource = |path: &str| web::resource(path.to_string()).default_service(web::to(not_allowed));
-    cfg.service(resource("/healthz").route(web::get().to(probes::healthz)))
-        .service(resource("/readyz").route(web::get().to(probes::readyz)))
-        .service(resource("/v1/status").route(web::get().to(servers::status)))
-        .service(resource("/v1/jobs").route(web::get().to(jobs::list_jobs)).route(web::post().to(jobs::submit)))
-        .service(resource("/v1/jobs/{id}").route(web::get().to(jobs::get_job)).route(web::delete().to(jobs::cancel)))
-        .service(resource("/v1/jobs/{id}/logs").route(web::get().to(logs::logs)))
-        .service(resource("/v1/servers").route(web::get().to(servers::servers)))
-        .service(resource("/v1/openapi.json").route(web::get().to(openapi::openapi)))
-        .service(resource("/metrics").route(web::get().to(metrics::metrics)));
+    // Each resource with the methods it allows, which a refused method's `Allow` header lists.
+    let resource = |path: &str, allow: &'static str| {
+        web::resource(path.to_string()).default_service(web::to(move |req: HttpRequest| not_allowed(req, allow)))
+    };
+    const GET: &str = "GET";
+    cfg.service(resource("/healthz", GET).route(web::get().to(probes::healthz)))
+        .service(resource("/readyz", GET).route(web::get().to(probes::readyz)))
+        .service(resource("/v1/status", GET).route(web::get().to(servers::status)))
+        .service(
+            resource("/v1/jobs", "GET, POST").route(web::get().to(jobs::list_jobs)).route(web::post().to(jobs::submit)),
+        )
+        .service(
+            resource("/v1/jobs/{id}", "GET, DELETE")
+                .route(web::get().to(jobs::get_job))
+                .route(web::delete().to(jobs::cancel)),
+        )
+        .service(resource("/v1/jobs/{id}/logs", GET).route(web::get().to(logs::logs)))
+        .service(resource("/v1/servers", GET).route(web::get().to(servers::servers)))
+        .service(resource("/v1/openapi.json", GET).route(web::get().to(openapi::openapi)))
+        .service(resource("/metrics", GET).route(web::get().to(metrics::metrics)));
 }
 
 async fn no_route(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     Err(ApiError::NoRoute { method: req.method().to_string(), path: req.path().to_string() })
 }
 
-async fn not_allowed(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed { method: req.method().to_string(), path: req.path().to_string() })
+async fn not_allowed(req: HttpRequest, allow: &'static str) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed { method: req.method().to_string(), path: req.path().to_string(), allow })
 }
 
 /// A job id from the path.

@@ -46,6 +46,7 @@ use utoipa::OpenApi;
         api::Cancelled,
         api::Logs,
         super::spec::JobFileBody,
+        super::logs::LogStream,
         super::probes::NotReady,
     ))
 )]

@@ -139,21 +139,27 @@ fn toml_key_span(text: &str, field: &str) -> Option<Range<usize>> {
 /// documents [`JobFile`] (a test deserializes a value of every field of this into one).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobFileBody {
-    /// Display name.
+    /// Display name (not blank).
+    #[schema(min_length = 1, pattern = "\\S")]
     pub name: String,
-    /// Total GPUs of the gang; or give `gpus_per_member`.
+    /// Total GPUs of the gang, a multiple of `members`; or give `gpus_per_member`.
+    #[schema(minimum = 1)]
     pub gpus: Option<u32>,
     /// Gang members, each on one server (default 1).
+    #[schema(minimum = 1, maximum = 4096)]
     pub members: Option<u32>,
     /// GPUs per member.
+    #[schema(minimum = 1)]
     pub gpus_per_member: Option<u32>,
-    /// Required device type.
+    /// Required device type (not blank).
+    #[schema(min_length = 1, pattern = "\\S")]
     pub gpu_type: Option<String>,
     /// Tenant, for quotas (default `default`).
     pub tenant: Option<String>,
     /// Higher runs first (default 0).
     pub priority: Option<i32>,
     /// Memory per GPU, MiB (default: the server's share).
+    #[schema(minimum = 1)]
     pub memory_mib_per_gpu: Option<u32>,
     /// The command each member runs.
     pub command: Option<Vec<String>>,

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Property-based tests of the HTTP API against its own OpenAPI document (issue 15 §3):
+# schemathesis (PyPI, pinned, in a venv under ~/.cache/tessera) generates requests from
+# GET /v1/openapi.json — valid ones and, in its negative and coverage phases, invalid ones —
+# and checks every answer: no server error, the status code and content type documented, the
+# body valid against the documented schema. The target is `tessera dev` (3 replicas, 4
+# fake-GPU agents, a scheduler host) on free loopback ports; jobs it submits really run (and
+# fail: their commands are random strings). Exits non-zero on any failed check.
+#
+#   cluster-view/server/tests/schemathesis.sh            # bounded (CI): 40 examples per operation
+#   TESSERA_ST_EXAMPLES=1000 cluster-view/server/tests/schemathesis.sh
+# Configuration (the job file's cross-field rules): schemathesis.toml beside this script.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+. deploy/install-deps.sh
+set +u
+
+examples="${TESSERA_ST_EXAMPLES:-40}"
+version=4.32.5
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq python3 python3-venv
+fi
+command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl; }
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/venv-schemathesis-$version"
+if [ ! -x "$venv/bin/st" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet "schemathesis==$version"
+fi
+
+tessera="$CARGO_TARGET_DIR/release/tessera"
+[ -x "$tessera" ] || cargo build --release --locked -p tessera
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+work=$(mktemp -d)
+"$tessera" dev --view-port 0 --http-port "$port" --data-dir "$work/data" >"$work/dev.log" 2>&1 &
+dev=$!
+cleanup() {
+    status=$?
+    kill "$dev" 2>/dev/null && wait "$dev" 2>/dev/null
+    [ "$status" -ne 0 ] && tail -n 20 "$work/dev.log" >&2
+    rm -rf "$work"
+    exit "$status"
+}
+trap cleanup EXIT
+
+# Ready: a leader is known (bounded: 60 s).
+for _ in $(seq 1 120); do
+    curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+    sleep 0.5
+done
+curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null
+
+"$venv/bin/st" --config-file cluster-view/server/tests/schemathesis.toml run "http://127.0.0.1:$port/v1/openapi.json" \
+    --checks all --max-examples "$examples" --seed 1 --request-timeout 10 --no-color
