@@ -37,6 +37,9 @@ echo "== HTTP API against its OpenAPI document, property-based (schemathesis): g
 echo "   requests to tessera dev; no server error, every answer as documented"
 bash cluster-view/server/tests/schemathesis.sh
 
+echo "== Prometheus exposition of /metrics checked by promtool, after tessera dev ran the example jobs"
+bash cluster-view/server/tests/promtool.sh
+
 echo "== Kubernetes manifests (deploy/k8s), offline: strict schema validation and consistency"
 bash deploy/k8s/validate.sh
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The replicas' Prometheus exposition (`GET /metrics`) checked by promtool (Debian's prometheus
+# package): format, HELP and TYPE lines, naming conventions. The target is `tessera dev` on free
+# loopback ports, after the example jobs have run, so that the per-state, per-level and latency
+# series carry values. Exits non-zero on any complaint.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+. deploy/install-deps.sh
+set +u
+if ! command -v promtool >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus
+fi
+command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl; }
+
+tessera="$CARGO_TARGET_DIR/release/tessera"
+[ -x "$tessera" ] || cargo build --release --locked -p tessera
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+work=$(mktemp -d)
+"$tessera" dev --view-port 0 --http-port "$port" --data-dir "$work/data" \
+    --submit examples/jobs/*.toml >"$work/dev.log" 2>&1 &
+dev=$!
+cleanup() {
+    status=$?
+    kill "$dev" 2>/dev/null && wait "$dev" 2>/dev/null
+    [ "$status" -ne 0 ] && tail -n 20 "$work/dev.log" >&2
+    rm -rf "$work"
+    exit "$status"
+}
+trap cleanup EXIT
+
+# Every example job ended (bounded: 120 s), as the dev cluster's status tells.
+all_ended() {
+    local s
+    s=$(curl -fsS "http://127.0.0.1:$port/v1/status" 2>/dev/null) || return 1
+    python3 -c '
+import json, sys
+c = json.loads(sys.argv[1])["jobs"]
+sys.exit(0 if sum(c.values()) > 0 and all(c[k] == 0 for k in ("pending", "placed", "running", "migrating")) else 1)
+' "$s"
+}
+for _ in $(seq 1 240); do
+    all_ended && break
+    sleep 0.5
+done
+all_ended || { echo "promtool check: the example jobs did not end within 120 s" >&2; exit 1; }
+# The HTTP API runs on replica 1; the others' metrics are the same exposition code, so one
+# replica's, after real work, is what is checked. (Each replica serves its own /metrics where
+# `http_listen` is set, as in deploy/local.)
+curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics.txt"
+promtool check metrics <"$work/metrics.txt"
+echo "promtool: $(grep -c '^# TYPE' "$work/metrics.txt") metric families, $(grep -vc '^#\|^$' "$work/metrics.txt") series, no complaint"
