@@ -11,23 +11,9 @@ if ! command -v promtool >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus
 fi
-command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl; }
 
-tessera="$CARGO_TARGET_DIR/release/tessera"
-[ -x "$tessera" ] || cargo build --release --locked -p tessera
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-work=$(mktemp -d)
-"$tessera" dev --view-port 0 --http-port "$port" --data-dir "$work/data" \
-    --submit examples/jobs/*.toml >"$work/dev.log" 2>&1 &
-dev=$!
-cleanup() {
-    status=$?
-    kill "$dev" 2>/dev/null && wait "$dev" 2>/dev/null
-    [ "$status" -ne 0 ] && tail -n 20 "$work/dev.log" >&2
-    rm -rf "$work"
-    exit "$status"
-}
-trap cleanup EXIT
+. cluster-view/server/tests/dev-cluster.sh
+start_dev --submit examples/jobs/*.toml
 
 # Every example job ended (bounded: 120 s), as the dev cluster's status tells.
 all_ended() {

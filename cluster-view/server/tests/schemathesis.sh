@@ -21,34 +21,14 @@ if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv'
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq python3 python3-venv
 fi
-command -v curl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq curl; }
 venv="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/venv-schemathesis-$version"
 if [ ! -x "$venv/bin/st" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet "schemathesis==$version"
 fi
 
-tessera="$CARGO_TARGET_DIR/release/tessera"
-[ -x "$tessera" ] || cargo build --release --locked -p tessera
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-work=$(mktemp -d)
-"$tessera" dev --view-port 0 --http-port "$port" --data-dir "$work/data" >"$work/dev.log" 2>&1 &
-dev=$!
-cleanup() {
-    status=$?
-    kill "$dev" 2>/dev/null && wait "$dev" 2>/dev/null
-    [ "$status" -ne 0 ] && tail -n 20 "$work/dev.log" >&2
-    rm -rf "$work"
-    exit "$status"
-}
-trap cleanup EXIT
-
-# Ready: a leader is known (bounded: 60 s).
-for _ in $(seq 1 120); do
-    curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-    sleep 0.5
-done
-curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null
+. cluster-view/server/tests/dev-cluster.sh
+start_dev
 
 "$venv/bin/st" --config-file cluster-view/server/tests/schemathesis.toml run "http://127.0.0.1:$port/v1/openapi.json" \
     --checks all --max-examples "$examples" --seed 1 --request-timeout 10 --no-color
