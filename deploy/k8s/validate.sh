@@ -7,15 +7,8 @@
 # a peer, and the files the pods and configs name exist.
 set -euo pipefail
 cd "$(dirname "$0")"
-if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq python3 python3-venv
-fi
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/venv-k8s"
-if [ ! -x "$venv/bin/kubernetes-validate" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet 'kubernetes-validate==1.37.0'
-fi
+. ../python-tool.sh
+python_tool k8s 'kubernetes-validate==1.37.0' kubernetes-validate
 "$venv/bin/kubernetes-validate" --strict --quiet ./*.yaml
 "$venv/bin/python" - ./*.yaml <<'PY'
 import sys, tomllib, yaml

@@ -17,15 +17,8 @@ set +u
 
 examples="${TESSERA_ST_EXAMPLES:-40}"
 version=4.32.5
-if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq python3 python3-venv
-fi
-venv="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/venv-schemathesis-$version"
-if [ ! -x "$venv/bin/st" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet "schemathesis==$version"
-fi
+. deploy/python-tool.sh
+python_tool "schemathesis-$version" "schemathesis==$version" st
 
 . cluster-view/server/tests/dev-cluster.sh
 start_dev
