@@ -29,6 +29,8 @@ pub struct History {
     /// Steps at which a gang was partly placed or partly running: a placement with fewer or
     /// more members than the job asked for, or a job running while a member has not started.
     pub partial_gangs: u64,
+    /// Steps at which a device or core was held by two jobs.
+    pub overlaps: u64,
     /// The last version seen.
     pub version: u64,
     /// Events applied (deltas and snapshots).
@@ -114,6 +116,7 @@ impl History {
             for (s, g, c) in members {
                 let e = used.entry(*s).or_insert((0, [0, 0]));
                 if e.0 & g != 0 || e.1[0] & c[0] != 0 || e.1[1] & c[1] != 0 {
+                    self.overlaps += 1;
                     self.violations.push(format!("version {version}: job {job} overlaps on server {s}"));
                 }
                 e.0 |= g;

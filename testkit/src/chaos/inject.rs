@@ -33,14 +33,14 @@ pub struct Compose {
     pub data_root: Option<PathBuf>,
 }
 
-/// How a slow link was made, so it can be undone.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How a slow link was made (either is undone by [`Compose::heal_network`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlowLink {
     /// `tc netem` delay and loss on each interface.
-    Netem(Vec<String>),
+    Netem,
     /// A rate-limited `tbf` queue on each interface, plus random drops by `iptables`
     /// (kernels built without netem).
-    TbfAndDrops(Vec<String>),
+    TbfAndDrops,
 }
 
 impl Compose {
@@ -153,7 +153,7 @@ impl Compose {
             }
         }
         if netem {
-            return Ok(SlowLink::Netem(ifaces));
+            return Ok(SlowLink::Netem);
         }
         for i in &ifaces {
             in_netns(
@@ -169,7 +169,7 @@ impl Compose {
         for chain in ["INPUT", "OUTPUT"] {
             in_netns(pid, &tagged(&["-I", chain, "-m", "statistic", "--mode", "random", "--probability", &p])).await?;
         }
-        Ok(SlowLink::TbfAndDrops(ifaces))
+        Ok(SlowLink::TbfAndDrops)
     }
 
     /// Undoes [`Compose::slow_network`]. A container restarted meanwhile has a fresh namespace
