@@ -16,6 +16,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/compose/common.sh
+# The faults' tools: nsenter (util-linux), tc (iproute2), iptables, mkfs.ext4 (e2fsprogs).
+missing=()
+for t in nsenter:util-linux tc:iproute2 iptables:iptables mkfs.ext4:e2fsprogs; do
+    command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
 
 faults=9
 if [ "${1:-}" = "--soak" ]; then
