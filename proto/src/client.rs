@@ -197,10 +197,10 @@ impl ViewClient {
             // stopped VM, `docker pause`, SIGSTOP) holds one attempt, not the whole call: its
             // peers elect another leader meanwhile, and the call goes on to them.
             let attempt = self.attempt_timeout();
-            let status = match tokio::time::timeout(attempt, call(g)).await {
+            let (status, timed_out) = match tokio::time::timeout(attempt, call(g)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
-                Ok(Err(s)) => s,
-                Err(_) => Status::unavailable(format!("no answer within {} ms", attempt.as_millis())),
+                Ok(Err(s)) => (s, false),
+                Err(_) => (Status::unavailable(format!("no answer within {} ms", attempt.as_millis())), true),
             };
             let hint = status.metadata().get(LEADER_KEY).and_then(|v| v.to_str().ok()).map(str::to_string);
             // Cancelled: the connection closed under the call (a replica died mid-request).
@@ -211,7 +211,17 @@ impl ViewClient {
             }
             // Moved on before the deadline check, so that the next call does not begin where
             // this one failed.
-            let follow = self.after_failure(&addr, hint, &mut unreachable);
+            let follow = if timed_out {
+                // Slow or frozen, not gone: the call goes on to the next replica now, but the
+                // address is not ruled out for the rest of the call. A replica that names it as
+                // the leader sends the call back to it: a slow commit ends, and a frozen
+                // leader is replaced by an election, after which the hints name another.
+                self.current = addr.clone();
+                self.next_addr();
+                false
+            } else {
+                self.after_failure(&addr, hint, &mut unreachable)
+            };
             if start.elapsed() >= self.deadline {
                 return Err(ClientError::Unavailable {
                     tried: tried.join(", "),
