@@ -13,7 +13,8 @@ use tessera_view::{
 };
 use tessera_view_server::node::{Driver, DriverConfig, NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 
-fn start(dir: &std::path::Path) -> NodeHandle {
+/// A single-replica driver on its own thread: its handle, and what stops it.
+fn start(dir: &std::path::Path) -> (NodeHandle, Running) {
     // A change log of 4 entries: a watcher further behind needs a snapshot.
     let cfg = ReplicaConfig { sync: false, change_log: 4, ..ReplicaConfig::new(1, vec![1], "t") };
     let replica = Replica::open(cfg, dir, || {
@@ -32,8 +33,24 @@ fn start(dir: &std::path::Path) -> NodeHandle {
     let addrs = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
     let (driver, handle) =
         Driver::new(replica, dcfg, addrs, Arc::new(RwLock::new(HashMap::new())), Box::new(|_, _| {}));
-    std::thread::spawn(move || driver.run().expect("driver"));
-    handle
+    let stopper = driver.stopper();
+    let thread = std::thread::spawn(move || driver.run().expect("driver"));
+    (handle, Running { stopper, thread })
+}
+
+/// The driver's thread and its stop flag.
+struct Running {
+    stopper: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Stops the driver and waits for its thread, before the test's directory is removed and the
+/// process exits: a driver still running then (RocksDB open, its files deleted, the process
+/// tearing down) made the test binary abort at exit now and then ("pthread lock: Invalid
+/// argument", SIGABRT, about 1 run in 6).
+fn stop(r: Running) {
+    r.stopper.store(true, std::sync::atomic::Ordering::Relaxed);
+    r.thread.join().expect("the driver thread");
 }
 
 /// Polls the status until the single replica has elected itself (bounded).
@@ -52,7 +69,7 @@ async fn until_leader(node: &NodeHandle) {
 #[test]
 fn watch_falls_back_to_snapshot_and_reads_wait_for_commit() {
     let dir = tempfile::tempdir().expect("tmp");
-    let node = start(dir.path());
+    let (node, running) = start(dir.path());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
     rt.block_on(async {
         until_leader(&node).await;
@@ -83,12 +100,13 @@ fn watch_falls_back_to_snapshot_and_reads_wait_for_commit() {
             ReadOut::Job(..) => panic!("wrong read"),
         }
     });
+    stop(running);
 }
 
 #[test]
 fn a_preemption_is_prechecked_by_the_leader_and_applied_through_the_log() {
     let dir = tempfile::tempdir().expect("tmp");
-    let node = start(dir.path());
+    let (node, running) = start(dir.path());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
     rt.block_on(async {
         until_leader(&node).await;
@@ -142,6 +160,7 @@ fn a_preemption_is_prechecked_by_the_leader_and_applied_through_the_log() {
         assert_eq!(view.job(high).expect("preemptor").state, JobState::Placed);
         assert!(tessera_view::invariants::check(&view).is_clean());
     });
+    stop(running);
 }
 
 /// The whole of server 0 for an 8-GPU job, with the shared fit function.
