@@ -7,6 +7,7 @@
 
 use crate::error::SchedulerError;
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 use tessera_view::cluster_spec::RackGroup;
 use tessera_view::{ClusterSpec, Topology};
@@ -52,14 +53,22 @@ pub struct Trace {
 struct Table {
     file: String,
     header: Vec<String>,
-    rows: csv::StringRecordsIntoIter<std::fs::File>,
+    rows: csv::StringRecordsIntoIter<Box<dyn Read>>,
 }
 
 impl Table {
     fn open(path: &Path) -> Result<Table, SchedulerError> {
         let file = path.display().to_string();
+        match std::fs::File::open(path) {
+            Ok(f) => Table::read(file, Box::new(f)),
+            Err(e) => Err(SchedulerError::Csv { file, source: e.into() }),
+        }
+    }
+
+    /// A table read from `input`; `file` names it in errors.
+    fn read(file: String, input: Box<dyn Read>) -> Result<Table, SchedulerError> {
         let io = |e: csv::Error| SchedulerError::Csv { file: file.clone(), source: e };
-        let mut rdr = csv::ReaderBuilder::new().flexible(true).from_path(path).map_err(io)?;
+        let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(input);
         let header = rdr.headers().map_err(io)?.iter().map(|h| h.trim().to_string()).collect();
         Ok(Table { file, header, rows: rdr.into_records() })
     }
@@ -145,12 +154,20 @@ fn finish(mut t: Trace, file: &str) -> Result<Trace, SchedulerError> {
 /// Reads `philly-vc-jobs.csv`. `vc` keeps one virtual cluster; otherwise every VC is replayed
 /// on one clock (each VC's clock starts at 0 in the file, so this superposes them).
 pub fn load_philly(path: &Path, vc: Option<&str>) -> Result<Trace, SchedulerError> {
-    let mut tab = Table::open(path)?;
+    philly(Table::open(path)?, vc)
+}
+
+/// [`load_philly`] from any reader; `name` names the input in errors and in [`Trace::name`].
+pub fn read_philly(name: &str, input: impl Read + 'static, vc: Option<&str>) -> Result<Trace, SchedulerError> {
+    philly(Table::read(name.to_string(), Box::new(input))?, vc)
+}
+
+fn philly(mut tab: Table, vc: Option<&str>) -> Result<Trace, SchedulerError> {
     let c = |n: &'static str| tab.column(n).map(|i| (i, n));
     let (id, vcc, submit, gpus, dur, ty) =
         (c("job_id")?, c("vc")?, c("submit_time_s")?, c("num_gpus")?, c("duration_s_v100")?, c("job_type")?);
     let mut t = Trace {
-        name: format!("{}{}", path.display(), vc.map(|v| format!(" (vc {v})")).unwrap_or_default()),
+        name: format!("{}{}", tab.file, vc.map(|v| format!(" (vc {v})")).unwrap_or_default()),
         ..Trace::default()
     };
     let mut row = 0u64;
@@ -188,7 +205,15 @@ pub fn load_philly(path: &Path, vc: Option<&str>) -> Result<Trace, SchedulerErro
 /// one and counted under `approximated`. `gpu_spec` (a model name of the node list) becomes a
 /// device-type constraint.
 pub fn load_alibaba_pods(path: &Path) -> Result<Trace, SchedulerError> {
-    let mut tab = Table::open(path)?;
+    alibaba_pods(Table::open(path)?)
+}
+
+/// [`load_alibaba_pods`] from any reader; `name` names the input in errors and in [`Trace::name`].
+pub fn read_alibaba_pods(name: &str, input: impl Read + 'static) -> Result<Trace, SchedulerError> {
+    alibaba_pods(Table::read(name.to_string(), Box::new(input))?)
+}
+
+fn alibaba_pods(mut tab: Table) -> Result<Trace, SchedulerError> {
     let c = |n: &'static str| tab.column(n).map(|i| (i, n));
     let (id, submit, gpus, milli, dur, cpu, mem, spec) = (
         c("job_id")?,
@@ -200,7 +225,7 @@ pub fn load_alibaba_pods(path: &Path) -> Result<Trace, SchedulerError> {
         c("memory_mib")?,
         c("gpu_spec")?,
     );
-    let mut t = Trace { name: path.display().to_string(), ..Trace::default() };
+    let mut t = Trace { name: tab.file.clone(), ..Trace::default() };
     let mut row = 0u64;
     while let Some(rec) = tab.next_row(row + 1) {
         row += 1;
@@ -266,7 +291,15 @@ pub struct NodeCluster {
 /// [`NODE_LIST_RACK_SIZE`], one InfiniBand domain per topology. Nodes without GPUs are counted
 /// and left out (the view places GPU gangs only).
 pub fn load_alibaba_nodes(path: &Path) -> Result<NodeCluster, SchedulerError> {
-    let mut tab = Table::open(path)?;
+    alibaba_nodes(Table::open(path)?)
+}
+
+/// [`load_alibaba_nodes`] from any reader; `name` names the input in errors.
+pub fn read_alibaba_nodes(name: &str, input: impl Read + 'static) -> Result<NodeCluster, SchedulerError> {
+    alibaba_nodes(Table::read(name.to_string(), Box::new(input))?)
+}
+
+fn alibaba_nodes(mut tab: Table) -> Result<NodeCluster, SchedulerError> {
     let c = |n: &'static str| tab.column(n).map(|i| (i, n));
     let (sn, cpu, mem, gpu, model) = (c("sn")?, c("cpu_milli")?, c("memory_mib")?, c("gpu")?, c("model")?);
     let mut kinds: BTreeMap<(String, u32, u32, u32), u32> = BTreeMap::new();
