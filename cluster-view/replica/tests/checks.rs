@@ -191,7 +191,9 @@ fn a_snapshot_from_the_leader_is_checked_before_it_replaces_anything() {
         r.step(snapshot_message(data));
         match r.on_ready() {
             Err(ReplicaError::BadSnapshot { index: 5, why }) => eprintln!("{what}: refused: {why}"),
-            Err(ReplicaError::Decode { what: "snapshot", why }) => eprintln!("{what}: undecodable: {why}"),
+            // Undecodable data never reaches raft-rs: the message is dropped as forged
+            // (`Replica::step`) and the replica goes on.
+            Ok(_) if what == "not a snapshot" => eprintln!("{what}: dropped"),
             other => panic!("{what}: expected a refusal, got {other:?}"),
         }
         assert_eq!((r.applied_index(), r.view().state_hash()), before, "{what}: the state was replaced");

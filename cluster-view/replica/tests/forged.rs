@@ -96,3 +96,86 @@ fn an_acknowledgement_of_entries_the_leader_never_wrote_is_dropped() {
     assert!(r.applied_index() > before, "a majority commits");
     still_works(&mut r);
 }
+
+/// Found by the `raft_messages` fuzz target: a follower forwards a peer's proposal to its
+/// leader, and raft-rs panics sending one that carries a term (correct peers send term 0).
+#[test]
+fn a_forwarded_proposal_with_a_term_is_dropped() {
+    let mut r = replica(1);
+    // Follow replica 2 at term 2, then take a "forwarded" proposal with a term from 3.
+    let mut hb = msg(MessageType::MsgHeartbeat, 2, 1, 2);
+    hb.commit = 1;
+    r.step(hb);
+    r.on_ready().expect("ready");
+    let mut m = msg(MessageType::MsgPropose, 3, 1, 2);
+    m.entries = vec![entry(0, 0)].into();
+    r.step(m);
+    r.on_ready().expect("ready");
+    // A proposal without entries and a vote request without a term, likewise.
+    r.step(msg(MessageType::MsgPropose, 3, 1, 0));
+    r.step(msg(MessageType::MsgRequestPreVote, 3, 1, 0));
+    r.on_ready().expect("ready");
+    still_works(&mut r);
+}
+
+/// A snapshot whose membership raft-rs cannot restore, or whose data is not a view, is dropped.
+#[test]
+fn a_snapshot_with_a_bad_membership_or_data_is_dropped() {
+    let mut r = replica(1);
+    for (voters, learners, data) in
+        [(vec![], vec![], true), (vec![2, 3], vec![2], true), (vec![1, 2, 3], vec![], false)]
+    {
+        let mut m = msg(MessageType::MsgSnapshot, 2, 1, 5);
+        let s = m.mut_snapshot();
+        s.mut_metadata().index = 50;
+        s.mut_metadata().term = 5;
+        s.mut_metadata().mut_conf_state().voters = voters;
+        s.mut_metadata().mut_conf_state().learners = learners;
+        s.data = if data { Vec::new().into() } else { b"not a snapshot".to_vec().into() };
+        r.step(m);
+        r.on_ready().expect("ready");
+    }
+    assert_eq!(r.applied_index(), 1, "no snapshot installed");
+    still_works(&mut r);
+}
+
+/// Found by the `raft_messages` fuzz target: raft-rs reads the term of an index past its log
+/// as 0, so an append "after index 3 of term 0" matched a log of 1 entry and committed to 3.
+#[test]
+fn an_append_after_an_index_of_term_zero_is_dropped() {
+    let mut r = replica(1);
+    let mut m = msg(MessageType::MsgAppend, 2, 1, 2);
+    (m.index, m.log_term, m.commit) = (3, 0, 3);
+    r.step(m);
+    r.on_ready().expect("ready");
+    // Entries of term 0 past the log, likewise.
+    let mut m = msg(MessageType::MsgAppend, 2, 1, 2);
+    (m.index, m.log_term, m.commit) = (1, 1, 3);
+    m.entries = vec![entry(2, 0), entry(3, 0)].into();
+    r.step(m);
+    r.on_ready().expect("ready");
+    still_works(&mut r);
+}
+
+/// Found by the `raft_messages` fuzz target: a follower forwards a transfer request to its
+/// leader with its own term set (raft-rs panics), and a leader indexes a read request's first
+/// entry (panic without one). Neither reaches raft-rs.
+#[test]
+fn a_transfer_request_to_a_follower_and_a_read_without_context_are_dropped() {
+    let mut r = replica(1);
+    let mut hb = msg(MessageType::MsgHeartbeat, 2, 1, 2);
+    hb.commit = 1;
+    r.step(hb);
+    r.on_ready().expect("ready");
+    r.step(msg(MessageType::MsgTransferLeader, 3, 1, 2));
+    r.on_ready().expect("ready");
+    r.step(msg(MessageType::MsgReadIndex, 3, 1, 0));
+    r.on_ready().expect("ready");
+    still_works(&mut r);
+    // Now the leader: a read-index request without its context entry.
+    for _ in 0..3 {
+        r.on_ready().expect("ready");
+    }
+    r.step(msg(MessageType::MsgReadIndex, 3, 1, 0));
+    r.on_ready().expect("ready");
+}
