@@ -28,7 +28,7 @@ pub struct ViewArg {
 }
 
 impl ViewArg {
-    fn client(&self) -> Result<ViewClient> {
+    pub(crate) fn client(&self) -> Result<ViewClient> {
         Ok(ViewClient::from_list(&self.view)?.with_deadline(Duration::from_secs(5)))
     }
 }
@@ -96,12 +96,12 @@ pub struct LogsArgs {
     tail_bytes: u64,
 }
 
-fn rt() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn rt() -> Result<tokio::runtime::Runtime> {
     crate::view::runtime()
 }
 
 /// The whole view (linearizable) and the raft index it reflects.
-async fn snapshot(c: &mut ViewClient) -> Result<(ViewSnapshot, u64)> {
+pub(crate) async fn snapshot(c: &mut ViewClient) -> Result<(ViewSnapshot, u64)> {
     let r = c.snapshot(true).await?;
     let s = r.snapshot.context("the view sent no snapshot")?;
     Ok((ViewSnapshot::try_from(s)?, r.applied_index))
@@ -365,19 +365,25 @@ pub fn servers(args: ListArgs) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         println!(
-            "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}",
+            "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}  CORDON",
             "NAME", "HEALTH", "TYPE", "RACK", "GPUS (x used . free)", "CORES", "MEMORY MIB"
         );
         for r in &list.servers {
+            let cordon = match &r.cordon {
+                Some(c) if c.drain_by_ms.is_some() => format!("draining: {}", c.reason),
+                Some(c) => format!("cordoned: {}", c.reason),
+                None => "-".into(),
+            };
             println!(
-                "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}",
+                "{:<16} {:<8} {:<16} {:<8} {:<20} {:>9} {:>12}  {}",
                 r.name,
                 r.health.as_str(),
                 r.device_type,
                 r.rack,
                 r.gpu_bitmap,
                 format!("{}/{}", r.cores_free, r.cores),
-                r.memory_free_mib
+                r.memory_free_mib,
+                cordon
             );
         }
         Ok(ExitCode::SUCCESS)

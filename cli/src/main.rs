@@ -14,6 +14,7 @@ mod dev;
 mod jobs;
 mod place;
 mod scheduler;
+mod servers;
 mod sim;
 mod view;
 
@@ -59,8 +60,8 @@ enum Command {
     Status(jobs::StatusArgs),
     /// Every job: id, state, GPUs, placement.
     Jobs(jobs::ListArgs),
-    /// Every server: health and GPU bitmap.
-    Servers(jobs::ListArgs),
+    /// Every server: health and GPU bitmap; `show`, `cordon`, `drain`, `uncordon` one.
+    Servers(servers::ServersArgs),
     /// Cancel a job.
     Cancel(jobs::CancelArgs),
     /// The tail of a job member's stdout or stderr.
@@ -93,7 +94,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => jobs::submit(args),
         Command::Status(args) => jobs::status(args),
         Command::Jobs(args) => jobs::jobs(args),
-        Command::Servers(args) => jobs::servers(args),
+        Command::Servers(args) => servers::run(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Logs(args) => jobs::logs(args),
         Command::Sim(args) => sim::run(args),

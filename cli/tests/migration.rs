@@ -12,7 +12,6 @@
 //! sees a GPU or core held by two jobs.
 
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
@@ -31,25 +30,6 @@ use common::*;
 const SMALL: &str = "echo started gpus=$CUDA_VISIBLE_DEVICES; trap 'echo checkpointed; kill $!; exit 0' USR1 TERM; \
                      sleep 60 & wait";
 
-/// Kills every child on drop, and the task process groups the agents left (tasks outlive
-/// their agents by design).
-struct Procs {
-    children: Vec<Child>,
-    data_dirs: Vec<PathBuf>,
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for d in &self.data_dirs {
-            kill_tasks(d);
-        }
-    }
-}
-
 fn small_spec(i: usize) -> v1::JobSpec {
     let mut s = JobSpec::simple(&format!("small-{i}"), 1, 1);
     s.tolerate = LocalityLevel::Any;
@@ -66,11 +46,10 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
     let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
     let view = cluster(1, spec(2), tuning, false, Some(&d.join("view")));
     let addr = view.addrs()[0].clone();
-    let mut procs = Procs { children: Vec::new(), data_dirs: Vec::new() };
+    let mut procs = Procs::default();
     let servers = ["r0-s00", "r0-s01"];
     for s in servers {
-        procs.data_dirs.push(d.join(format!("agent-{s}")));
-        procs.children.push(agent(d, &addr, s));
+        procs.agent(d, &addr, s);
     }
 
     rt().block_on(async {
@@ -122,7 +101,7 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
 
         // The scheduler host, with live migration every 500 ms, and the blocked 8-GPU job.
         let host = ["scheduler", "run", "--view", &addr, "--name", "h1", "--migrate-every-ms", "500"];
-        procs.children.push(tessera(d, "h1.log", &host));
+        procs.push("h1", tessera(d, "h1.log", &host));
         let mut big = JobSpec::simple("big-8", 1, 8);
         big.prefer = LocalityLevel::Server;
         big.tolerate = LocalityLevel::Server;

@@ -509,6 +509,70 @@ pub struct Server {
     pub memory_free_mib: u32,
     /// Its memory, MiB.
     pub memory_mib: u32,
+    /// An operator's cordon or drain, if it has one (it then takes no placements).
+    pub cordon: Option<ServerCordon>,
+}
+
+/// An operator's hold on a server: no new placements; with a deadline, a drain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ServerCordon {
+    /// Why, in the operator's words.
+    pub reason: String,
+    /// When it was set, Unix milliseconds.
+    pub since_ms: u64,
+    /// A drain's deadline, Unix milliseconds: gangs still on the server then are re-queued.
+    pub drain_by_ms: Option<u64>,
+}
+
+/// One change of a server's health or cordon.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ServerHealthChange {
+    /// The view version of the change.
+    pub version: u64,
+    /// Unix milliseconds on the leader that made it (0: not recorded).
+    pub at_ms: u64,
+    /// The health after it.
+    #[schema(schema_with = health_schema)]
+    pub health: Health,
+    /// Whether the server is cordoned after it.
+    pub cordoned: bool,
+    /// What happened.
+    pub why: String,
+}
+
+/// One server in detail: its state and its latest health changes, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ServerDetail {
+    /// The view version read.
+    pub version: u64,
+    /// The server.
+    pub server: Server,
+    /// Its latest health and cordon changes (at most 16), oldest first.
+    pub history: Vec<ServerHealthChange>,
+}
+
+impl ServerDetail {
+    /// Server `i` of a view in detail, if it has one.
+    pub fn of(s: &ViewSnapshot, i: usize) -> Option<ServerDetail> {
+        let server = Server::of(s, i)?;
+        let history = s
+            .health_history
+            .iter()
+            .find(|(id, _)| id.index() == i)
+            .map(|(_, h)| {
+                h.iter()
+                    .map(|c| ServerHealthChange {
+                        version: c.version.0,
+                        at_ms: c.at_ms,
+                        health: c.health,
+                        cordoned: c.cordoned,
+                        why: c.why.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(ServerDetail { version: s.version.0, server, history })
+    }
 }
 
 impl Server {
@@ -536,6 +600,11 @@ impl Server {
             cores: topo.cores(),
             memory_free_mib: r.free_memory_mib,
             memory_mib: topo.memory_mib,
+            cordon: s.cordons.iter().find(|(id, _)| id.index() == i).map(|(_, c)| ServerCordon {
+                reason: c.reason.clone(),
+                since_ms: c.since_ms,
+                drain_by_ms: c.drain_by_ms,
+            }),
         })
     }
 }
@@ -563,6 +632,17 @@ pub struct Submitted {
     pub job: u64,
     /// Its name.
     pub name: String,
+}
+
+/// An operator's cordon, drain or uncordon, done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CordonChanged {
+    /// The server's name.
+    pub server: String,
+    /// What was done: `cordon`, `drain` or `uncordon`.
+    pub action: String,
+    /// The view version after it.
+    pub version: u64,
 }
 
 /// A job cancelled.

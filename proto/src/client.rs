@@ -412,6 +412,25 @@ impl ViewClient {
         Ok(r.await?.version)
     }
 
+    /// An operator's cordon, drain (gangs still on the server after `drain_timeout_s` are
+    /// re-queued) or uncordon of server `server`; returns the view version after it. Safe to
+    /// retry: a repeated cordon or drain restarts its clock, a repeated uncordon changes nothing.
+    pub async fn cordon_server(
+        &mut self,
+        server: u32,
+        action: v1::CordonAction,
+        reason: &str,
+        drain_timeout_s: u64,
+    ) -> Result<u64, ClientError> {
+        let req =
+            v1::CordonServerRequest { server, action: action.into(), reason: reason.to_string(), drain_timeout_s };
+        let r = self.call(|mut g| {
+            let req = req.clone();
+            async move { g.cordon_server(req).await }
+        });
+        Ok(r.await?.version)
+    }
+
     /// Scheduler hosts: renews the hold on `held` and asks for up to `want` more pending jobs.
     pub async fn adopt_jobs(
         &mut self,

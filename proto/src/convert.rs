@@ -29,11 +29,13 @@ use std::fmt;
 use tessera_view::job::MAX_MEMBERS;
 use tessera_view::placement::GangPlacement;
 use tessera_view::preemption;
+use tessera_view::server::{HEALTH_HISTORY, MAX_CORDON_REASON_CHARS, MAX_HEALTH_WHY_CHARS};
 use tessera_view::{
     ConfigSet, ConfigSetId, CoreMask, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState, LocalityLevel,
     MemberPlacement, Predictor, Preemption, Priorities, Proposal, ProposalId, Rejection, RequestId, ServerId,
     ServerRecord, TaskState, Topology, ViewDelta, ViewError, ViewSnapshot, ViewVersion,
 };
+use tessera_view::{Cordon, HealthChange};
 
 // ---------------------------------------------------------------- helpers
 
@@ -268,6 +270,63 @@ impl TryFrom<v1::ServerRecord> for ServerRecord {
             config_set: ConfigSetId(u16_field(w.config_set, "ServerRecord", "config_set")?),
             health: health(w.health, "ServerRecord", "health")?,
         })
+    }
+}
+
+impl From<(ServerId, &Cordon)> for v1::Cordon {
+    fn from((s, c): (ServerId, &Cordon)) -> Self {
+        v1::Cordon { server: s.0, reason: c.reason.clone(), since_ms: c.since_ms, drain_by_ms: c.drain_by_ms }
+    }
+}
+
+impl TryFrom<v1::Cordon> for (ServerId, Cordon) {
+    type Error = WireError;
+    fn try_from(w: v1::Cordon) -> Result<Self, WireError> {
+        if w.reason.chars().count() > MAX_CORDON_REASON_CHARS {
+            let msg = format!("at most {MAX_CORDON_REASON_CHARS} characters");
+            return Err(WireError::invalid("Cordon", "reason", msg));
+        }
+        Ok((ServerId(w.server), Cordon { reason: w.reason, since_ms: w.since_ms, drain_by_ms: w.drain_by_ms }))
+    }
+}
+
+impl From<&HealthChange> for v1::HealthChange {
+    fn from(c: &HealthChange) -> Self {
+        v1::HealthChange {
+            version: c.version.0,
+            at_ms: c.at_ms,
+            health: v1::Health::from(c.health).into(),
+            cordoned: c.cordoned,
+            why: c.why.clone(),
+        }
+    }
+}
+
+impl TryFrom<v1::HealthChange> for HealthChange {
+    type Error = WireError;
+    fn try_from(w: v1::HealthChange) -> Result<Self, WireError> {
+        if w.why.chars().count() > MAX_HEALTH_WHY_CHARS {
+            let msg = format!("at most {MAX_HEALTH_WHY_CHARS} characters");
+            return Err(WireError::invalid("HealthChange", "why", msg));
+        }
+        Ok(HealthChange {
+            version: ViewVersion(w.version),
+            at_ms: w.at_ms,
+            health: health(w.health, "HealthChange", "health")?,
+            cordoned: w.cordoned,
+            why: w.why,
+        })
+    }
+}
+
+impl TryFrom<v1::ServerHistory> for (ServerId, Vec<HealthChange>) {
+    type Error = WireError;
+    fn try_from(w: v1::ServerHistory) -> Result<Self, WireError> {
+        if w.changes.len() > HEALTH_HISTORY {
+            let msg = format!("at most {HEALTH_HISTORY} changes, got {}", w.changes.len());
+            return Err(WireError::invalid("ServerHistory", "changes", msg));
+        }
+        Ok((ServerId(w.server), convert_all(w.changes, "changes")?))
     }
 }
 
@@ -734,6 +793,12 @@ impl From<&ViewSnapshot> for v1::ViewSnapshot {
             ended: s.ended.iter().map(|j| j.0).collect(),
             ended_jobs_kept: s.ended_jobs_kept,
             unhealthy: s.unhealthy.clone(),
+            cordons: s.cordons.iter().map(|(id, c)| v1::Cordon::from((*id, c))).collect(),
+            health_history: s
+                .health_history
+                .iter()
+                .map(|(id, h)| v1::ServerHistory { server: id.0, changes: h.iter().map(Into::into).collect() })
+                .collect(),
         }
     }
 }
@@ -759,6 +824,8 @@ impl TryFrom<v1::ViewSnapshot> for ViewSnapshot {
             ended: w.ended.into_iter().map(JobId).collect(),
             ended_jobs_kept: w.ended_jobs_kept,
             unhealthy: w.unhealthy,
+            cordons: convert_all(w.cordons, "cordons")?,
+            health_history: convert_all(w.health_history, "health_history")?,
         };
         validate::check_snapshot(&s)?;
         Ok(s)

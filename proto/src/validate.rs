@@ -13,7 +13,9 @@ use crate::error::WireError;
 use std::collections::HashSet;
 use tessera_view::cluster_spec::MAX_SERVERS;
 use tessera_view::mask::format_indices;
-use tessera_view::{CoreMask, CpuDemand, FieldError, Job, JobId, JobSpec, JobState, Predictor, Topology, ViewSnapshot};
+use tessera_view::{
+    CoreMask, CpuDemand, FieldError, Health, Job, JobId, JobSpec, JobState, Predictor, Topology, ViewSnapshot,
+};
 
 const SNAPSHOT: &str = "ViewSnapshot";
 
@@ -312,6 +314,32 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
         s.jobs.iter().find(|j| matches!(j.state, JobState::Finished | JobState::Failed) && !ended.contains(&j.id))
     {
         return Err(WireError::invalid(SNAPSHOT, "ended", format!("{} has ended but is not listed", j.id)));
+    }
+    // Cordons and histories: of existing servers, in server order, each server once; a
+    // cordoned server takes no placements.
+    let mut last = None;
+    for (i, (id, _)) in s.cordons.iter().enumerate() {
+        let at = |why: String| WireError::invalid("Cordon", "server", why).at(format!("cordons[{i}]"));
+        match s.servers.get(id.index()) {
+            None => return Err(at(format!("{id} does not exist ({n} servers)"))),
+            Some(r) if r.health == Health::Up => return Err(at(format!("{id} is cordoned but up"))),
+            Some(_) => {}
+        }
+        if last.is_some_and(|l| l >= *id) {
+            return Err(at(format!("{id} is out of order or repeated")));
+        }
+        last = Some(*id);
+    }
+    let mut last = None;
+    for (i, (id, _)) in s.health_history.iter().enumerate() {
+        let at = |why: String| WireError::invalid("ServerHistory", "server", why).at(format!("health_history[{i}]"));
+        if id.index() >= n {
+            return Err(at(format!("{id} does not exist ({n} servers)")));
+        }
+        if last.is_some_and(|l| l >= *id) {
+            return Err(at(format!("{id} is out of order or repeated")));
+        }
+        last = Some(*id);
     }
     Ok(())
 }

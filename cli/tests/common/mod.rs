@@ -58,16 +58,69 @@ pub fn start_time(pid: u64) -> Option<u64> {
     (fields.first() != Some(&"Z")).then(|| fields.get(19)?.parse().ok())?
 }
 
+/// The task processes still alive that an agent with data dir `data` started (each leads its
+/// own process group): only those whose recorded start time still matches, as pids are
+/// recycled.
+pub fn live_tasks(data: &Path) -> Vec<u64> {
+    task_dirs(data)
+        .iter()
+        .filter_map(|dir| std::fs::read_to_string(dir.join("task.pid")).ok())
+        .filter_map(|text| {
+            let mut lines = text.lines().map(|l| l.trim().parse::<u64>().ok());
+            match (lines.next(), lines.next()) {
+                (Some(Some(pid)), Some(Some(start))) if start_time(pid) == Some(start) => Some(pid),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
 /// Kills the process group of every task an agent with data dir `data` started that still
-/// runs (tasks outlive their agents by design): only groups whose leader is still the
-/// recorded task, as pids are recycled.
+/// runs (tasks outlive their agents by design).
 pub fn kill_tasks(data: &Path) {
-    for dir in task_dirs(data) {
-        let Ok(text) = std::fs::read_to_string(dir.join("task.pid")) else { continue };
-        let mut lines = text.lines().map(|l| l.trim().parse::<u64>().ok());
-        let (Some(Some(pid)), Some(Some(start))) = (lines.next(), lines.next()) else { continue };
-        if start_time(pid) == Some(start) {
-            kill_group(pid);
+    for pid in live_tasks(data) {
+        kill_group(pid);
+    }
+}
+
+/// A test's processes, by name: killed on drop, with the task groups their agents left.
+#[derive(Default)]
+pub struct Procs {
+    pub children: Vec<(String, Child)>,
+    pub data_dirs: Vec<PathBuf>,
+}
+
+impl Procs {
+    /// Starts [`agent`] `name` and remembers its data dir.
+    pub fn agent(&mut self, dir: &Path, view: &str, name: &str) {
+        self.data_dirs.push(dir.join(format!("agent-{name}")));
+        self.children.push((name.to_string(), agent(dir, view, name)));
+    }
+
+    /// Remembers another process.
+    pub fn push(&mut self, name: &str, child: Child) {
+        self.children.push((name.to_string(), child));
+    }
+
+    /// Kills (SIGKILL) and reaps the processes named `name`.
+    pub fn kill(&mut self, name: &str) {
+        for (n, c) in &mut self.children {
+            if n == name {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for d in &self.data_dirs {
+            kill_tasks(d);
         }
     }
 }

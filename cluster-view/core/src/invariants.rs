@@ -37,7 +37,7 @@ impl Report {
 /// gangs whole or absent (a pending job, preempted or re-queued, holds nothing); no job
 /// preempted beyond the cluster's bound; jobs hold resources
 /// exactly in the states that should; every server's free masks and memory equal its capacity
-/// minus what its jobs hold.
+/// minus what its jobs hold; a cordoned server takes no placements (it is draining or down).
 pub fn check(view: &ClusterView) -> Report {
     let mut rep = Report::default();
     let n = view.servers.len();
@@ -116,6 +116,13 @@ pub fn check(view: &ClusterView) -> Report {
                 want_cores.format(),
                 want_mem
             ));
+        }
+    }
+    for (s, _) in view.cordons() {
+        match view.servers.get(s.index()).map(|r| r.health) {
+            None => rep.violations.push(format!("{s} is cordoned but does not exist")),
+            Some(crate::Health::Up) => rep.violations.push(format!("{s} is cordoned but takes placements (up)")),
+            Some(_) => {}
         }
     }
     rep

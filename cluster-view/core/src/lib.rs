@@ -57,6 +57,6 @@ pub use mask::CoreMask;
 pub use placement::{Decision, MemberPlacement, Proposal, Rejection};
 pub use preemption::Preemption;
 pub use priority::Priorities;
-pub use server::{Health, ServerRecord};
+pub use server::{Cordon, Health, HealthChange, ServerRecord};
 pub use topology::Topology;
 pub use view::{ClusterView, Command, Outcome, ViewDelta, ViewSnapshot};

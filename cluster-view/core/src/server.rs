@@ -54,3 +54,43 @@ pub struct ServerRecord {
 /// Bytes of hot state per server; the design's bound is 32.
 pub const SERVER_RECORD_BYTES: usize = std::mem::size_of::<ServerRecord>();
 const _: () = assert!(SERVER_RECORD_BYTES <= 32, "ServerRecord must stay within 32 bytes");
+
+/// Most characters of a cordon's reason.
+pub const MAX_CORDON_REASON_CHARS: usize = 256;
+
+/// Most characters of a [`HealthChange::why`] (a cordon's reason and what happened).
+pub const MAX_HEALTH_WHY_CHARS: usize = 400;
+
+/// Health changes kept per server; the oldest is forgotten first.
+pub const HEALTH_HISTORY: usize = 16;
+
+/// An operator's hold on a server: it takes no new placements while its running gangs go on
+/// (its hot health is [`Health::Draining`] while it is alive). With `drain_by_ms` it is being
+/// drained: the gangs still on it at that time are re-queued whole
+/// ([`crate::Command::Evict`], proposed by the leader), to restart elsewhere from their
+/// checkpoints. Kept across agent restarts and lost leases until lifted.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Cordon {
+    /// Why, in the operator's words (at most [`MAX_CORDON_REASON_CHARS`]).
+    pub reason: String,
+    /// When it was set: Unix milliseconds on the leader that proposed it.
+    pub since_ms: u64,
+    /// A drain's deadline (Unix milliseconds); `None` for a plain cordon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_by_ms: Option<u64>,
+}
+
+/// One change of a server's health or cordon, as its history keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HealthChange {
+    /// The view version of the change.
+    pub version: crate::ViewVersion,
+    /// Unix milliseconds on the leader that proposed it (0 when the proposer gave none).
+    pub at_ms: u64,
+    /// The server's health after it.
+    pub health: Health,
+    /// Whether the server is cordoned after it.
+    pub cordoned: bool,
+    /// What happened, in words.
+    pub why: String,
+}

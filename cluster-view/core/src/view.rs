@@ -16,7 +16,7 @@ use crate::job::{Job, JobSpec, JobState, TaskEvent, TaskState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, Proposal};
 use crate::priority::Priorities;
-use crate::server::{Health, ServerRecord};
+use crate::server::{Cordon, HEALTH_HISTORY, Health, HealthChange, MAX_CORDON_REASON_CHARS, ServerRecord};
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -75,12 +75,39 @@ pub enum Command {
         #[serde(default)]
         reason: Option<String>,
     },
-    /// Change a server's health; `Down` re-queues its gangs whole.
+    /// Change a server's health; `Down` re-queues its gangs whole. `Up` on a cordoned server
+    /// makes it [`Health::Draining`]: alive, taking no new placements.
     SetHealth {
         /// The server.
         server: ServerId,
         /// New health.
         health: Health,
+        /// Unix milliseconds on the proposing leader, for the server's history (0: not given).
+        #[serde(default)]
+        at_ms: u64,
+    },
+    /// An operator cordons a server (no new placements; running gangs go on) or, with a
+    /// deadline, drains it (see [`Cordon`]). Cordoning a cordoned server replaces its cordon.
+    Cordon {
+        /// The server.
+        server: ServerId,
+        /// Why and until when.
+        cordon: Cordon,
+    },
+    /// An operator lifts a server's cordon; an alive server takes placements again.
+    Uncordon {
+        /// The server.
+        server: ServerId,
+        /// Unix milliseconds on the proposing leader.
+        at_ms: u64,
+    },
+    /// A drain's deadline passed: every gang with a member on the cordoned server is
+    /// re-queued whole (the leader proposes it; refused on a server that is not cordoned).
+    Evict {
+        /// The server.
+        server: ServerId,
+        /// Unix milliseconds on the proposing leader.
+        at_ms: u64,
     },
     /// A node agent's report on one member's task of a placement.
     Task {
@@ -121,7 +148,7 @@ pub enum Outcome {
     Decided(Vec<Decision>),
     /// Release, cancel or service-queue result.
     Ended(Result<(), ViewError>),
-    /// Jobs re-queued by a health change.
+    /// Jobs re-queued by a health change, a cordon or an eviction.
     HealthSet(Result<Vec<JobId>, ViewError>),
     /// The job's state after a task report.
     TaskReported(Result<JobState, ViewError>),
@@ -182,6 +209,12 @@ pub struct ViewSnapshot {
     /// Unhealthy devices per server, by id (empty when none ever was).
     #[serde(default)]
     pub unhealthy: Vec<u64>,
+    /// Cordoned servers, by id.
+    #[serde(default)]
+    pub cordons: Vec<(ServerId, Cordon)>,
+    /// Each server's latest health changes, oldest first (servers without any are absent).
+    #[serde(default)]
+    pub health_history: Vec<(ServerId, Vec<HealthChange>)>,
 }
 
 /// The cluster view. See the crate docs for its invariants.
@@ -198,6 +231,10 @@ pub struct ClusterView {
     pub(crate) server_by_name: HashMap<String, ServerId>,
     /// Unhealthy devices per server (cold: read on release and health changes only).
     pub(crate) unhealthy: Vec<u64>,
+    /// Cordoned servers (cold: read by operators and on health changes).
+    pub(crate) cordons: BTreeMap<ServerId, Cordon>,
+    /// Latest health changes per server, at most [`HEALTH_HISTORY`] each (cold).
+    pub(crate) health_history: BTreeMap<ServerId, VecDeque<HealthChange>>,
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) ended: VecDeque<JobId>,
     pub(crate) ended_kept: usize,
@@ -301,6 +338,8 @@ impl ClusterView {
             server_versions: vec![ViewVersion(0); count],
             server_by_name,
             unhealthy: vec![0; count],
+            cordons: BTreeMap::new(),
+            health_history: BTreeMap::new(),
             jobs: HashMap::new(),
             ended: VecDeque::new(),
             ended_kept: DEFAULT_ENDED_JOBS_KEPT,
@@ -437,7 +476,12 @@ impl ClusterView {
             Command::SetServiceQueue { job, queue } => Outcome::Ended(self.set_service_queue(*job, *queue)),
             Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
             Command::Cancel { job, reason } => Outcome::Ended(self.cancel_because(*job, reason.clone())),
-            Command::SetHealth { server, health } => Outcome::HealthSet(self.set_health(*server, *health)),
+            Command::SetHealth { server, health, at_ms } => {
+                Outcome::HealthSet(self.set_health_at(*server, *health, *at_ms))
+            }
+            Command::Cordon { server, cordon } => Outcome::HealthSet(self.cordon(*server, cordon.clone())),
+            Command::Uncordon { server, at_ms } => Outcome::HealthSet(self.uncordon(*server, *at_ms)),
+            Command::Evict { server, at_ms } => Outcome::HealthSet(self.evict(*server, *at_ms)),
             Command::Task { job, proposal, member, server, event } => {
                 Outcome::TaskReported(self.task_event(*job, *proposal, *member, *server, event))
             }
@@ -748,31 +792,155 @@ impl ClusterView {
     }
 
     /// Sets a server's health. Going down fails every gang with a member there and puts the
-    /// job back to pending whole; returns those jobs.
+    /// job back to pending whole; returns those jobs. `Up` on a cordoned server gives
+    /// [`Health::Draining`].
     pub fn set_health(&mut self, server: ServerId, health: Health) -> Result<Vec<JobId>, ViewError> {
+        self.set_health_at(server, health, 0)
+    }
+
+    /// [`ClusterView::set_health`], recorded in the server's history at `at_ms` (Unix ms).
+    pub fn set_health_at(&mut self, server: ServerId, health: Health, at_ms: u64) -> Result<Vec<JobId>, ViewError> {
         let rec = self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        let health = match health {
+            Health::Up if self.cordons.contains_key(&server) => Health::Draining,
+            h => h,
+        };
         if rec.health == health {
             return Ok(Vec::new());
         }
         self.bump();
         self.servers[server.index()].health = health;
         self.touch_server(server);
-        let mut requeued = Vec::new();
-        if health == Health::Down {
-            let mut hit: Vec<JobId> = self
-                .jobs
-                .values()
-                .filter(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
-                .map(|j| j.id)
-                .collect();
-            hit.sort();
+        let requeued = if health == Health::Down {
             let name = self.server_name(server).unwrap_or("?").to_string();
-            for job in hit {
-                self.requeue(job, format!("re-queued: server {name} went down"));
-                requeued.push(job);
-            }
-        }
+            self.requeue_server(server, &format!("re-queued: server {name} went down"))
+        } else {
+            Vec::new()
+        };
+        let why = match (health, requeued.len()) {
+            (Health::Down, 0) => "down".to_string(),
+            (Health::Down, n) => format!("down: {n} gang(s) re-queued"),
+            (Health::Draining, _) => "up, cordoned: no new placements".to_string(),
+            (Health::Up, _) => "up".to_string(),
+        };
+        self.remember(server, at_ms, why);
         Ok(requeued)
+    }
+
+    /// Cordons (or, with a deadline, drains) a server; replaces a cordon it has. An alive
+    /// server becomes [`Health::Draining`]. Setting the cordon it has changes nothing.
+    pub fn cordon(&mut self, server: ServerId, cordon: Cordon) -> Result<Vec<JobId>, ViewError> {
+        let rec = *self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        if cordon.reason.chars().count() > MAX_CORDON_REASON_CHARS {
+            return Err(ViewError::BadServer(
+                server,
+                format!("a cordon's reason has at most {MAX_CORDON_REASON_CHARS} characters"),
+            ));
+        }
+        if self.cordons.get(&server) == Some(&cordon) {
+            return Ok(Vec::new());
+        }
+        self.bump();
+        if rec.health == Health::Up {
+            self.servers[server.index()].health = Health::Draining;
+            self.touch_server(server);
+        }
+        let why = match cordon.drain_by_ms {
+            Some(by) => format!("draining by {by} (Unix ms): {}", cordon.reason),
+            None => format!("cordoned: {}", cordon.reason),
+        };
+        let at = cordon.since_ms;
+        self.cordons.insert(server, cordon);
+        self.remember(server, at, why);
+        Ok(Vec::new())
+    }
+
+    /// Lifts a server's cordon; an alive server takes placements again. A server without a
+    /// cordon is left as it is.
+    pub fn uncordon(&mut self, server: ServerId, at_ms: u64) -> Result<Vec<JobId>, ViewError> {
+        let rec = *self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        if self.cordons.remove(&server).is_none() {
+            return Ok(Vec::new());
+        }
+        self.bump();
+        if rec.health == Health::Draining {
+            self.servers[server.index()].health = Health::Up;
+            self.touch_server(server);
+        }
+        self.remember(server, at_ms, "uncordoned".to_string());
+        Ok(Vec::new())
+    }
+
+    /// Re-queues every gang with a member on a cordoned server (a drain's deadline passed);
+    /// returns those jobs. A server that is not cordoned is refused: an eviction proposed
+    /// before an uncordon must not take effect after it.
+    pub fn evict(&mut self, server: ServerId, at_ms: u64) -> Result<Vec<JobId>, ViewError> {
+        if self.servers.get(server.index()).is_none() {
+            return Err(ViewError::UnknownServer(server.to_string()));
+        }
+        if !self.cordons.contains_key(&server) {
+            return Err(ViewError::BadServer(server, "not cordoned: only a drained server's gangs are evicted".into()));
+        }
+        if !self.hosts_gangs(server) {
+            return Ok(Vec::new());
+        }
+        self.bump();
+        let name = self.server_name(server).unwrap_or("?").to_string();
+        let requeued = self.requeue_server(server, &format!("re-queued: server {name} was drained"));
+        self.remember(server, at_ms, format!("drain deadline passed: {} gang(s) re-queued", requeued.len()));
+        Ok(requeued)
+    }
+
+    /// Whether any placed gang has a member on `server`.
+    pub fn hosts_gangs(&self, server: ServerId) -> bool {
+        self.jobs.values().any(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
+    }
+
+    /// A server's cordon, if it has one.
+    pub fn cordon_of(&self, server: ServerId) -> Option<&Cordon> {
+        self.cordons.get(&server)
+    }
+
+    /// Every cordoned server.
+    pub fn cordons(&self) -> impl Iterator<Item = (ServerId, &Cordon)> {
+        self.cordons.iter().map(|(s, c)| (*s, c))
+    }
+
+    /// A server's latest health changes, oldest first (at most [`HEALTH_HISTORY`]).
+    pub fn health_history(&self, server: ServerId) -> impl Iterator<Item = &HealthChange> {
+        self.health_history.get(&server).into_iter().flatten()
+    }
+
+    /// Re-queues, in job order, every gang with a member on `server`.
+    fn requeue_server(&mut self, server: ServerId, why: &str) -> Vec<JobId> {
+        let mut hit: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
+            .map(|j| j.id)
+            .collect();
+        hit.sort();
+        for &job in &hit {
+            self.requeue(job, why.to_string());
+        }
+        hit
+    }
+
+    /// Appends to a server's history (at the current version), forgetting the oldest entry
+    /// past [`HEALTH_HISTORY`].
+    fn remember(&mut self, server: ServerId, at_ms: u64, why: String) {
+        let change = HealthChange {
+            version: self.version,
+            at_ms,
+            health: self.servers[server.index()].health,
+            cordoned: self.cordons.contains_key(&server),
+            why,
+        };
+        let h = self.health_history.entry(server).or_default();
+        if h.len() >= HEALTH_HISTORY {
+            h.pop_front();
+        }
+        h.push_back(change);
     }
 
     /// Changes since `since`, or `None` when the change log no longer reaches back that far
@@ -832,6 +1000,8 @@ impl ClusterView {
             ended: self.ended.iter().copied().collect(),
             ended_jobs_kept: self.ended_kept as u64,
             unhealthy: if self.unhealthy.iter().any(|u| *u != 0) { self.unhealthy.clone() } else { Vec::new() },
+            cordons: self.cordons.iter().map(|(s, c)| (*s, c.clone())).collect(),
+            health_history: self.health_history.iter().map(|(s, h)| (*s, h.iter().cloned().collect())).collect(),
         }
     }
 
@@ -867,6 +1037,8 @@ impl ClusterView {
             server_names: s.server_names,
             server_versions: vec![s.version; count],
             unhealthy,
+            cordons: s.cordons.into_iter().collect(),
+            health_history: s.health_history.into_iter().map(|(id, h)| (id, h.into_iter().collect())).collect(),
             jobs: s.jobs.into_iter().map(|j| (j.id, j)).collect(),
             ended,
             ended_kept: s.ended_jobs_kept.min(usize::MAX as u64) as usize,
@@ -907,6 +1079,22 @@ impl ClusterView {
         for (i, u) in self.unhealthy.iter().enumerate().filter(|(_, u)| **u != 0) {
             h.u64(i as u64);
             h.u64(*u);
+        }
+        for (s, c) in &self.cordons {
+            h.u64(s.0 as u64);
+            h.str(&c.reason);
+            h.u64(c.since_ms);
+            h.u64(c.drain_by_ms.map_or(0, |d| d.saturating_add(1)));
+        }
+        for (s, changes) in &self.health_history {
+            h.u64(s.0 as u64);
+            for c in changes {
+                h.u64(c.version.0);
+                h.u64(c.at_ms);
+                h.u64(c.health as u64);
+                h.u64(c.cordoned as u64);
+                h.str(&c.why);
+            }
         }
         h.u64(self.ended_kept as u64);
         for j in &self.ended {

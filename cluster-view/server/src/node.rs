@@ -230,6 +230,12 @@ enum Pending {
     Internal,
 }
 
+/// Now, in Unix milliseconds: the time the leader writes into the commands it proposes (a
+/// server's history, cordons). 0 for a clock before 1970.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Peers' outgoing queues, created by the transport.
 pub type PeerSenders = Arc<RwLock<HashMap<u64, mpsc::Sender<Message>>>>;
 
@@ -258,6 +264,8 @@ pub struct Driver {
     stop: Arc<std::sync::atomic::AtomicBool>,
     /// (applied index, state hash) of the last Status.
     hash_at: Option<(u64, u64)>,
+    /// Drained servers whose eviction this leader proposed, and when (one try a second).
+    evicting: HashMap<ServerId, Instant>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -312,6 +320,7 @@ impl Driver {
             was_leader: false,
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             hash_at: None,
+            evicting: HashMap::new(),
         };
         (d, handle)
     }
@@ -572,7 +581,7 @@ impl Driver {
             let _ = reply.send(Ok((id, self.lease_ms())));
             return;
         }
-        let r = self.replica.propose(Command::SetHealth { server: id, health: Health::Up });
+        let r = self.replica.propose(Command::SetHealth { server: id, health: Health::Up, at_ms: unix_ms() });
         if let Err((e, Pending::Register(_, reply))) = self.track(r, Pending::Register(id, reply), now) {
             let _ = reply.send(Err(e));
         }
@@ -613,6 +622,29 @@ impl Driver {
         Ok(self.lease_ms())
     }
 
+    /// Proposes [`Command::Evict`] for every drained server whose deadline has passed and
+    /// that still hosts gangs, at most once a second per server (leader only).
+    fn evict_drained(&mut self, now: Instant) {
+        let now_ms = unix_ms();
+        let view = self.replica.view();
+        let due: Vec<ServerId> = view
+            .cordons()
+            .filter(|(_, c)| c.drain_by_ms.is_some_and(|by| by <= now_ms))
+            .map(|(s, _)| s)
+            .filter(|s| self.evicting.get(s).is_none_or(|at| now.duration_since(*at) >= Duration::from_secs(1)))
+            .filter(|s| view.hosts_gangs(*s))
+            .collect();
+        self.evicting.retain(|s, _| view.cordon_of(*s).is_some());
+        for s in due {
+            let r = self.replica.propose(Command::Evict { server: s, at_ms: now_ms });
+            if r.is_ok() {
+                tracing::warn!(server = s.0, "drain deadline passed: re-queuing the gangs still on the server");
+                self.evicting.insert(s, now);
+            }
+            let _ = self.track(r, Pending::Internal, now);
+        }
+    }
+
     /// Expired requests and leases.
     fn housekeeping(&mut self, now: Instant) {
         let limit = self.cfg.timeout * 2;
@@ -626,8 +658,9 @@ impl Driver {
         if !self.replica.is_leader() {
             return;
         }
+        self.evict_drained(now);
         for s in self.leases.expired(now) {
-            let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down });
+            let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down, at_ms: unix_ms() });
             if r.is_ok() {
                 // Only once the change is queued; otherwise the next tick tries again.
                 self.leases.marked_down(s);

@@ -18,8 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::v1;
 use tessera_replica::Answer;
+use tessera_view::server::MAX_CORDON_REASON_CHARS;
 use tessera_view::{
-    Command, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology,
+    Command, Cordon, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId, TaskEvent,
+    Topology,
 };
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -55,7 +57,7 @@ fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
 }
 
 /// Longest task exit message accepted (bytes); the view keeps it as the job's error.
-const MAX_TASK_MESSAGE: usize = 4096;
+pub const MAX_TASK_MESSAGE: usize = 4096;
 
 /// The result of one decided command (a proposal or a preemption): its decision, or why its
 /// outcome is unknown; a follower's refusal is the request's error (retry at the leader).
@@ -71,6 +73,37 @@ fn one_decision(answer: Result<(Answer, u64), ViewServerError>) -> Result<v1::Pr
         Err(e @ ViewServerError::NotLeader { .. }) => return Err(e.into()),
         Err(e) => v1::ProposeResult { decision: None, unknown: unknown_outcome(&e) },
     })
+}
+
+/// Longest drain a request may ask for: 30 days.
+pub const MAX_DRAIN_TIMEOUT_S: u64 = 30 * 24 * 3600;
+
+/// The command of a [`v1::CordonServerRequest`] at `now_ms` (Unix ms on the leader), or why the
+/// request is malformed.
+pub fn cordon_command(r: &v1::CordonServerRequest, now_ms: u64) -> Result<Command, ViewServerError> {
+    let server = ServerId(r.server);
+    let bad = |m: String| ViewServerError::Invalid(format!("CordonServerRequest.{m}"));
+    if r.reason.chars().count() > MAX_CORDON_REASON_CHARS {
+        return Err(bad(format!("reason: at most {MAX_CORDON_REASON_CHARS} characters")));
+    }
+    if r.drain_timeout_s > MAX_DRAIN_TIMEOUT_S {
+        return Err(bad(format!(
+            "drain_timeout_s: {} s; at most {MAX_DRAIN_TIMEOUT_S} s (30 days)",
+            r.drain_timeout_s
+        )));
+    }
+    let cordon = |drain_by_ms| Cordon { reason: r.reason.clone(), since_ms: now_ms, drain_by_ms };
+    match v1::CordonAction::try_from(r.action) {
+        Ok(v1::CordonAction::Cordon) if r.drain_timeout_s == 0 => Ok(Command::Cordon { server, cordon: cordon(None) }),
+        Ok(v1::CordonAction::Cordon) => Err(bad("drain_timeout_s: only a drain has a timeout".into())),
+        Ok(v1::CordonAction::Drain) => {
+            Ok(Command::Cordon { server, cordon: cordon(Some(now_ms.saturating_add(r.drain_timeout_s * 1000))) })
+        }
+        Ok(v1::CordonAction::Uncordon) => Ok(Command::Uncordon { server, at_ms: now_ms }),
+        Ok(v1::CordonAction::Unspecified) | Err(_) => {
+            Err(bad(format!("action: {} is not cordon, drain or uncordon", r.action)))
+        }
+    }
 }
 
 fn unknown_outcome(e: &ViewServerError) -> String {
@@ -386,6 +419,23 @@ impl v1::view_server::View for ViewService {
         }
         let reason = (!req.reason.is_empty()).then_some(req.reason);
         self.write_ended(Command::Cancel { job: JobId(req.job), reason }).await
+    }
+
+    /// An operator's command: logged at info with the server, the action and the reason.
+    #[instrument(level = "info", skip_all, fields(server = req.get_ref().server, action = Empty))]
+    async fn cordon_server(
+        &self,
+        req: Request<v1::CordonServerRequest>,
+    ) -> Result<Response<v1::WriteResponse>, Status> {
+        let r = req.into_inner();
+        let cmd = cordon_command(&r, crate::node::unix_ms())?;
+        Span::current().record("action", v1::CordonAction::try_from(r.action).map_or("?", |a| a.as_str_name()));
+        tracing::info!(reason = %r.reason, drain_timeout_s = r.drain_timeout_s, "server cordon change");
+        match self.command(cmd).await? {
+            (Outcome::HealthSet(Ok(_)), version) => Ok(Response::new(v1::WriteResponse { version })),
+            (Outcome::HealthSet(Err(e)), _) => Err(ViewServerError::View(e).into()),
+            (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
+        }
     }
 
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job))]

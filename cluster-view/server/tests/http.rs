@@ -521,9 +521,12 @@ async fn every_documented_route_is_served() {
     let id = api.admit(json!({ "name": "doc", "gpus": 1 })).await;
     let paths = api.doc["paths"].as_object().expect("paths").clone();
     assert!(paths.len() >= 7);
+    let servers: Value =
+        api.http.get(api.url("/v1/servers")).send().await.expect("servers").json().await.expect("json");
+    let server = servers["servers"][0]["name"].as_str().expect("a server").to_string();
     let mut checked = 0;
     for (path, ops) in &paths {
-        let url = path.replace("{id}", &id.to_string());
+        let url = path.replace("{id}", &id.to_string()).replace("{name}", &server).replace("{action}", "cordon");
         for method in ops.as_object().expect("operations").keys() {
             let req = match method.as_str() {
                 "get" => api.http.get(api.url(&url)),
@@ -661,4 +664,66 @@ async fn logs_come_from_the_agent_while_placed_and_after_the_end() {
     view.propose(vec![proposal]).await.expect("propose");
     view.release(other, false).await.expect("release");
     assert_error(&api.get(logs, &format!("/v1/jobs/{other}/logs")).await, StatusCode::NOT_FOUND, "no_logs");
+}
+
+/// An operator's cordon, drain and uncordon over HTTP: each answer as documented, the server's
+/// detail showing the cordon and its history, and every malformed request refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_are_cordoned_drained_and_uncordoned_over_http() {
+    let r = Replica::start().await;
+    let api = Api::new(&r).await;
+    let servers: Value =
+        api.http.get(api.url("/v1/servers")).send().await.expect("servers").json().await.expect("json");
+    let name = servers["servers"][0]["name"].as_str().expect("a server").to_string();
+    let post = |q: String| {
+        let http = api.http.clone();
+        let url = api.url(&q);
+        async move { http.post(url).send().await.expect("a response") }
+    };
+    let detail_path = "/v1/servers/{name}";
+    let action_path = "/v1/servers/{name}/{action}";
+    let detail = || async {
+        let resp = api.http.get(api.url(&format!("/v1/servers/{name}"))).send().await.expect("detail");
+        api.checked("get", detail_path, resp).await
+    };
+
+    let got = api.checked("post", action_path, post(format!("/v1/servers/{name}/cordon?reason=bad%20fan")).await).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    assert_eq!((got.1["server"].as_str(), got.1["action"].as_str()), (Some(name.as_str()), Some("cordon")));
+    let (s, d) = detail().await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    assert_eq!(d["server"]["health"], "draining", "{d}");
+    assert_eq!(d["server"]["cordon"]["reason"], "bad fan", "{d}");
+    assert_eq!(d["history"][0]["why"], "cordoned: bad fan", "{d}");
+
+    let got = api.checked("post", action_path, post(format!("/v1/servers/{name}/drain?timeout_s=600")).await).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    let (_, d) = detail().await;
+    let c = &d["server"]["cordon"];
+    assert_eq!(c["drain_by_ms"].as_u64().map(|by| by - c["since_ms"].as_u64().expect("since")), Some(600_000), "{d}");
+
+    let got = api.checked("post", action_path, post(format!("/v1/servers/{name}/uncordon")).await).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    let (_, d) = detail().await;
+    assert_eq!(d["server"]["health"], "up", "{d}");
+    assert!(d["server"]["cordon"].is_null(), "{d}");
+    assert_eq!(d["history"].as_array().map(Vec::len), Some(3), "{d}");
+
+    let long = "x".repeat(257);
+    for (q, status, code) in [
+        (format!("/v1/servers/{name}/reboot"), StatusCode::BAD_REQUEST, "bad_action"),
+        (format!("/v1/servers/{name}/drain"), StatusCode::BAD_REQUEST, "bad_query"),
+        (format!("/v1/servers/{name}/drain?timeout_s=0"), StatusCode::BAD_REQUEST, "bad_query"),
+        (format!("/v1/servers/{name}/drain?timeout_s=9999999999"), StatusCode::BAD_REQUEST, "bad_query"),
+        (format!("/v1/servers/{name}/cordon?reason={long}"), StatusCode::BAD_REQUEST, "bad_query"),
+        (format!("/v1/servers/{name}/uncordon?reason=x"), StatusCode::BAD_REQUEST, "bad_query"),
+        ("/v1/servers/no-such/cordon".to_string(), StatusCode::NOT_FOUND, "unknown_server"),
+    ] {
+        let got = api.checked("post", action_path, post(q.clone()).await).await;
+        assert_error(&got, status, code);
+    }
+    let resp = api.http.get(api.url("/v1/servers/no-such")).send().await.expect("detail");
+    assert_error(&api.checked("get", detail_path, resp).await, StatusCode::NOT_FOUND, "unknown_server");
+    // Nothing above changed the server.
+    assert_eq!(detail().await.1["history"].as_array().map(Vec::len), Some(3));
 }

@@ -38,7 +38,7 @@ use tessera_view::mask::CoreMask;
 use tessera_view::preemption::VictimProblem;
 use tessera_view::view::{DEFAULT_CHANGE_LOG, DEFAULT_ENDED_JOBS_KEPT};
 use tessera_view::{
-    ClusterSpec, ClusterView, Command, ConfigSet, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState,
+    ClusterSpec, ClusterView, Command, ConfigSet, Cordon, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState,
     LocalityLevel, MemberPlacement, Outcome, Predictor, Preemption, Proposal, ProposalId, Rejection, RequestId,
     ServerId, ServerRecord, TaskEvent, TaskState, Topology, ViewError, ViewSnapshot, ViewVersion,
 };

@@ -105,7 +105,7 @@ fn conflict_rejection_carries_fresh_record_of_every_conflicting_server() {
 
     // A down server is a conflict too, and its record comes back with the busy one.
     assert_eq!(
-        view.apply(&Command::SetHealth { server: ServerId(3), health: Health::Down }),
+        view.apply(&Command::SetHealth { server: ServerId(3), health: Health::Down, at_ms: 0 }),
         Outcome::HealthSet(Ok(vec![]))
     );
     let pc = Proposal {
@@ -180,7 +180,7 @@ fn down_server_requeues_a_multi_member_gang_whole_and_frees_every_member() {
     assert_eq!(view.tenant_used("vision"), 12);
     let before = view.clone();
 
-    let out = view.apply(&Command::SetHealth { server: ServerId(1), health: Health::Down });
+    let out = view.apply(&Command::SetHealth { server: ServerId(1), health: Health::Down, at_ms: 0 });
     assert_eq!(out, Outcome::HealthSet(Ok(vec![g])));
     let j = view.job(g).expect("gang");
     assert_eq!((j.state, j.placement.is_none()), (JobState::Pending, true), "re-queued whole");
@@ -362,11 +362,11 @@ fn a_proposal_id_is_applied_at_most_once() {
     assert!(matches!(decide(&mut view, &p), Decision::Accepted { .. }));
     assert!(matches!(decide(&mut view, &p), Decision::AlreadyApplied { .. }), "a retry while placed");
     assert_eq!(
-        view.apply(&Command::SetHealth { server: ServerId(0), health: Health::Down }),
+        view.apply(&Command::SetHealth { server: ServerId(0), health: Health::Down, at_ms: 0 }),
         Outcome::HealthSet(Ok(vec![j]))
     );
     assert_eq!(
-        view.apply(&Command::SetHealth { server: ServerId(0), health: Health::Up }),
+        view.apply(&Command::SetHealth { server: ServerId(0), health: Health::Up, at_ms: 0 }),
         Outcome::HealthSet(Ok(vec![]))
     );
     // The scheduler never saw the first answer and retries the same proposal.
@@ -423,4 +423,54 @@ fn never_fits_counts_every_members_cores_and_memory() {
     cpu.tolerate = LocalityLevel::IbDomain;
     assert!(view.never_fits(&cpu).is_none());
     assert!(matches!(view.apply(&Command::submit(cpu)), Outcome::Submitted(Ok(_))));
+}
+
+/// A cordon outlives the server going down and its agent coming back; the approver places
+/// nothing on it; uncordon makes it placeable again; the history keeps the latest changes only,
+/// and survives a snapshot.
+#[test]
+fn a_cordon_outlives_a_lost_server_and_blocks_placements_until_lifted() {
+    use tessera_view::server::HEALTH_HISTORY;
+    let mut view = seed_view(2, 2);
+    let s0 = ServerId(0);
+    let cordon = Cordon { reason: "replace a fan".into(), since_ms: 1_000, drain_by_ms: None };
+    assert_eq!(view.apply(&Command::Cordon { server: s0, cordon: cordon.clone() }), Outcome::HealthSet(Ok(vec![])));
+    assert_eq!(view.server(s0).map(|r| r.health), Some(Health::Draining));
+    for (health, want) in [(Health::Down, Health::Down), (Health::Up, Health::Draining)] {
+        view.apply(&Command::SetHealth { server: s0, health, at_ms: 2_000 });
+        assert_eq!(view.server(s0).map(|r| r.health), Some(want), "after {health}");
+        assert_eq!(view.cordon_of(s0), Some(&cordon));
+    }
+    let spec = JobSpec::simple("on-cordoned", 1, 2);
+    let j = submit(&mut view, spec.clone());
+    let members = plan_on(&view, &[ServerRecord { health: Health::Up, ..view.servers()[0] }], &spec, &[0]);
+    let p = Proposal { id: ProposalId(1), job: j, members, based_on: view.version() };
+    let (reason, _) = rejected(decide(&mut view, &p));
+    assert!(matches!(reason, Rejection::ServerNotUp { health: Health::Draining, .. }), "{reason:?}");
+    // An eviction needs a cordon; uncordon lifts it and the same plan is accepted.
+    view.apply(&Command::Uncordon { server: s0, at_ms: 3_000 });
+    assert!(matches!(
+        view.apply(&Command::Evict { server: s0, at_ms: 3_001 }),
+        Outcome::HealthSet(Err(ViewError::BadServer(..)))
+    ));
+    assert_eq!(view.server(s0).map(|r| r.health), Some(Health::Up));
+    let p = Proposal { id: ProposalId(2), based_on: view.version(), ..p };
+    assert!(matches!(decide(&mut view, &p), Decision::Accepted { .. }));
+    // A drain's eviction re-queues it whole.
+    let drain = Cordon { drain_by_ms: Some(9_000), ..cordon };
+    view.apply(&Command::Cordon { server: s0, cordon: drain });
+    assert_eq!(view.apply(&Command::Evict { server: s0, at_ms: 9_000 }), Outcome::HealthSet(Ok(vec![j])));
+    assert_eq!(view.job(j).map(|x| x.state), Some(JobState::Pending));
+    clean(&view);
+    let whats: Vec<&str> = view.health_history(s0).map(|c| c.why.as_str()).collect();
+    assert_eq!(whats.first(), Some(&"cordoned: replace a fan"), "{whats:?}");
+    assert!(whats.last().is_some_and(|w| w.starts_with("drain deadline passed: 1 gang")), "{whats:?}");
+    for i in 0..2 * HEALTH_HISTORY as u64 {
+        view.apply(&Command::SetHealth { server: s0, health: [Health::Down, Health::Up][i as usize % 2], at_ms: i });
+    }
+    assert_eq!(view.health_history(s0).count(), HEALTH_HISTORY, "the history is bounded");
+    let back = ClusterView::from_snapshot(view.snapshot());
+    assert_eq!(back.state_hash(), view.state_hash());
+    assert_eq!(back.health_history(s0).collect::<Vec<_>>(), view.health_history(s0).collect::<Vec<_>>());
+    assert_eq!(back.cordon_of(s0), view.cordon_of(s0));
 }

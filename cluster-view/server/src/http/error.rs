@@ -44,6 +44,9 @@ pub enum ApiError {
     /// No job with this id in the view.
     #[error("unknown job {0}")]
     UnknownJob(u64),
+    /// No server with this name in the view.
+    #[error("unknown server `{0}`")]
+    UnknownServer(String),
     /// No node agent has the asked-for log.
     #[error("{0}")]
     NoLogs(String),
@@ -152,6 +155,7 @@ impl ApiError {
         match self {
             ApiError::BadInput { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::UnknownJob(_) => (StatusCode::NOT_FOUND, "unknown_job"),
+            ApiError::UnknownServer(_) => (StatusCode::NOT_FOUND, "unknown_server"),
             ApiError::NoLogs(_) => (StatusCode::NOT_FOUND, "no_logs"),
             ApiError::WrongState(_) => (StatusCode::CONFLICT, "wrong_state"),
             ApiError::NeverFits(_) => (StatusCode::UNPROCESSABLE_ENTITY, "never_fits"),

@@ -1,0 +1,133 @@
+//! Node operations end to end, as real processes on loopback: a view replica, two fake-GPU
+//! agents and a scheduler host. A job runs; `tessera servers drain` gives it 2 s; the leader
+//! re-queues it whole when the deadline passes and the host places it on the other server.
+//! The drained server's agent is killed (the server goes down) and restarted: the cordon
+//! holds (draining, not up) until `tessera servers uncordon`. `tessera servers show` lists
+//! the server's history, and `tessera servers` marks the cordon.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tessera_proto::api::ServerDetail;
+use tessera_proto::v1;
+use tessera_view::{Health, JobId, JobSpec, JobState, ServerId};
+use tessera_view_server::{Tuning, ViewClient};
+
+mod common;
+use common::*;
+
+/// `tessera ARGS` to its end: (success, stdout + stderr).
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("run tessera");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+fn server_of(s: &tessera_view::ViewSnapshot, job: JobId) -> Option<ServerId> {
+    let j = s.jobs.iter().find(|j| j.id == job)?;
+    (j.state == JobState::Running).then(|| j.placement.as_ref().map(|p| p.members[0].server)).flatten()
+}
+
+#[test]
+fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
+    let dir = test_dir("tessera-drain-");
+    let d = dir.path();
+    let tuning = Tuning { server_lease_ms: 2000, scheduler_lease_ms: 1000, ..tuning() };
+    let view = cluster(1, spec(2), tuning, false, Some(&d.join("view")));
+    let addr = view.addrs()[0].clone();
+    let mut procs = Procs::default();
+    let servers = ["r0-s00", "r0-s01"];
+    for s in servers {
+        procs.agent(d, &addr, s);
+    }
+    let host = ["scheduler", "run", "--view", &addr, "--name", "h1"];
+    procs.push("h1", tessera(d, "h1.log", &host));
+
+    rt().block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut c = ViewClient::new(vec![addr.clone()]).expect("client").with_deadline(Duration::from_secs(20));
+        c.wait_for_leader().await.expect("leader");
+        wait_view(&mut c, deadline, "servers up", |s| s.servers.iter().all(|r| r.health == Health::Up)).await;
+        loop {
+            if c.agents().await.map(|a| a.len()).unwrap_or(0) == servers.len() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "agents did not register");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        let mut spec = JobSpec::simple("long", 1, 2);
+        spec.command = vec!["sh".into(), "-c".into(), "sleep 120".into()];
+        let r = c.submit(vec![v1::JobSpec::from(&spec)]).await.expect("submit");
+        assert!(r[0].error.is_empty(), "{}", r[0].error);
+        let job = JobId(r[0].job);
+        let mut first = None;
+        wait_view(&mut c, deadline, "the job running", |s| {
+            first = server_of(s, job);
+            first.is_some()
+        })
+        .await;
+        let first = first.expect("placed");
+        let name = servers[first.index()];
+        let other = ServerId(1 - first.0);
+        assert_eq!(live_tasks(&d.join(format!("agent-{name}"))).len(), 1, "the job's task runs on {name}");
+
+        // Drain with a 2 s deadline: the job cannot finish in time and is re-queued whole, then
+        // placed on the other server (the drained one takes nothing new).
+        let (ok, out) = cli(&["servers", "drain", name, "--view", &addr, "--timeout-s", "2", "--reason", "swap a PSU"]);
+        assert!(ok && out.contains(&format!("draining {name}")), "{out}");
+        let t0 = Instant::now();
+        wait_view(&mut c, deadline, "the job running on the other server", |s| server_of(s, job) == Some(other)).await;
+        assert!(t0.elapsed() >= Duration::from_millis(1500), "moved before the deadline: {:?}", t0.elapsed());
+        let s = snapshot(&mut c).await;
+        let j = s.jobs.iter().find(|j| j.id == job).expect("job");
+        assert_eq!(j.proposals.len(), 2, "placed twice: {j:?}");
+        assert_eq!(s.servers[first.index()].health, Health::Draining);
+        // The drained server's agent stopped the evicted task (within its 2 s stop grace).
+        let data = d.join(format!("agent-{name}"));
+        while !live_tasks(&data).is_empty() {
+            assert!(t0.elapsed() < Duration::from_secs(15), "the evicted task still runs on {name}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        let (ok, out) = cli(&["servers", "--view", &addr]);
+        assert!(ok && out.lines().any(|l| l.starts_with(name) && l.contains("draining: swap a PSU")), "{out}");
+
+        // The drained server's agent dies: the server goes down; back, it stays cordoned.
+        procs.kill(name);
+        wait_view(&mut c, deadline, "the drained server down", |s| s.servers[first.index()].health == Health::Down)
+            .await;
+        procs.push(name, agent(d, &addr, name));
+        loop {
+            if c.agents().await.map(|a| a.iter().any(|x| x.name == name)).unwrap_or(false) {
+                let s = snapshot(&mut c).await;
+                if s.servers[first.index()].health != Health::Down {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "the agent did not come back");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(snapshot(&mut c).await.servers[first.index()].health, Health::Draining, "the cordon held");
+
+        let (ok, out) = cli(&["servers", "show", name, "--view", &addr, "--json"]);
+        assert!(ok, "{out}");
+        let detail: ServerDetail = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let cordon = detail.server.cordon.as_ref().expect("cordoned");
+        assert_eq!(cordon.reason, "swap a PSU");
+        assert!(cordon.drain_by_ms.is_some_and(|by| by >= cordon.since_ms + 2000), "{cordon:?}");
+        let whats: Vec<&str> = detail.history.iter().map(|h| h.why.as_str()).collect();
+        for want in ["draining by", "drain deadline passed: 1 gang(s) re-queued", "down", "up, cordoned"] {
+            assert!(whats.iter().any(|w| w.starts_with(want)), "no `{want}` in the history: {whats:?}");
+        }
+        assert!(detail.history.iter().all(|h| h.at_ms > 0), "every change has a time: {:?}", detail.history);
+        let (ok, out) = cli(&["servers", "show", name, "--view", &addr]);
+        assert!(ok && out.contains("history") && out.contains("swap a PSU"), "{out}");
+
+        let (ok, out) = cli(&["servers", "uncordon", name, "--view", &addr]);
+        assert!(ok && out.contains(&format!("uncordoned {name}")), "{out}");
+        wait_view(&mut c, deadline, "the server up", |s| s.servers[first.index()].health == Health::Up).await;
+        let (ok, out) = cli(&["servers", "cordon", "no-such-server", "--view", &addr]);
+        assert!(!ok && out.contains("no server `no-such-server`"), "{out}");
+    });
+    drop(view);
+}
