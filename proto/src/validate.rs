@@ -202,6 +202,11 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
     for (j, job) in s.jobs.iter().enumerate() {
         let at = |e: WireError| e.at(format!("jobs[{j}]"));
         check_job(job).map_err(at)?;
+        // Found by the `wire_snapshot` fuzz target: the invariant checker holds a view to it.
+        if job.preemptions > s.priorities.max_preemptions {
+            let bound = format!("the cluster preempts a job at most {} times", s.priorities.max_preemptions);
+            return Err(at(WireError::out_of_range("Job", "preemptions", u64::from(job.preemptions), bound)));
+        }
         if job.id.0 >= s.next_job {
             return Err(at(WireError::out_of_range("Job", "id", job.id.0, format!("next_job is {}", s.next_job))));
         }
