@@ -526,10 +526,11 @@ async fn every_documented_route_is_served() {
     let server = servers["servers"][0]["name"].as_str().expect("a server").to_string();
     let mut checked = 0;
     for (path, ops) in &paths {
-        let url = path.replace("{id}", &id.to_string()).replace("{name}", &server).replace("{action}", "cordon");
+        let url = path.replace("{id}", &id.to_string()).replace("{name}", &server);
         for method in ops.as_object().expect("operations").keys() {
             let req = match method.as_str() {
                 "get" => api.http.get(api.url(&url)),
+                "post" if url.ends_with("/drain") => api.http.post(api.url(&format!("{url}?timeout_s=600"))),
                 "post" => api.http.post(api.url(&url)).json(&json!({ "name": "doc2", "gpus": 1 })),
                 "delete" => api.http.delete(api.url(&url)),
                 other => panic!("the document names method {other} on {path}, which this test does not know"),
@@ -681,13 +682,15 @@ async fn servers_are_cordoned_drained_and_uncordoned_over_http() {
         async move { http.post(url).send().await.expect("a response") }
     };
     let detail_path = "/v1/servers/{name}";
-    let action_path = "/v1/servers/{name}/{action}";
+    let action_path = |a: &str| format!("/v1/servers/{{name}}/{a}");
     let detail = || async {
         let resp = api.http.get(api.url(&format!("/v1/servers/{name}"))).send().await.expect("detail");
         api.checked("get", detail_path, resp).await
     };
 
-    let got = api.checked("post", action_path, post(format!("/v1/servers/{name}/cordon?reason=bad%20fan")).await).await;
+    let got = api
+        .checked("post", &action_path("cordon"), post(format!("/v1/servers/{name}/cordon?reason=bad%20fan")).await)
+        .await;
     assert_eq!(got.0, StatusCode::OK, "{}", got.1);
     assert_eq!((got.1["server"].as_str(), got.1["action"].as_str()), (Some(name.as_str()), Some("cordon")));
     let (s, d) = detail().await;
@@ -696,13 +699,14 @@ async fn servers_are_cordoned_drained_and_uncordoned_over_http() {
     assert_eq!(d["server"]["cordon"]["reason"], "bad fan", "{d}");
     assert_eq!(d["history"][0]["why"], "cordoned: bad fan", "{d}");
 
-    let got = api.checked("post", action_path, post(format!("/v1/servers/{name}/drain?timeout_s=600")).await).await;
+    let got =
+        api.checked("post", &action_path("drain"), post(format!("/v1/servers/{name}/drain?timeout_s=600")).await).await;
     assert_eq!(got.0, StatusCode::OK, "{}", got.1);
     let (_, d) = detail().await;
     let c = &d["server"]["cordon"];
     assert_eq!(c["drain_by_ms"].as_u64().map(|by| by - c["since_ms"].as_u64().expect("since")), Some(600_000), "{d}");
 
-    let got = api.checked("post", action_path, post(format!("/v1/servers/{name}/uncordon")).await).await;
+    let got = api.checked("post", &action_path("uncordon"), post(format!("/v1/servers/{name}/uncordon")).await).await;
     assert_eq!(got.0, StatusCode::OK, "{}", got.1);
     let (_, d) = detail().await;
     assert_eq!(d["server"]["health"], "up", "{d}");
@@ -710,18 +714,20 @@ async fn servers_are_cordoned_drained_and_uncordoned_over_http() {
     assert_eq!(d["history"].as_array().map(Vec::len), Some(3), "{d}");
 
     let long = "x".repeat(257);
-    for (q, status, code) in [
-        (format!("/v1/servers/{name}/reboot"), StatusCode::BAD_REQUEST, "bad_action"),
-        (format!("/v1/servers/{name}/drain"), StatusCode::BAD_REQUEST, "bad_query"),
-        (format!("/v1/servers/{name}/drain?timeout_s=0"), StatusCode::BAD_REQUEST, "bad_query"),
-        (format!("/v1/servers/{name}/drain?timeout_s=9999999999"), StatusCode::BAD_REQUEST, "bad_query"),
-        (format!("/v1/servers/{name}/cordon?reason={long}"), StatusCode::BAD_REQUEST, "bad_query"),
-        (format!("/v1/servers/{name}/uncordon?reason=x"), StatusCode::BAD_REQUEST, "bad_query"),
-        ("/v1/servers/no-such/cordon".to_string(), StatusCode::NOT_FOUND, "unknown_server"),
+    for (action, q, status, code) in [
+        ("drain", format!("/v1/servers/{name}/drain"), StatusCode::BAD_REQUEST, "bad_query"),
+        ("drain", format!("/v1/servers/{name}/drain?timeout_s=0"), StatusCode::BAD_REQUEST, "bad_query"),
+        ("drain", format!("/v1/servers/{name}/drain?timeout_s=9999999999"), StatusCode::BAD_REQUEST, "bad_query"),
+        ("cordon", format!("/v1/servers/{name}/cordon?reason={long}"), StatusCode::BAD_REQUEST, "bad_query"),
+        ("cordon", format!("/v1/servers/{name}/cordon?timeout_s=5"), StatusCode::BAD_REQUEST, "bad_query"),
+        ("uncordon", format!("/v1/servers/{name}/uncordon?reason=x"), StatusCode::BAD_REQUEST, "bad_query"),
+        ("cordon", "/v1/servers/no-such/cordon".to_string(), StatusCode::NOT_FOUND, "unknown_server"),
     ] {
-        let got = api.checked("post", action_path, post(q.clone()).await).await;
+        let got = api.checked("post", &action_path(action), post(q.clone()).await).await;
         assert_error(&got, status, code);
     }
+    let resp = api.http.post(api.url(&format!("/v1/servers/{name}/reboot"))).send().await.expect("reboot");
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND, "no such route");
     let resp = api.http.get(api.url("/v1/servers/no-such")).send().await.expect("detail");
     assert_error(&api.checked("get", detail_path, resp).await, StatusCode::NOT_FOUND, "unknown_server");
     // Nothing above changed the server.

@@ -13,7 +13,7 @@
 //! | `GET /v1/status` | this replica's raft status, jobs by state, GPUs by use | [`servers`] |
 //! | `GET /v1/servers` | every server with its GPU bitmap | [`servers`] |
 //! | `GET /v1/servers/{name}` | one server with its cordon and health history | [`servers`] |
-//! | `POST /v1/servers/{name}/{action}` | an operator's `cordon`, `drain` or `uncordon` | [`servers`] |
+//! | `POST /v1/servers/{name}/cordon`, `…/drain`, `…/uncordon` | an operator's cordon, drain (with a deadline) or uncordon | [`servers`] |
 //! | `GET /v1/jobs`, `POST /v1/jobs` | every job; submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
 //! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
 //! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
@@ -285,7 +285,9 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/jobs/{id}/logs", GET).route(web::get().to(logs::logs)))
         .service(resource("/v1/servers", GET).route(web::get().to(servers::servers)))
         .service(resource("/v1/servers/{name}", GET).route(web::get().to(servers::server)))
-        .service(resource("/v1/servers/{name}/{action}", "POST").route(web::post().to(servers::cordon)))
+        .service(resource("/v1/servers/{name}/cordon", "POST").route(web::post().to(servers::cordon)))
+        .service(resource("/v1/servers/{name}/drain", "POST").route(web::post().to(servers::drain)))
+        .service(resource("/v1/servers/{name}/uncordon", "POST").route(web::post().to(servers::uncordon)))
         .service(resource("/v1/openapi.json", GET).route(web::get().to(openapi::openapi)))
         .service(resource("/metrics", GET).route(web::get().to(metrics::metrics)));
 }

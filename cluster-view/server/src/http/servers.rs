@@ -1,5 +1,5 @@
 //! `GET /v1/status`, `GET /v1/servers`, `GET /v1/servers/{name}` and
-//! `POST /v1/servers/{name}/{action}`: this replica's status, the servers, one server with its
+//! `POST /v1/servers/{name}/cordon|drain|uncordon`: this replica's status, the servers, one server with its
 //! health history, and an operator's cordon, drain or uncordon; as the [`Status`],
 //! [`ServerList`], [`ServerDetail`] and [`CordonChanged`] types the CLI prints too.
 
@@ -70,23 +70,19 @@ pub(super) async fn server(api: web::Data<Api>, name: web::Path<String>) -> Resu
     Ok(HttpResponse::Ok().json(detail))
 }
 
-/// An operator's command on a server: `cordon` (no new placements; running gangs go on),
-/// `drain` (a cordon, and the gangs still on the server after `timeout_s` are re-queued whole)
-/// or `uncordon`. The cordon outlives agent restarts and lost leases until lifted.
+/// Cordons a server: it takes no new placements; its running gangs go on. The cordon outlives
+/// agent restarts and lost leases until lifted; cordoning a cordoned server replaces its cordon.
 #[utoipa::path(
     post,
-    path = "/v1/servers/{name}/{action}",
+    path = "/v1/servers/{name}/cordon",
     tag = "cluster",
     params(
         ("name" = String, Path, description = "the server's name"),
-        ("action" = CordonAction, Path, description = "what to do"),
-        ("reason" = Option<String>, Query, description = "why (cordon, drain); at most 256 characters"),
-        ("timeout_s" = Option<u64>, Query, minimum = 1, maximum = 2592000,
-            description = "drain only, required: seconds until the gangs still on the server are re-queued"),
+        ("reason" = Option<String>, Query, max_length = 256, description = "why, kept with the cordon and in the server's history"),
     ),
     responses(
-        (status = 200, description = "done", body = CordonChanged),
-        (status = 400, description = "a bad action or query (codes `bad_action`, `bad_query`)", body = ErrorBody),
+        (status = 200, description = "cordoned", body = CordonChanged),
+        (status = 400, description = "a bad query (code `bad_query`)", body = ErrorBody),
         (status = 404, description = "no such server (code `unknown_server`)", body = ErrorBody),
         (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
         (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
@@ -95,41 +91,91 @@ pub(super) async fn server(api: web::Data<Api>, name: web::Path<String>) -> Resu
 pub(super) async fn cordon(
     api: web::Data<Api>,
     req: HttpRequest,
-    path: web::Path<(String, String)>,
+    name: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let (name, action_name) = path.into_inner();
-    let action = match action_name.as_str() {
-        "cordon" => v1::CordonAction::Cordon,
-        "drain" => v1::CordonAction::Drain,
-        "uncordon" => v1::CordonAction::Uncordon,
-        other => return Err(ApiError::bad("bad_action", "action", format!("`{other}`: cordon, drain or uncordon"))),
+    let q = query(&req, &["reason"])?;
+    change(&api, name.into_inner(), v1::CordonAction::Cordon, reason(&q)?, 0).await
+}
+
+/// Drains a server: a cordon, and the gangs still on it after `timeout_s` are re-queued whole
+/// (to restart elsewhere from their checkpoints).
+#[utoipa::path(
+    post,
+    path = "/v1/servers/{name}/drain",
+    tag = "cluster",
+    params(
+        ("name" = String, Path, description = "the server's name"),
+        ("timeout_s" = u64, Query, minimum = 1, maximum = 2592000,
+            description = "seconds the running gangs have before they are re-queued"),
+        ("reason" = Option<String>, Query, max_length = 256, description = "why, kept with the cordon and in the server's history"),
+    ),
+    responses(
+        (status = 200, description = "draining", body = CordonChanged),
+        (status = 400, description = "a bad or missing query parameter (code `bad_query`)", body = ErrorBody),
+        (status = 404, description = "no such server (code `unknown_server`)", body = ErrorBody),
+        (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn drain(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let q = query(&req, &["reason", "timeout_s"])?;
+    let timeout_s = match q.get("timeout_s") {
+        Some(t) => match t.parse::<u64>() {
+            Ok(t) if (1..=MAX_DRAIN_TIMEOUT_S).contains(&t) => t,
+            _ => {
+                let why = format!("`{t}`: whole seconds, 1 to {MAX_DRAIN_TIMEOUT_S}");
+                return Err(ApiError::bad("bad_query", "timeout_s", why));
+            }
+        },
+        None => return Err(ApiError::bad("bad_query", "timeout_s", "a drain needs timeout_s")),
     };
-    let known: &[&str] = match action {
-        v1::CordonAction::Drain => &["reason", "timeout_s"],
-        v1::CordonAction::Cordon => &["reason"],
-        _ => &[],
-    };
-    let q = query(&req, known)?;
+    change(&api, name.into_inner(), v1::CordonAction::Drain, reason(&q)?, timeout_s).await
+}
+
+/// Lifts a server's cordon: an alive server takes placements again.
+#[utoipa::path(
+    post,
+    path = "/v1/servers/{name}/uncordon",
+    tag = "cluster",
+    params(("name" = String, Path, description = "the server's name")),
+    responses(
+        (status = 200, description = "uncordoned (also when it was not cordoned)", body = CordonChanged),
+        (status = 400, description = "a query parameter (code `bad_query`: it takes none)", body = ErrorBody),
+        (status = 404, description = "no such server (code `unknown_server`)", body = ErrorBody),
+        (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn uncordon(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    query(&req, &[])?;
+    change(&api, name.into_inner(), v1::CordonAction::Uncordon, String::new(), 0).await
+}
+
+/// The `reason` query parameter, checked.
+fn reason(q: &std::collections::HashMap<String, String>) -> Result<String, ApiError> {
     let reason = q.get("reason").cloned().unwrap_or_default();
     if reason.chars().count() > MAX_CORDON_REASON_CHARS {
         return Err(ApiError::bad("bad_query", "reason", format!("at most {MAX_CORDON_REASON_CHARS} characters")));
     }
-    let timeout_s = match (action, q.get("timeout_s")) {
-        (v1::CordonAction::Drain, Some(t)) => match t.parse::<u64>() {
-            Ok(t) if (1..=MAX_DRAIN_TIMEOUT_S).contains(&t) => t,
-            _ => {
-                return Err(ApiError::bad(
-                    "bad_query",
-                    "timeout_s",
-                    format!("`{t}`: whole seconds, 1 to {MAX_DRAIN_TIMEOUT_S}"),
-                ));
-            }
-        },
-        (v1::CordonAction::Drain, None) => {
-            return Err(ApiError::bad("bad_query", "timeout_s", "a drain needs timeout_s"));
-        }
-        _ => 0,
-    };
+    Ok(reason)
+}
+
+/// Resolves the server's name on a view read and sends the command to the leader.
+async fn change(
+    api: &Api,
+    name: String,
+    action: v1::CordonAction,
+    reason: String,
+    timeout_s: u64,
+) -> Result<HttpResponse, ApiError> {
     let (snap, _) = api.snapshot().await?;
     let id = server_index(&snap, &name)? as u32;
     let version = api
@@ -138,17 +184,10 @@ pub(super) async fn cordon(
             (c, r)
         })
         .await?;
-    Ok(HttpResponse::Ok().json(CordonChanged { server: name, action: action_name, version }))
-}
-
-/// What `POST /v1/servers/{name}/{action}` accepts as its action.
-#[derive(Clone, Copy, Debug, utoipa::ToSchema)]
-#[schema(rename_all = "lowercase")]
-pub enum CordonAction {
-    /// No new placements.
-    Cordon,
-    /// A cordon with a deadline.
-    Drain,
-    /// Lift the cordon.
-    Uncordon,
+    let action = match action {
+        v1::CordonAction::Cordon => "cordon",
+        v1::CordonAction::Drain => "drain",
+        _ => "uncordon",
+    };
+    Ok(HttpResponse::Ok().json(CordonChanged { server: name, action: action.into(), version }))
 }
