@@ -17,6 +17,10 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 echo "== fail points at the replica's fsync, snapshot and apply boundaries (real RocksDB)"
 cargo test -p tessera-replica --features failpoints --test failpoints --locked 2>&1 | tee -a "$log"
 
+echo "== fuzz targets, short (cargo fuzz, libFuzzer, stable toolchain): 20 s each from the kept corpus"
+echo "   (fuzz/corpus); exits non-zero on a panic, a crash, a hang or memory over 2 GiB"
+bash fuzz/run.sh --seconds 20
+
 echo "== benchmarks compile (criterion; run them with 'cargo bench')"
 cargo bench -p tessera-view -p tessera-scheduler --locked --no-run
 

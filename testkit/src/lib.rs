@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 
 pub mod chaos;
 pub mod commit_load;
+pub mod fuzz;
 pub mod history;
 mod process;
 
