@@ -32,13 +32,7 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
     let dir = test_dir("tessera-drain-");
     let d = dir.path();
     let tuning = Tuning { server_lease_ms: 2000, scheduler_lease_ms: 1000, ..tuning() };
-    let view = cluster(1, spec(2), tuning, false, Some(&d.join("view")));
-    let addr = view.addrs()[0].clone();
-    let mut procs = Procs::default();
-    let servers = ["r0-s00", "r0-s01"];
-    for s in servers {
-        procs.agent(d, &addr, s);
-    }
+    let (view, addr, mut procs, servers) = two_agent_cluster(d, tuning);
     let host = ["scheduler", "run", "--view", &addr, "--name", "h1"];
     procs.push("h1", tessera(d, "h1.log", &host));
 

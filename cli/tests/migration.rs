@@ -44,13 +44,7 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
     let dir = test_dir("tessera-migration-");
     let d = dir.path();
     let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
-    let view = cluster(1, spec(2), tuning, false, Some(&d.join("view")));
-    let addr = view.addrs()[0].clone();
-    let mut procs = Procs::default();
-    let servers = ["r0-s00", "r0-s01"];
-    for s in servers {
-        procs.agent(d, &addr, s);
-    }
+    let (_view, addr, mut procs, servers) = two_agent_cluster(d, tuning);
 
     rt().block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -83,6 +83,19 @@ pub fn kill_tasks(data: &Path) {
     }
 }
 
+/// One `tessera view serve` process over `spec(2)` with `tuning`, data in `dir/view`, and fake-GPU
+/// agents for both servers (`r0-s00`, `r0-s01`): the cluster, its address, the processes.
+pub fn two_agent_cluster(dir: &Path, tuning: Tuning) -> (ProcessCluster, String, Procs, [&'static str; 2]) {
+    let view = cluster(1, spec(2), tuning, false, Some(&dir.join("view")));
+    let addr = view.addrs()[0].clone();
+    let mut procs = Procs::default();
+    let servers = ["r0-s00", "r0-s01"];
+    for s in servers {
+        procs.agent(dir, &addr, s);
+    }
+    (view, addr, procs, servers)
+}
+
 /// A test's processes, by name: killed on drop, with the task groups their agents left.
 #[derive(Default)]
 pub struct Procs {

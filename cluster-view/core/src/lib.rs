@@ -13,7 +13,8 @@
 //! | [`topology`] | [`Topology`]: one server model as nested masks, parsed from a preset file |
 //! | [`cluster_spec`] | [`ClusterSpec`]: racks × topologies × counts, IB domains, quotas (TOML) |
 //! | [`config_set`] | [`ConfigSet`]: a homogeneous group of servers (topology + network position) |
-//! | [`server`] | [`ServerRecord`]: the 32-byte hot state of one server |
+//! | [`server`] | [`ServerRecord`]: the 32-byte hot state of one server; [`Cordon`], [`HealthChange`] |
+//! | [`cordon`] | node operations: cordon, drain, uncordon, eviction, health history |
 //! | [`job`] | [`JobSpec`] (TOML), [`Job`], [`JobState`], CPU and memory demand |
 //! | [`placement`] | [`Proposal`], [`MemberPlacement`], [`Decision`], [`Rejection`] |
 //! | [`priority`] | [`Priorities`]: priority classes and the preemption bound (cluster spec) |
@@ -31,6 +32,7 @@
 pub mod approver;
 pub mod cluster_spec;
 pub mod config_set;
+pub mod cordon;
 pub mod error;
 pub mod fit;
 pub mod hash;

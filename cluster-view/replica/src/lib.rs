@@ -12,6 +12,7 @@
 //! | [`mem`] | [`MemBackend`]: an in-memory disk that models what a crash keeps, with armable faults |
 //! | [`replica`] | [`Replica`]: the RawNode driver — tick, step, propose, ready → persist, apply, send; the leader's pre-check and batching |
 //! | [`codec`] | commands, snapshots and entry contexts as bytes |
+//! | `forged` (private) | raft messages no correct peer sends, dropped before raft-rs sees them |
 //! | [`logger`] | raft-rs's `slog` records into `tracing` |
 //! | [`error`] | [`ReplicaError`] |
 //!
@@ -42,6 +43,7 @@ pub(crate) use fail_point;
 pub mod backend;
 pub mod codec;
 pub mod error;
+mod forged;
 pub mod logger;
 pub mod mem;
 pub mod replica;
