@@ -11,13 +11,18 @@
 
 use crate::LEADER_KEY;
 use crate::backoff::{Backoff, seeded_rng};
+use crate::tls::{CallerAuth, Security};
 use crate::v1;
-use crate::v1::view_client::ViewClient as Grpc;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use thiserror::Error;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+
+/// The generated client over one replica's connection, every call carrying the caller's
+/// token (when it has one).
+pub type Grpc = v1::view_client::ViewClient<InterceptedService<Channel, CallerAuth>>;
 
 /// Why a call failed.
 #[derive(Debug, Error)]
@@ -66,6 +71,10 @@ pub struct ViewClient {
     channels: HashMap<String, Channel>,
     deadline: Duration,
     max_message: usize,
+    security: Security,
+    auth: CallerAuth,
+    /// The TLS files' generation the cached channels were made with.
+    generation: u64,
 }
 
 impl ViewClient {
@@ -73,12 +82,12 @@ impl ViewClient {
     pub fn new(addrs: Vec<String>) -> Result<ViewClient, ClientError> {
         let addrs: Vec<String> = addrs
             .into_iter()
-            .map(|a| a.trim().trim_start_matches("http://").to_string())
+            .map(|a| a.trim().trim_start_matches("http://").trim_start_matches("https://").to_string())
             .filter(|a| !a.is_empty())
             .collect();
         let current = addrs.first().cloned().ok_or(ClientError::NoAddress)?;
         for a in &addrs {
-            Endpoint::from_shared(format!("http://{a}"))
+            Endpoint::from_shared(format!("https://{a}"))
                 .map_err(|e| ClientError::BadAddress(a.clone(), e.to_string()))?;
         }
         Ok(ViewClient {
@@ -87,7 +96,29 @@ impl ViewClient {
             channels: HashMap::new(),
             deadline: Duration::from_secs(10),
             max_message: 1 << 30,
+            security: Security::Insecure,
+            auth: CallerAuth::default(),
+            generation: 0,
         })
+    }
+
+    /// Connects with `security` (TLS with a directory's certificate, or plaintext); a new
+    /// client is plaintext until told otherwise.
+    pub fn with_security(mut self, security: Security) -> ViewClient {
+        self.security = security;
+        self.channels.clear();
+        self
+    }
+
+    /// Sends `auth` (a bearer token, an identity acted for) with every call.
+    pub fn with_auth(mut self, auth: CallerAuth) -> ViewClient {
+        self.auth = auth;
+        self
+    }
+
+    /// How this client connects.
+    pub fn security(&self) -> &Security {
+        &self.security
     }
 
     /// Parses a comma-separated address list.
@@ -115,12 +146,28 @@ impl ViewClient {
         &self.current
     }
 
-    fn grpc(&mut self, addr: &str) -> Result<Grpc<Channel>, ClientError> {
+    /// An endpoint at `addr` with this client's transport security.
+    fn endpoint(&self, addr: &str) -> Result<Endpoint, ClientError> {
+        let bad = |e: tonic::transport::Error| ClientError::BadAddress(addr.to_string(), e.to_string());
+        let ep = Endpoint::from_shared(format!("{}://{addr}", self.security.scheme())).map_err(bad)?;
+        match self.security.client_config() {
+            Some(tls) => ep.tls_config(tls).map_err(bad),
+            None => Ok(ep),
+        }
+    }
+
+    fn grpc(&mut self, addr: &str) -> Result<Grpc, ClientError> {
+        // Renewed TLS files: connections made from now on present the new certificate.
+        let generation = self.security.generation();
+        if generation != self.generation {
+            self.channels.clear();
+            self.generation = generation;
+        }
         let ch = match self.channels.get(addr) {
             Some(c) => c.clone(),
             None => {
-                let ep = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| ClientError::BadAddress(addr.to_string(), e.to_string()))?
+                let ep = self
+                    .endpoint(addr)?
                     .connect_timeout(Duration::from_millis(500))
                     .timeout(self.deadline)
                     // A watch on a replica whose host died silently ends in seconds.
@@ -133,7 +180,9 @@ impl ViewClient {
                 c
             }
         };
-        Ok(Grpc::new(ch).max_decoding_message_size(self.max_message).max_encoding_message_size(self.max_message))
+        Ok(v1::view_client::ViewClient::with_interceptor(ch, self.auth.clone())
+            .max_decoding_message_size(self.max_message)
+            .max_encoding_message_size(self.max_message))
     }
 
     /// Picks the address to try after a call to `addr` failed: the leader it named (`hint`),
@@ -176,7 +225,7 @@ impl ViewClient {
     /// deadline.
     pub async fn call<T, F, Fut>(&mut self, mut call: F) -> Result<T, ClientError>
     where
-        F: FnMut(Grpc<Channel>) -> Fut,
+        F: FnMut(Grpc) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let start = Instant::now();
@@ -468,16 +517,13 @@ impl ViewClient {
 
     /// The tail of one task's log from the agent serving at `addr` (see [`ViewClient::agents`]).
     pub async fn logs_at(&self, addr: &str, req: v1::LogsRequest) -> Result<v1::LogsResponse, ClientError> {
-        let ep = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| ClientError::BadAddress(addr.to_string(), e.to_string()))?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(self.deadline);
+        let ep = self.endpoint(addr)?.connect_timeout(Duration::from_secs(2)).timeout(self.deadline);
         let ch = ep.connect().await.map_err(|e| ClientError::Unavailable {
             tried: addr.to_string(),
             waited_ms: 0,
             last: format!("agent at {addr}: {e}"),
         })?;
-        crate::v1::agent_client::AgentClient::new(ch)
+        crate::v1::agent_client::AgentClient::with_interceptor(ch, self.auth.clone())
             .max_decoding_message_size(8 << 20)
             .logs(req)
             .await

@@ -13,6 +13,7 @@
 //! | [`client`] | [`ViewClient`]: the leader-following, retrying gRPC client every Tessera program uses (SDK, agents, CLI) |
 //! | [`backoff`] | [`Backoff`]: the one bounded, jittered retry delay every retrying loop of the workspace uses |
 //! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
+//! | [`tls`] | mutual TLS on every connection: the cluster CA and certificates, reloading TLS directories, callers' identities, bearer tokens |
 //! | [`api`] | the JSON shapes of the view's HTTP API, also printed by the CLI's `--json` (with their OpenAPI schemas) |
 //!
 //! Decoding untrusted bytes is two steps, neither of which panics:
@@ -33,6 +34,7 @@ pub mod backoff;
 pub mod client;
 pub mod convert;
 pub mod error;
+pub mod tls;
 pub mod validate;
 
 /// Generated messages of protobuf package `tessera.v1`.

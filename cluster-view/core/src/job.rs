@@ -36,6 +36,9 @@ use std::path::Path;
 /// The most members one gang may have.
 pub const MAX_MEMBERS: u32 = 4096;
 
+/// The tenant of a job whose spec names none.
+pub const DEFAULT_TENANT: &str = "default";
+
 /// The CPU-speed predictor `S(C) = P0·ln C + P1·C` for `C < θ`, `P2` for `C ≥ θ`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -318,7 +321,7 @@ impl JobFile {
         };
         let spec = JobSpec {
             name,
-            tenant: self.tenant.unwrap_or_else(|| "default".into()),
+            tenant: self.tenant.unwrap_or_else(|| DEFAULT_TENANT.into()),
             gpu_type: self.gpu_type,
             members,
             gpus_per_member,
@@ -344,7 +347,7 @@ impl JobSpec {
     pub fn simple(name: &str, members: u32, gpus_per_member: u32) -> JobSpec {
         JobSpec {
             name: name.to_string(),
-            tenant: "default".to_string(),
+            tenant: DEFAULT_TENANT.to_string(),
             gpu_type: None,
             members,
             gpus_per_member,

@@ -53,7 +53,7 @@ pub use cluster_spec::ClusterSpec;
 pub use config_set::ConfigSet;
 pub use error::{FieldError, SpecError, ViewError};
 pub use ids::{ConfigSetId, JobId, ProposalId, RequestId, ServerId, ViewVersion};
-pub use job::{CpuDemand, Job, JobFile, JobSpec, JobState, Predictor, TaskEvent, TaskState};
+pub use job::{CpuDemand, DEFAULT_TENANT, Job, JobFile, JobSpec, JobState, Predictor, TaskEvent, TaskState};
 pub use locality::LocalityLevel;
 pub use mask::CoreMask;
 pub use placement::{Decision, MemberPlacement, Proposal, Rejection};

@@ -1,0 +1,198 @@
+//! A component's TLS files, read and checked, and read again when they change on disk.
+//!
+//! A TLS directory holds `ca.pem` (the cluster CA), and for a component with a certificate
+//! `cert.pem` and `key.pem` (what `tessera tls issue --out DIR` writes). A client with a bearer
+//! token needs `ca.pem` alone. [`Tls::current`] looks at the files' sizes and modification
+//! times at most every [`RECHECK`] and loads them again when they changed, so a renewed
+//! certificate is used by the next handshake without a restart. Files that do not load (a
+//! half-written copy) leave the last good material in use, and the error is logged once.
+//! Replace the files by renaming new ones over them.
+
+use super::TlsError;
+use super::identity::Identity;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::RootCertStore;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::server::danger::ClientCertVerifier;
+use tokio_rustls::rustls::sign::CertifiedKey;
+
+/// The cluster CA's certificate in a TLS directory.
+pub const CA_FILE: &str = "ca.pem";
+/// The CA's private key, in the CA's directory only (`tessera tls init`).
+pub const CA_KEY_FILE: &str = "ca.key";
+/// A component's certificate.
+pub const CERT_FILE: &str = "cert.pem";
+/// A component's private key.
+pub const KEY_FILE: &str = "key.pem";
+/// How often [`Tls::current`] looks at the files.
+pub const RECHECK: Duration = Duration::from_millis(500);
+
+/// The crypto provider of every TLS endpoint (ring).
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// One loaded, checked set of files.
+pub struct Material {
+    /// The CA certificate, PEM.
+    pub ca_pem: String,
+    /// The CA's public key (the subject public key bits), which signs tokens.
+    pub ca_public_key: Vec<u8>,
+    /// The roots: the CA.
+    pub roots: Arc<RootCertStore>,
+    /// The certificate chain, PEM, when the directory has one.
+    pub cert_pem: Option<String>,
+    /// The private key, PEM, with `cert_pem`.
+    pub key_pem: Option<String>,
+    /// The certificate and key for rustls.
+    pub certified: Option<Arc<CertifiedKey>>,
+    /// Who the certificate says this component is.
+    pub identity: Option<Identity>,
+    /// Verifies clients' certificates against the CA (a client without one passes the
+    /// handshake; the services then ask for a token).
+    pub client_verifier: Arc<dyn ClientCertVerifier>,
+    /// Counts loads: a client rebuilds its connections when it changes.
+    pub generation: u64,
+}
+
+impl std::fmt::Debug for Material {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Material").field("identity", &self.identity).field("generation", &self.generation).finish()
+    }
+}
+
+fn read(path: &Path) -> Result<String, TlsError> {
+    std::fs::read_to_string(path).map_err(|source| TlsError::Io { path: path.to_path_buf(), source })
+}
+
+impl Material {
+    /// Loads the directory's files.
+    pub fn load(dir: &Path, generation: u64) -> Result<Material, TlsError> {
+        let ca_path = dir.join(CA_FILE);
+        let ca_pem = read(&ca_path)?;
+        let bad = |path: &Path, why: String| TlsError::Pem { path: path.to_path_buf(), why };
+        let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(ca_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad(&ca_path, e.to_string()))?;
+        let [ca] = cas.as_slice() else {
+            return Err(bad(&ca_path, format!("{} certificates; exactly one CA certificate expected", cas.len())));
+        };
+        let (_, parsed) = x509_parser::parse_x509_certificate(ca).map_err(|e| bad(&ca_path, e.to_string()))?;
+        let ca_public_key = parsed.public_key().subject_public_key.data.to_vec();
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.clone()).map_err(|e| bad(&ca_path, e.to_string()))?;
+        let roots = Arc::new(roots);
+        let client_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let (cert_path, key_path) = (dir.join(CERT_FILE), dir.join(KEY_FILE));
+        let (mut cert_pem, mut key_pem, mut certified, mut identity) = (None, None, None, None);
+        if cert_path.exists() || key_path.exists() {
+            let c = read(&cert_path)?;
+            let k = read(&key_path)?;
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(c.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| bad(&cert_path, e.to_string()))?;
+            let leaf = chain.first().ok_or_else(|| bad(&cert_path, "no certificate".into()))?;
+            identity = Some(Identity::from_cert_der(leaf).map_err(|e| bad(&cert_path, e.to_string()))?);
+            let key = PrivateKeyDer::from_pem_slice(k.as_bytes()).map_err(|e| bad(&key_path, e.to_string()))?;
+            let ck = CertifiedKey::from_der(chain, key, &provider())
+                .map_err(|e| bad(&key_path, format!("the key does not fit the certificate: {e}")))?;
+            certified = Some(Arc::new(ck));
+            cert_pem = Some(c);
+            key_pem = Some(k);
+        }
+        Ok(Material {
+            ca_pem,
+            ca_public_key,
+            roots,
+            cert_pem,
+            key_pem,
+            certified,
+            identity,
+            client_verifier,
+            generation,
+        })
+    }
+}
+
+/// What the files looked like when last loaded: (size, modification time) of each.
+type Stamp = Vec<Option<(u64, SystemTime)>>;
+
+fn stamp(dir: &Path) -> Stamp {
+    [CA_FILE, CERT_FILE, KEY_FILE]
+        .iter()
+        .map(|f| std::fs::metadata(dir.join(f)).ok().and_then(|m| Some((m.len(), m.modified().ok()?))))
+        .collect()
+}
+
+struct State {
+    stamp: Stamp,
+    checked: Instant,
+    material: Arc<Material>,
+    /// The stamp of files that failed to load (logged once).
+    failed: Option<Stamp>,
+}
+
+/// A TLS directory, reloaded when its files change.
+pub struct Tls {
+    dir: PathBuf,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("dir", &self.dir).finish()
+    }
+}
+
+impl Tls {
+    /// Loads the directory now: a missing or malformed file is an error here, at start.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Arc<Tls>, TlsError> {
+        let dir = dir.into();
+        let s = stamp(&dir);
+        let material = Arc::new(Material::load(&dir, 1)?);
+        Ok(Arc::new(Tls {
+            dir,
+            state: Mutex::new(State { stamp: s, checked: Instant::now(), material, failed: None }),
+        }))
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The current material, loaded again first if the files changed.
+    pub fn current(&self) -> Arc<Material> {
+        // A panic while loading cannot leave the state half-changed: take it as it is.
+        let mut st = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if st.checked.elapsed() < RECHECK {
+            return st.material.clone();
+        }
+        st.checked = Instant::now();
+        let now = stamp(&self.dir);
+        if now == st.stamp || st.failed.as_ref() == Some(&now) {
+            return st.material.clone();
+        }
+        match Material::load(&self.dir, st.material.generation + 1) {
+            Ok(m) => {
+                tracing::info!(dir = %self.dir.display(), identity = ?m.identity, "TLS files changed: loaded again");
+                st.material = Arc::new(m);
+                st.stamp = now;
+                st.failed = None;
+            }
+            Err(e) => {
+                tracing::error!(dir = %self.dir.display(), error = %e, "TLS files changed but do not load; the previous ones stay in use");
+                st.failed = Some(now);
+            }
+        }
+        st.material.clone()
+    }
+}

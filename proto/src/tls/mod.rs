@@ -1,0 +1,227 @@
+//! Transport security and callers' identities (issue 15).
+//!
+//! Every connection between components is mutual TLS over one cluster CA:
+//! [`issue`] makes the CA and the certificates (`tessera tls init|issue`), [`material`] reads a
+//! component's TLS directory and reloads it when the files change, [`server`] accepts TLS
+//! connections for tonic (and gives actix-web the same configuration), [`identity`] says who a
+//! certificate is for, and [`token`] signs and checks the bearer tokens of callers without a
+//! certificate. [`authenticate`] turns what a request arrived with into the caller's
+//! [`Identity`]; the services decide what that identity may do.
+//!
+//! Plaintext is [`Security::Insecure`]: chosen explicitly (`--insecure`), logged as a warning,
+//! and every caller is then trusted as a replica is (nothing is authenticated).
+
+pub mod identity;
+pub mod issue;
+pub mod material;
+pub mod server;
+pub mod token;
+
+pub use identity::{Identity, IdentityError, Role};
+pub use material::{Material, Tls};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use thiserror::Error;
+use tokio_rustls::rustls::pki_types::CertificateDer;
+
+/// The metadata (gRPC) and header (HTTP) of a bearer token.
+pub const AUTHORIZATION: &str = "authorization";
+/// The metadata a replica's HTTP API sets to call the view for its own caller (honoured from a
+/// replica alone).
+pub const ON_BEHALF_OF: &str = "tessera-on-behalf-of";
+
+/// Why TLS could not be set up.
+#[derive(Debug, Error)]
+pub enum TlsError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file's content is not what it should be.
+    #[error("{}: {why}", .path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A configuration that cannot work.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// How a component talks to the others.
+#[derive(Clone, Debug)]
+pub enum Security {
+    /// Plaintext, nothing authenticated (`--insecure`).
+    Insecure,
+    /// Mutual TLS with the files of this directory.
+    Tls(Arc<Tls>),
+}
+
+impl Security {
+    /// TLS from `dir`, or plaintext when `insecure`; exactly one must be given. Plaintext logs
+    /// a warning.
+    pub fn from_flags(dir: Option<PathBuf>, insecure: bool, who: &str) -> Result<Security, TlsError> {
+        let s = Security::client_from_flags(dir, insecure, who)?;
+        if matches!(s, Security::Insecure) {
+            tracing::warn!(
+                component = who,
+                "--insecure: plaintext connections, no caller authenticated; never on a shared network"
+            );
+        }
+        Ok(s)
+    }
+
+    /// [`Security::from_flags`] for a one-shot client (a CLI command): plaintext is logged at
+    /// info, not warned about on every call.
+    pub fn client_from_flags(dir: Option<PathBuf>, insecure: bool, who: &str) -> Result<Security, TlsError> {
+        match (dir, insecure) {
+            (Some(d), false) => Ok(Security::Tls(Tls::open(d)?)),
+            (None, true) => {
+                tracing::info!(component = who, "--insecure: plaintext, nothing authenticated");
+                Ok(Security::Insecure)
+            }
+            (Some(_), true) => Err(TlsError::Config("--tls and --insecure exclude each other".into())),
+            (None, false) => Err(TlsError::Config(format!(
+                "{who} needs --tls DIR (ca.pem, cert.pem, key.pem from `tessera tls issue`) or an explicit --insecure"
+            ))),
+        }
+    }
+
+    /// The URL scheme of a connection.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Security::Insecure => "http",
+            Security::Tls(_) => "https",
+        }
+    }
+
+    /// The TLS directory, when there is one.
+    pub fn tls(&self) -> Option<&Arc<Tls>> {
+        match self {
+            Security::Insecure => None,
+            Security::Tls(t) => Some(t),
+        }
+    }
+
+    /// A tonic client TLS configuration from the current files (`None` in plaintext).
+    pub fn client_config(&self) -> Option<tonic::transport::ClientTlsConfig> {
+        let m = self.tls()?.current();
+        let mut c = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(m.ca_pem.as_bytes()));
+        if let (Some(cert), Some(key)) = (&m.cert_pem, &m.key_pem) {
+            c = c.identity(tonic::transport::Identity::from_pem(cert.as_bytes(), key.as_bytes()));
+        }
+        Some(c)
+    }
+
+    /// The generation of the current files (0 in plaintext): connections made with an older
+    /// generation are made again.
+    pub fn generation(&self) -> u64 {
+        self.tls().map_or(0, |t| t.current().generation)
+    }
+}
+
+/// Why a caller is not let in.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum AuthError {
+    /// No certificate and no token.
+    #[error(
+        "no client certificate and no bearer token: every call is authenticated (tessera tls issue, tessera token create)"
+    )]
+    Anonymous,
+    /// A token that does not check.
+    #[error("bearer token refused: {0}")]
+    BadToken(String),
+    /// A certificate without a usable identity.
+    #[error("client certificate refused: {0}")]
+    BadCertificate(String),
+    /// A caller other than a replica naming another identity.
+    #[error("{0} may not act on behalf of another caller")]
+    NotReplica(String),
+    /// A malformed on-behalf identity.
+    #[error("bad {ON_BEHALF_OF}: {0}")]
+    BadOnBehalf(String),
+}
+
+/// Who every caller is in plaintext: trusted as a replica (everything allowed).
+pub fn insecure_identity() -> Identity {
+    Identity { role: Role::Replica, name: "insecure".into(), tenants: Vec::new() }
+}
+
+/// The caller of a request: from its client certificate (already verified against the CA at
+/// the handshake), else its bearer token; a replica may then name the caller it acts for.
+pub fn authenticate(
+    security: &Security,
+    certs: Option<&[CertificateDer<'_>]>,
+    bearer: Option<&str>,
+    on_behalf: Option<&str>,
+    now_s: u64,
+) -> Result<Identity, AuthError> {
+    let Security::Tls(tls) = security else { return Ok(insecure_identity()) };
+    let caller = match (certs.and_then(|c| c.first()), bearer) {
+        (Some(leaf), _) => Identity::from_cert_der(leaf).map_err(|e| AuthError::BadCertificate(e.to_string()))?,
+        (None, Some(b)) => {
+            let t = b.strip_prefix("Bearer ").unwrap_or(b).trim();
+            token::verify(&tls.current().ca_public_key, t, now_s).map_err(AuthError::BadToken)?
+        }
+        (None, None) => return Err(AuthError::Anonymous),
+    };
+    match on_behalf {
+        None => Ok(caller),
+        Some(_) if caller.role != Role::Replica => Err(AuthError::NotReplica(caller.to_string())),
+        Some(uris) => Identity::from_uris(uris.split(',')).map_err(|e| AuthError::BadOnBehalf(e.to_string())),
+    }
+}
+
+/// The Unix time in seconds.
+pub fn unix_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// What a client sends besides TLS: a bearer token, and (a replica's HTTP API) the caller it
+/// acts for. Added to every call's metadata.
+#[derive(Clone, Debug, Default)]
+pub struct CallerAuth {
+    /// `authorization: Bearer …`.
+    pub bearer: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// `tessera-on-behalf-of`.
+    pub on_behalf: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl CallerAuth {
+    /// A token (without the `Bearer ` prefix) and the identity acted for.
+    pub fn new(token: Option<&str>, on_behalf: Option<&Identity>) -> Result<CallerAuth, TlsError> {
+        let value = |s: String| s.parse().map_err(|_| TlsError::Config("a token or name with non-ASCII bytes".into()));
+        Ok(CallerAuth {
+            bearer: token.map(|t| value(format!("Bearer {}", t.trim()))).transpose()?,
+            on_behalf: on_behalf.map(|i| value(i.uris().join(","))).transpose()?,
+        })
+    }
+}
+
+impl tonic::service::Interceptor for CallerAuth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(b) = &self.bearer {
+            req.metadata_mut().insert(AUTHORIZATION, b.clone());
+        }
+        if let Some(o) = &self.on_behalf {
+            req.metadata_mut().insert(ON_BEHALF_OF, o.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// The caller of a tonic request (see [`authenticate`]).
+pub fn caller_of<T>(security: &Security, req: &tonic::Request<T>) -> Result<Identity, AuthError> {
+    let certs = req.peer_certs();
+    let md = req.metadata();
+    let text = |k: &str| md.get(k).and_then(|v| v.to_str().ok());
+    authenticate(security, certs.as_deref().map(Vec::as_slice), text(AUTHORIZATION), text(ON_BEHALF_OF), unix_s())
+}
