@@ -52,6 +52,15 @@ pub struct ServeConfig {
     /// founding voter. `peers` then lists replicas to reach.
     #[serde(default)]
     pub join: bool,
+    /// TLS directory (`ca.pem`, `cert.pem`, `key.pem` of a replica certificate, from
+    /// `tessera tls issue --role replica`): every listener and every connection to a peer is
+    /// mutual TLS.
+    #[serde(default)]
+    pub tls: Option<PathBuf>,
+    /// Plaintext instead, nothing authenticated: must be chosen explicitly (exactly one of
+    /// `tls` and `insecure`).
+    #[serde(default)]
+    pub insecure: bool,
     /// The tunables (timing, bounds), with defaults.
     #[serde(flatten)]
     pub tuning: Tuning,
@@ -163,6 +172,12 @@ pub struct ServeFile {
     /// when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_listen: Option<SocketAddr>,
+    /// See [`ServeConfig::tls`] (relative paths are resolved against this file's directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<PathBuf>,
+    /// See [`ServeConfig::insecure`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
     /// Timing and bounds.
     #[serde(flatten)]
     pub tuning: Tuning,
@@ -331,7 +346,7 @@ fn d_max_watchers() -> usize {
 }
 
 /// The keys of [`ServeFile`] outside its tuning.
-const FILE_KEYS: [&str; 12] = [
+const FILE_KEYS: [&str; 14] = [
     "id",
     "cluster",
     "cluster_spec",
@@ -344,6 +359,8 @@ const FILE_KEYS: [&str; 12] = [
     "peers",
     "join",
     "http_listen",
+    "tls",
+    "insecure",
 ];
 
 impl ServeFile {
@@ -372,6 +389,9 @@ impl ServeFile {
         if f.data_dir.is_relative() {
             f.data_dir = dir.join(&f.data_dir);
         }
+        if let Some(t) = f.tls.as_mut().filter(|t| t.is_relative()) {
+            *t = dir.join(&*t);
+        }
         Ok(f)
     }
 
@@ -390,6 +410,8 @@ impl ServeFile {
             peers: cfg.peers.clone(),
             join: cfg.join,
             http_listen: listen.http,
+            tls: cfg.tls.clone(),
+            insecure: cfg.insecure,
             tuning: cfg.tuning.clone(),
         }
     }
@@ -419,6 +441,8 @@ impl ServeFile {
             raft_peers: self.raft_peers,
             peers: self.peers,
             join: self.join,
+            tls: self.tls,
+            insecure: self.insecure,
             tuning: self.tuning,
         })
     }
@@ -438,8 +462,24 @@ impl ServeConfig {
             raft_peers: Vec::new(),
             peers: Vec::new(),
             join: false,
+            tls: None,
+            insecure: false,
             tuning: Tuning::default(),
         }
+    }
+
+    /// Serves and connects with mutual TLS from `dir` (see [`ServeConfig::tls`]).
+    pub fn with_tls(mut self, dir: impl Into<PathBuf>) -> ServeConfig {
+        self.tls = Some(dir.into());
+        self.insecure = false;
+        self
+    }
+
+    /// Serves and connects in plaintext, nothing authenticated.
+    pub fn with_insecure(mut self) -> ServeConfig {
+        self.tls = None;
+        self.insecure = true;
+        self
     }
 
     /// The founding voters: replica `i + 1` at `addrs[i]` (client, and raft when given).
@@ -529,6 +569,15 @@ impl ServeConfig {
         }
         if self.join && peers.is_empty() {
             return bad("a joining replica needs peers to reach");
+        }
+        match (&self.tls, self.insecure) {
+            (Some(_), true) => return bad("tls and insecure exclude each other"),
+            (None, false) => {
+                return bad(
+                    "set tls (a directory from `tessera tls issue --role replica`) or, for plaintext, insecure = true",
+                );
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -69,6 +69,12 @@ pub enum ViewServerError {
     /// replica's, RocksDB cannot open), or under a request (try another replica).
     #[error(transparent)]
     Replica(Box<ReplicaError>),
+    /// The caller is not authenticated (no certificate and no token, or a bad token).
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller is authenticated but may not do this.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// A fault of this server (an answer of the wrong kind): a bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -181,6 +187,10 @@ pub enum ViewServerError {
         /// Why.
         source: tonic::transport::Error,
     },
+    /// The TLS directory is missing, malformed, or TLS was neither configured nor refused
+    /// explicitly.
+    #[error("TLS")]
+    Tls(#[source] Box<tessera_proto::tls::TlsError>),
     /// The HTTP API cannot make its client of the view.
     #[error("HTTP API on {addr}: cannot make a view client")]
     HttpClient {
@@ -194,6 +204,12 @@ pub enum ViewServerError {
 // Every request's answer carries a `Result<_, ViewServerError>` through the driver's channels:
 // the rare, large causes (the start's, the replica's) are boxed to keep it within this budget.
 const _: () = assert!(std::mem::size_of::<ViewServerError>() <= 64);
+
+impl From<tessera_proto::tls::TlsError> for ViewServerError {
+    fn from(e: tessera_proto::tls::TlsError) -> Self {
+        ViewServerError::Tls(Box::new(e))
+    }
+}
 
 impl From<ReplicaError> for ViewServerError {
     fn from(e: ReplicaError) -> Self {
@@ -221,6 +237,8 @@ impl ViewServerError {
             E::Busy(_) => Code::ResourceExhausted,
             E::Timeout { .. } => Code::DeadlineExceeded,
             E::NotFound(_) => Code::NotFound,
+            E::Unauthenticated(_) => Code::Unauthenticated,
+            E::PermissionDenied(_) => Code::PermissionDenied,
             E::Invalid(_) => Code::InvalidArgument,
             E::Precondition(_) | E::ServerDown { .. } => Code::FailedPrecondition,
             E::View(ViewError::UnknownJob(_) | ViewError::UnknownServer(_)) => Code::NotFound,
@@ -241,6 +259,7 @@ impl ViewServerError {
             | E::Listen { .. }
             | E::DriverThread { .. }
             | E::Serve { .. }
+            | E::Tls(_)
             | E::HttpClient { .. } => Code::Internal,
         }
     }

@@ -9,6 +9,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`adoption`] | scheduler hosts' leases on pending jobs (leader memory) |
+//! | [`authz`] | who may do what (one pure rule function) and the audit log of refusals and admin actions |
 //! | [`config`] | [`ServeConfig`] (a value), [`ServeFile`] (the TOML file), [`Listeners`] (bound sockets) |
 //! | [`node`] | the driver thread: requests in, ready rounds (persist, apply, send), answers out; leases |
 //! | [`service`] | the `View` service: request checks, conversions, leader hints |
@@ -17,6 +18,7 @@
 //! | [`error`] | [`ViewServerError`], the crate's one error type, and its gRPC status |
 
 pub mod adoption;
+pub mod authz;
 pub mod config;
 pub mod error;
 pub mod http;
@@ -35,6 +37,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tessera_proto::tls::Security;
 use tessera_proto::v1;
 use tessera_replica::{Replica, ReplicaConfig};
 use tessera_view::ClusterView;
@@ -57,6 +60,20 @@ pub async fn serve(
     let listen = listeners.addrs()?;
     let raft_port = listen.raft.is_some();
     cfg.validate(raft_port)?;
+    let security = Security::from_flags(cfg.tls.clone(), cfg.insecure, "view replica")?;
+    let server_tls = match security.tls() {
+        Some(t) => Some(tessera_proto::tls::server::server_config(t, &[b"h2"])?),
+        None => None,
+    };
+    if let Some(id) = security.tls().and_then(|t| t.current().identity.clone())
+        && id.role != tessera_proto::tls::Role::Replica
+    {
+        return Err(tessera_proto::tls::TlsError::Config(format!(
+            "the certificate in {} is for {id}, not a replica",
+            cfg.tls.as_deref().unwrap_or(std::path::Path::new("?")).display()
+        ))
+        .into());
+    }
     let t = cfg.tuning.clone();
     let initial = ClusterView::from_spec(&cfg.spec);
     let identity = cluster_identity(&cfg.cluster, &initial);
@@ -112,6 +129,7 @@ pub async fn serve(
         let handle = handle.clone();
         let identity = identity.clone();
         let me = cfg.id;
+        let security = security.clone();
         rt.spawn(async move {
             let mut tasks: HashMap<u64, tokio::task::JoinHandle<()>> = HashMap::new();
             while let Some((id, addr)) = spawn_rx.recv().await {
@@ -123,7 +141,15 @@ pub async fn serve(
                     old.abort();
                 }
                 tracing::info!(replica = me, peer = id, addr, "raft transport to peer");
-                let t = tokio::spawn(transport::run_peer(identity.clone(), me, id, addr, rx, handle.clone()));
+                let t = tokio::spawn(transport::run_peer(
+                    identity.clone(),
+                    me,
+                    id,
+                    addr,
+                    rx,
+                    handle.clone(),
+                    security.clone(),
+                ));
                 tasks.insert(id, t);
             }
         });
@@ -141,20 +167,29 @@ pub async fn serve(
         })
         .map_err(|source| ViewServerError::DriverThread { replica: cfg.id, source })?;
 
+    let audit = Arc::new(authz::AuditLog::new(cfg.data_dir.join("audit.jsonl")));
     let view = service::ViewService {
         node: handle.clone(),
         cluster: identity.clone(),
         watchers: Arc::new(AtomicUsize::new(0)),
         max_watchers: t.max_watchers,
+        security: security.clone(),
+        audit: audit.clone(),
     };
-    let raft = transport::RaftService { cluster: identity.clone(), id: cfg.id, node: handle.clone() };
+    let raft = transport::RaftService {
+        cluster: identity.clone(),
+        id: cfg.id,
+        node: handle.clone(),
+        security: security.clone(),
+        audit,
+    };
     // Accepted connections get TCP_NODELAY: without it, small raft and client messages wait
     // for delayed acknowledgements (tens of milliseconds).
     let incoming = |l: std::net::TcpListener, addr: SocketAddr| {
         let listen_error = |source| ViewServerError::Listen { addr: addr.to_string(), source };
         l.set_nonblocking(true).map_err(listen_error)?;
         let l = tokio::net::TcpListener::from_std(l).map_err(listen_error)?;
-        Ok::<_, ViewServerError>(tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)))
+        Ok::<_, ViewServerError>(Incoming::new(l, server_tls.clone()))
     };
     let client_incoming = incoming(listeners.client, listen.client)?;
     tracing::info!(replica = cfg.id, addr = %listen.client, cluster = %identity, "serving");
@@ -174,6 +209,7 @@ pub async fn serve(
         }
         let http_cfg = http::HttpConfig {
             replica: cfg.id,
+            security: security.clone(),
             view_addrs,
             request_timeout: Duration::from_millis(t.request_timeout_ms) + Duration::from_secs(2),
             max_body_bytes: http::MAX_BODY_BYTES,
@@ -208,13 +244,11 @@ pub async fn serve(
         match (listeners.raft, listen.raft) {
             // Raft on its own port: the client port carries only the View service.
             (Some(raft_listener), Some(raft_addr)) => {
-                let raft = tonic::transport::Server::builder().add_service(raft_server).serve_with_incoming_shutdown(
-                    incoming(raft_listener, raft_addr)?,
+                let raft = incoming(raft_listener, raft_addr)?.serve(
+                    tonic::transport::Server::builder().add_service(raft_server),
                     until_stopping(stopping.clone()),
                 );
-                let client = tonic::transport::Server::builder()
-                    .add_service(view_server)
-                    .serve_with_incoming_shutdown(client_incoming, stop);
+                let client = client_incoming.serve(tonic::transport::Server::builder().add_service(view_server), stop);
                 let (a, b) = (listen.client.to_string(), raft_addr.to_string());
                 tracing::info!(replica = cfg.id, raft = %raft_addr, "raft on its own port");
                 Box::pin(async move {
@@ -226,10 +260,8 @@ pub async fn serve(
             }
             _ => {
                 let a = listen.client.to_string();
-                let both = tonic::transport::Server::builder()
-                    .add_service(view_server)
-                    .add_service(raft_server)
-                    .serve_with_incoming_shutdown(client_incoming, stop);
+                let both = client_incoming
+                    .serve(tonic::transport::Server::builder().add_service(view_server).add_service(raft_server), stop);
                 Box::pin(async move { both.await.map_err(server_err(a)) })
             }
         };
@@ -257,4 +289,38 @@ pub async fn serve(
         return Err(e);
     }
     Ok(())
+}
+
+/// A listener's connections: plain TCP, or TLS after a finished handshake.
+enum Incoming {
+    Plain(tokio::net::TcpListener),
+    Tls(tokio::net::TcpListener, Arc<tokio_rustls::rustls::ServerConfig>),
+}
+
+type ServeFuture = std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+
+impl Incoming {
+    fn new(l: tokio::net::TcpListener, tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>) -> Incoming {
+        match tls {
+            Some(c) => Incoming::Tls(l, c),
+            None => Incoming::Plain(l),
+        }
+    }
+
+    /// Serves `router` on these connections until `signal`.
+    fn serve(
+        self,
+        router: tonic::transport::server::Router,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> ServeFuture {
+        match self {
+            Incoming::Plain(l) => Box::pin(router.serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
+                signal,
+            )),
+            Incoming::Tls(l, c) => {
+                Box::pin(router.serve_with_incoming_shutdown(tessera_proto::tls::server::incoming(l, c), signal))
+            }
+        }
+    }
 }

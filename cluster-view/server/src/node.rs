@@ -110,6 +110,10 @@ pub enum NodeRequest {
     AdoptJobs(String, Vec<JobId>, usize, Reply<(Adopted, u64, u64)>),
     /// The node agents' addresses the leader knows: (server, name, address).
     Agents(Reply<Vec<(u32, String, String)>>),
+    /// The leader only: the scheduler host holding each job now, if any (authorization).
+    Holders(Vec<JobId>, Reply<Vec<Option<String>>>),
+    /// A server's name, if the view has the server (authorization of agents).
+    ServerName(ServerId, Reply<Option<String>>),
     /// Add (true) or remove a replica.
     Membership(bool, u64, String, Reply<Vec<u64>>),
     /// Raft messages from a peer.
@@ -514,6 +518,17 @@ impl Driver {
                     .collect();
                 out.sort();
                 let _ = reply.send(Ok(out));
+            }
+            NodeRequest::Holders(jobs, reply) => {
+                if !self.replica.is_leader() {
+                    let _ = reply.send(Err(self.not_leader()));
+                    return;
+                }
+                let _ =
+                    reply.send(Ok(jobs.iter().map(|j| self.adoptions.owner(*j, now).map(str::to_string)).collect()));
+            }
+            NodeRequest::ServerName(server, reply) => {
+                let _ = reply.send(Ok(self.replica.view().server_name(server).map(str::to_string)));
             }
             NodeRequest::Membership(add, id, addr, reply) => {
                 let r = self.replica.propose_membership(add, id, &addr);

@@ -11,11 +11,13 @@
 //! at debug level, the rare ones (registration, membership) at info. A watch logs nothing per
 //! event.
 
+use crate::authz::{Action, AuditLog};
 use crate::error::{ViewServerError, chain};
 use crate::node::{NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tessera_proto::tls::{Identity, Role, Security};
 use tessera_proto::v1;
 use tessera_replica::Answer;
 use tessera_view::server::MAX_CORDON_REASON_CHARS;
@@ -44,6 +46,10 @@ pub struct ViewService {
     pub watchers: Arc<AtomicUsize>,
     /// Most watch streams.
     pub max_watchers: usize,
+    /// How callers are authenticated.
+    pub security: Security,
+    /// Refusals and admin actions.
+    pub audit: Arc<AuditLog>,
 }
 
 fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
@@ -122,6 +128,69 @@ fn check_agent_addr(a: &str) -> Result<(), ViewServerError> {
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + Send>>;
 
 impl ViewService {
+    /// The caller of `req`, or `UNAUTHENTICATED` (audited).
+    fn caller<T>(&self, req: &Request<T>, method: &str) -> Result<Identity, Status> {
+        tessera_proto::tls::caller_of(&self.security, req).map_err(|e| {
+            let why = e.to_string();
+            self.audit.record(None, method, "", &Err(why.clone()));
+            ViewServerError::Unauthenticated(why).into()
+        })
+    }
+
+    /// Whether `who` may do `action`, else `PERMISSION_DENIED`; refusals and admins' changes
+    /// are audited (`detail` says what was asked).
+    fn allow(
+        &self,
+        who: &Identity,
+        method: &str,
+        detail: impl FnOnce() -> String,
+        action: Action<'_>,
+    ) -> Result<(), Status> {
+        let verdict = crate::authz::check(who, &action);
+        if verdict.is_err() || (who.role == Role::Admin && action.is_admin_change()) {
+            self.audit.record(Some(who), method, &detail(), &verdict);
+        }
+        verdict.map_err(|why| ViewServerError::PermissionDenied(why).into())
+    }
+
+    /// Authenticates and checks a request whose action needs no state.
+    fn admit<T>(&self, req: &Request<T>, method: &str, action: Action<'_>) -> Result<Identity, Status> {
+        let who = self.caller(req, method)?;
+        self.allow(&who, method, String::new, action)?;
+        Ok(who)
+    }
+
+    /// For a scheduler host: its right to schedule `jobs` (none held by another host). Other
+    /// callers pass to the rules without a lookup.
+    async fn allow_schedule(&self, who: &Identity, method: &str, jobs: Vec<JobId>) -> Result<(), Status> {
+        if who.role != Role::Scheduler {
+            return self.allow(who, method, String::new, Action::Schedule { holders: Vec::new() });
+        }
+        let detail = format!("jobs {:?}", jobs.iter().map(|j| j.0).collect::<Vec<_>>());
+        let holders = self.node.ask(|reply| NodeRequest::Holders(jobs, reply)).await?;
+        let holders = holders.iter().map(Option::as_deref).collect();
+        self.allow(who, method, || detail, Action::Schedule { holders })
+    }
+
+    /// For an agent: its right to act for server `server`.
+    async fn allow_agent(&self, who: &Identity, method: &str, server: u32) -> Result<(), Status> {
+        if who.role != Role::Agent {
+            return self.allow(who, method, String::new, Action::Agent { server: "" });
+        }
+        let name = self.node.ask(|reply| NodeRequest::ServerName(ServerId(server), reply)).await?;
+        let name = name.unwrap_or_else(|| format!("#{server} (unknown)"));
+        self.allow(who, method, || format!("server {server}"), Action::Agent { server: &name })
+    }
+
+    /// A job's tenant, read from this replica (a job's tenant never changes).
+    async fn tenant_of(&self, job: u64) -> Result<Option<String>, Status> {
+        let what = ReadTarget::Job(JobId(job));
+        match self.node.ask(|reply| NodeRequest::Read { linearizable: false, what, reply }).await? {
+            ReadOut::Job(j, _) => Ok(j.and_then(|j| j.spec.map(|s| s.tenant))),
+            ReadOut::Snapshot(..) => Err(ViewServerError::Internal("wrong read answer".into()).into()),
+        }
+    }
+
     async fn command(&self, cmd: Command) -> Result<(Outcome, u64), ViewServerError> {
         let (a, version) = self.node.ask(|r| NodeRequest::Commands(vec![(cmd, r)])).await?;
         match a {
@@ -144,7 +213,8 @@ impl ViewService {
 #[tonic::async_trait]
 impl v1::view_server::View for ViewService {
     #[instrument(level = "debug", skip_all)]
-    async fn status(&self, _req: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
+    async fn status(&self, req: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
+        self.admit(&req, "Status", Action::Status)?;
         let s = self.node.ask(NodeRequest::Status).await?;
         Ok(Response::new(v1::StatusResponse {
             replica: s.id,
@@ -168,6 +238,7 @@ impl v1::view_server::View for ViewService {
 
     #[instrument(level = "debug", skip_all, fields(linearizable = req.get_ref().linearizable))]
     async fn snapshot(&self, req: Request<v1::ReadRequest>) -> Result<Response<v1::SnapshotResponse>, Status> {
+        self.admit(&req, "Snapshot", Action::ReadView)?;
         let linearizable = req.into_inner().linearizable;
         match self.node.ask(|reply| NodeRequest::Read { linearizable, what: ReadTarget::Snapshot, reply }).await? {
             ReadOut::Snapshot(s, applied) => {
@@ -188,6 +259,7 @@ impl v1::view_server::View for ViewService {
     /// replica.
     #[instrument(level = "debug", skip_all, fields(from_version = req.get_ref().from_version))]
     async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        self.admit(&req, "Watch", Action::ReadView)?;
         let mut from = req.into_inner().from_version;
         if *self.node.leader.borrow() == 0 {
             return Err(Status::unavailable(
@@ -270,8 +342,10 @@ impl v1::view_server::View for ViewService {
         fields(proposals = req.get_ref().proposals.len(), job_id = Empty, proposal = Empty)
     )]
     async fn propose(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let who = self.caller(&req, "Propose")?;
         let wire = req.into_inner().proposals;
         count("proposals", wire.len())?;
+        self.allow_schedule(&who, "Propose", wire.iter().map(|p| JobId(p.job)).collect()).await?;
         if let [p] = wire.as_slice() {
             Span::current().record("job_id", p.job).record("proposal", p.id);
         }
@@ -298,8 +372,10 @@ impl v1::view_server::View for ViewService {
         fields(moves = req.get_ref().proposals.len(), job_id = Empty, proposal = Empty)
     )]
     async fn migrate(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let who = self.caller(&req, "Migrate")?;
         let wire = req.into_inner().proposals;
         count("moves", wire.len())?;
+        self.allow_schedule(&who, "Migrate", wire.iter().map(|p| JobId(p.job)).collect()).await?;
         if let [p] = wire.as_slice() {
             Span::current().record("job_id", p.job).record("proposal", p.id);
         }
@@ -328,12 +404,14 @@ impl v1::view_server::View for ViewService {
     /// The span names the preemptor, its proposal and how many victims it displaces.
     #[instrument(level = "debug", skip_all, fields(job_id = Empty, proposal = Empty, victims = Empty))]
     async fn preempt(&self, req: Request<v1::PreemptRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let who = self.caller(&req, "Preempt")?;
         let wire = req.into_inner().preemption.ok_or_else(|| ViewServerError::Invalid("preemption: missing".into()))?;
         let pre = Preemption::try_from(wire).map_err(|e| ViewServerError::Invalid(format!("preemption: {e}")))?;
         Span::current()
             .record("job_id", pre.proposal.job.0)
             .record("proposal", pre.proposal.id.0)
             .record("victims", pre.victims.len());
+        self.allow_schedule(&who, "Preempt", vec![pre.proposal.job]).await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.node.send(NodeRequest::Commands(vec![(Command::Preempt(pre), tx)]))?;
         let result = one_decision(self.node.wait(rx).await)?;
@@ -342,7 +420,9 @@ impl v1::view_server::View for ViewService {
 
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job, failed = req.get_ref().failed))]
     async fn release(&self, req: Request<v1::ReleaseRequest>) -> Result<Response<v1::WriteResponse>, Status> {
+        let who = self.caller(&req, "Release")?;
         let r = req.into_inner();
+        self.allow_schedule(&who, "Release", vec![JobId(r.job)]).await?;
         self.write_ended(Command::Release { job: JobId(r.job), failed: r.failed }).await
     }
 
@@ -353,6 +433,7 @@ impl v1::view_server::View for ViewService {
         fields(specs = req.get_ref().specs.len(), request_id = %req.get_ref().request_id)
     )]
     async fn submit_job(&self, req: Request<v1::SubmitJobRequest>) -> Result<Response<v1::SubmitJobResponse>, Status> {
+        let who = self.caller(&req, "SubmitJob")?;
         let req = req.into_inner();
         count("job specs", req.specs.len())?;
         let request = if req.request_id.is_empty() {
@@ -364,8 +445,20 @@ impl v1::view_server::View for ViewService {
         };
         let mut items = Vec::with_capacity(req.specs.len());
         let mut waits = Vec::with_capacity(req.specs.len());
+        let mut specs = Vec::with_capacity(req.specs.len());
         for (i, s) in req.specs.into_iter().enumerate() {
-            let spec = JobSpec::try_from(s).map_err(|e| ViewServerError::Invalid(format!("specs[{i}]: {e}")))?;
+            let mut spec = JobSpec::try_from(s).map_err(|e| ViewServerError::Invalid(format!("specs[{i}]: {e}")))?;
+            // Tenants come from the identity: a user of one tenant who names none submits for it.
+            if let [only] = who.tenants.as_slice()
+                && spec.tenant == tessera_view::DEFAULT_TENANT
+            {
+                spec.tenant = only.clone();
+            }
+            specs.push(spec);
+        }
+        let tenants = specs.iter().map(|s| s.tenant.as_str()).collect();
+        self.allow(&who, "SubmitJob", String::new, Action::Submit { tenants })?;
+        for (i, spec) in specs.into_iter().enumerate() {
             let request = match &request {
                 Some(r) => Some(r.item(i).map_err(|e| ViewServerError::Invalid(format!("request_id: {e}")))?),
                 None => None,
@@ -409,7 +502,16 @@ impl v1::view_server::View for ViewService {
 
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job))]
     async fn cancel_job(&self, req: Request<v1::CancelJobRequest>) -> Result<Response<v1::WriteResponse>, Status> {
+        let who = self.caller(&req, "CancelJob")?;
         let req = req.into_inner();
+        if who.role == Role::User {
+            // An unknown job is the view's refusal (NOT_FOUND) for everyone alike.
+            if let Some(tenant) = self.tenant_of(req.job).await? {
+                self.allow(&who, "CancelJob", || format!("job {}", req.job), Action::Cancel { tenant: &tenant })?;
+            }
+        } else {
+            self.allow(&who, "CancelJob", String::new, Action::Cancel { tenant: "" })?;
+        }
         if req.reason.len() > MAX_TASK_MESSAGE {
             return Err(ViewServerError::Invalid(format!(
                 "CancelJobRequest.reason: {} bytes; at most {MAX_TASK_MESSAGE}",
@@ -427,7 +529,10 @@ impl v1::view_server::View for ViewService {
         &self,
         req: Request<v1::CordonServerRequest>,
     ) -> Result<Response<v1::WriteResponse>, Status> {
+        let who = self.caller(&req, "CordonServer")?;
         let r = req.into_inner();
+        let detail = || format!("server {} action {} reason {:?}", r.server, r.action, r.reason);
+        self.allow(&who, "CordonServer", detail, Action::Cordon)?;
         let cmd = cordon_command(&r, crate::node::unix_ms())?;
         Span::current().record("action", v1::CordonAction::try_from(r.action).map_or("?", |a| a.as_str_name()));
         tracing::info!(reason = %r.reason, drain_timeout_s = r.drain_timeout_s, "server cordon change");
@@ -440,10 +545,15 @@ impl v1::view_server::View for ViewService {
 
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job))]
     async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::GetJobResponse>, Status> {
+        let who = self.caller(&req, "GetJob")?;
         let r = req.into_inner();
         let what = ReadTarget::Job(JobId(r.job));
         match self.node.ask(|reply| NodeRequest::Read { linearizable: r.linearizable, what, reply }).await? {
-            ReadOut::Job(Some(job), version) => Ok(Response::new(v1::GetJobResponse { job: Some(*job), version })),
+            ReadOut::Job(Some(job), version) => {
+                let tenant = job.spec.as_ref().map_or("", |s| s.tenant.as_str());
+                self.allow(&who, "GetJob", || format!("job {}", r.job), Action::ReadJob { tenant })?;
+                Ok(Response::new(v1::GetJobResponse { job: Some(*job), version }))
+            }
             ReadOut::Job(None, version) => Err(ViewServerError::NotFound(format!(
                 "no job {} at version {version} (never submitted, or ended long ago)",
                 r.job
@@ -459,7 +569,9 @@ impl v1::view_server::View for ViewService {
         &self,
         req: Request<v1::RegisterServerRequest>,
     ) -> Result<Response<v1::LeaseResponse>, Status> {
+        let who = self.caller(&req, "RegisterServer")?;
         let r = req.into_inner();
+        self.allow(&who, "RegisterServer", || format!("server `{}`", r.name), Action::Agent { server: &r.name })?;
         if r.name.is_empty() {
             return Err(ViewServerError::Invalid("server name is empty".into()).into());
         }
@@ -474,7 +586,9 @@ impl v1::view_server::View for ViewService {
 
     #[instrument(level = "debug", skip_all, fields(server = req.get_ref().server))]
     async fn heartbeat(&self, req: Request<v1::HeartbeatRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
+        let who = self.caller(&req, "Heartbeat")?;
         let r = req.into_inner();
+        self.allow_agent(&who, "Heartbeat", r.server).await?;
         let server = r.server;
         if !r.health_reasons.is_empty() {
             tracing::debug!(reasons = ?r.health_reasons, "agent reports unhealthy devices");
@@ -499,7 +613,9 @@ impl v1::view_server::View for ViewService {
         &self,
         req: Request<v1::ReportTaskRequest>,
     ) -> Result<Response<v1::ReportTaskResponse>, Status> {
+        let who = self.caller(&req, "ReportTask")?;
         let r = req.into_inner();
+        self.allow_agent(&who, "ReportTask", r.server).await?;
         let event = match r.event {
             Some(v1::report_task_request::Event::Started(_)) => TaskEvent::Started,
             Some(v1::report_task_request::Event::Exited(e)) => {
@@ -536,7 +652,9 @@ impl v1::view_server::View for ViewService {
         fields(host = %req.get_ref().host, held = req.get_ref().held.len(), want = req.get_ref().want)
     )]
     async fn adopt_jobs(&self, req: Request<v1::AdoptJobsRequest>) -> Result<Response<v1::AdoptJobsResponse>, Status> {
+        let who = self.caller(&req, "AdoptJobs")?;
         let r = req.into_inner();
+        self.allow(&who, "AdoptJobs", || format!("host `{}`", r.host), Action::Adopt { host: &r.host })?;
         if r.host.is_empty() || r.host.len() > 128 {
             return Err(ViewServerError::Invalid("AdoptJobsRequest.host: 1 to 128 bytes".into()).into());
         }
@@ -561,7 +679,8 @@ impl v1::view_server::View for ViewService {
     }
 
     #[instrument(level = "debug", skip_all)]
-    async fn agents(&self, _req: Request<v1::AgentsRequest>) -> Result<Response<v1::AgentsResponse>, Status> {
+    async fn agents(&self, req: Request<v1::AgentsRequest>) -> Result<Response<v1::AgentsResponse>, Status> {
+        self.admit(&req, "Agents", Action::ReadView)?;
         let list = self.node.ask(NodeRequest::Agents).await?;
         Ok(Response::new(v1::AgentsResponse {
             agents: list.into_iter().map(|(server, name, addr)| v1::AgentInfo { server, name, addr }).collect(),
@@ -573,7 +692,14 @@ impl v1::view_server::View for ViewService {
         &self,
         req: Request<v1::AddReplicaRequest>,
     ) -> Result<Response<v1::MembershipResponse>, Status> {
+        let who = self.caller(&req, "AddReplica")?;
         let r = req.into_inner();
+        self.allow(
+            &who,
+            "AddReplica",
+            || format!("replica {} at {} {}", r.id, r.addr, r.raft_addr),
+            Action::Membership,
+        )?;
         if r.id == 0 {
             return Err(ViewServerError::Invalid("replica ids start at 1".into()).into());
         }
@@ -592,7 +718,9 @@ impl v1::view_server::View for ViewService {
         &self,
         req: Request<v1::RemoveReplicaRequest>,
     ) -> Result<Response<v1::MembershipResponse>, Status> {
+        let who = self.caller(&req, "RemoveReplica")?;
         let id = req.into_inner().id;
+        self.allow(&who, "RemoveReplica", || format!("replica {id}"), Action::Membership)?;
         let voters = self.node.ask(|reply| NodeRequest::Membership(false, id, String::new(), reply)).await?;
         Ok(Response::new(v1::MembershipResponse { voters }))
     }

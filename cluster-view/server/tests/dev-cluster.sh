@@ -2,7 +2,8 @@
 # promtool.sh), from the repository root after deploy/install-deps.sh.
 #
 # start_dev [ARGS...]: starts `tessera dev` (with ARGS) on free loopback ports, its HTTP API at
-# http://127.0.0.1:$port, its log and data under $work; stops it and removes $work on exit
+# https://127.0.0.1:$port (mutual TLS: $tls holds the dev cluster's admin certificate, `api PATH`
+# GETs a route with it), its log and data under $work; stops it and removes $work on exit
 # (printing the log's tail if the script failed); returns once the API is ready (a leader is
 # known), failing after 60 s.
 start_dev() {
@@ -14,12 +15,18 @@ start_dev() {
     "$tessera" dev --view-port 0 --http-port "$port" --data-dir "$work/data" "$@" >"$work/dev.log" 2>&1 &
     dev=$!
     trap stop_dev EXIT
+    tls="$work/data/tls/admin-admin"
     for _ in $(seq 1 120); do
-        curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
+        [ -f "$tls/ca.pem" ] && api /readyz >/dev/null 2>&1 && return 0
         sleep 0.5
     done
     echo "tessera dev: no leader within 60 s" >&2
     return 1
+}
+
+# GET https://127.0.0.1:$port$1 as the dev cluster's admin.
+api() {
+    curl -fsS --cacert "$tls/ca.pem" --cert "$tls/cert.pem" --key "$tls/key.pem" "https://127.0.0.1:$port$1"
 }
 
 stop_dev() {

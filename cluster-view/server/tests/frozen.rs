@@ -21,7 +21,10 @@ async fn a_frozen_replica_holds_one_attempt_not_the_call() {
     let mut addrs = vec![frozen_addr.clone()];
     addrs.extend(cluster.addrs());
     let deadline = Duration::from_secs(3);
-    let mut c = tessera_view_server::ViewClient::new(addrs).expect("client").with_deadline(deadline);
+    let mut c = tessera_view_server::ViewClient::new(addrs)
+        .expect("client")
+        .with_deadline(deadline)
+        .with_security(cluster.security());
     assert_eq!(c.attempt_timeout(), Duration::from_secs(1));
 
     let wire = tessera_proto::v1::JobSpec::from(&JobSpec::simple("after-a-freeze", 1, 1));

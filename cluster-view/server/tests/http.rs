@@ -24,8 +24,14 @@ impl Replica {
     async fn start() -> Replica {
         let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
         let tuning = Tuning { tick_ms: 20, sync: false, request_timeout_ms: 3000, ..Tuning::default() };
-        let cluster =
-            LocalCluster::builder(spec).name("http-test").http(true).tuning(tuning).start().await.expect("replica");
+        let cluster = LocalCluster::builder(spec)
+            .name("http-test")
+            .http(true)
+            .tls(false)
+            .tuning(tuning)
+            .start()
+            .await
+            .expect("replica");
         let http = cluster.http_addr().expect("an HTTP address");
         let r = Replica { http: format!("http://{http}"), grpc: cluster.addrs()[0].clone(), _cluster: cluster };
         let mut c = r.view();

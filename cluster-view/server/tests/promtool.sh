@@ -18,7 +18,7 @@ start_dev --submit examples/jobs/*.toml
 # Every example job ended (bounded: 120 s), as the dev cluster's status tells.
 all_ended() {
     local s
-    s=$(curl -fsS "http://127.0.0.1:$port/v1/status" 2>/dev/null) || return 1
+    s=$(api /v1/status 2>/dev/null) || return 1
     python3 -c '
 import json, sys
 c = json.loads(sys.argv[1])["jobs"]
@@ -33,6 +33,6 @@ all_ended || { echo "promtool check: the example jobs did not end within 120 s" 
 # The HTTP API runs on replica 1; the others' metrics are the same exposition code, so one
 # replica's, after real work, is what is checked. (Each replica serves its own /metrics where
 # `http_listen` is set, as in deploy/local.)
-curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics.txt"
+api /metrics >"$work/metrics.txt"
 promtool check metrics <"$work/metrics.txt"
 echo "promtool: $(grep -c '^# TYPE' "$work/metrics.txt") metric families, $(grep -vc '^#\|^$' "$work/metrics.txt") series, no complaint"

@@ -23,5 +23,6 @@ python_tool "schemathesis-$version" "schemathesis==$version" st
 . cluster-view/server/tests/dev-cluster.sh
 start_dev
 
-"$venv/bin/st" --config-file cluster-view/server/tests/schemathesis.toml run "http://127.0.0.1:$port/v1/openapi.json" \
+"$venv/bin/st" --config-file cluster-view/server/tests/schemathesis.toml run "https://127.0.0.1:$port/v1/openapi.json" \
+    --tls-verify "$tls/ca.pem" --request-cert "$tls/cert.pem" --request-cert-key "$tls/key.pem" \
     --checks all --max-examples "$examples" --seed 1 --request-timeout 10 --no-color

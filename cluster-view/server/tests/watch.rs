@@ -20,7 +20,12 @@ fn start(id: u64, listeners: Listeners, addrs: &[ListenAddrs], dir: &std::path::
     let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
     // Elections in 200–400 ms: the grace to end a leaderless watch is 800 ms.
     let tuning = Tuning { tick_ms: 20, election_tick: 10, sync: false, server_lease_ms: 0, ..Tuning::default() };
-    let cfg = ServeConfig::new(id, "watch", spec, dir.join(format!("r{id}"))).with_peers(addrs).with_tuning(tuning);
+    let pki = tessera_testkit::Pki::create(&dir.join("tls")).expect("CA");
+    let tls = pki.issue(tessera_proto::tls::Role::Replica, &format!("r{id}"), &[], &[]).expect("certificate");
+    let cfg = ServeConfig::new(id, "watch", spec, dir.join(format!("r{id}")))
+        .with_peers(addrs)
+        .with_tuning(tuning)
+        .with_tls(tls);
     let (tx, rx) = oneshot::channel();
     let done = tokio::spawn(async move {
         serve(listeners, cfg, async move {
@@ -39,6 +44,11 @@ impl Node {
     }
 }
 
+/// An admin of the replicas' CA (made by the first replica started).
+fn admin(dir: &std::path::Path) -> tessera_proto::tls::Security {
+    tessera_testkit::Pki::create(&dir.join("tls")).expect("CA").admin().expect("admin")
+}
+
 fn unavailable(e: &ClientError) -> bool {
     e.to_string().contains("no leader")
 }
@@ -52,17 +62,26 @@ async fn a_replica_without_a_leader_sends_its_watchers_elsewhere() {
     let one = start(1, listeners.next().expect("1"), &addrs, dir.path());
     let lone = addrs[0].client.to_string();
     // Alone of three, replica 1 never knows a leader: its watch is refused.
-    let mut c = ViewClient::new(vec![lone.clone()]).expect("client").with_deadline(Duration::from_millis(1500));
+    let mut c = ViewClient::new(vec![lone.clone()])
+        .expect("client")
+        .with_security(admin(dir.path()))
+        .with_deadline(Duration::from_millis(1500));
     let refused = c.watch(0).await.expect_err("no leader, no watch");
     assert!(unavailable(&refused), "{refused}");
     // With the others up, a leader is elected and the watch is served.
     let others: Vec<Node> =
         (2..=3).map(|id| start(id, listeners.next().expect("listener"), &addrs, dir.path())).collect();
-    let mut probe = ViewClient::new(vec![lone.clone()]).expect("client").with_deadline(Duration::from_secs(10));
+    let mut probe = ViewClient::new(vec![lone.clone()])
+        .expect("client")
+        .with_security(admin(dir.path()))
+        .with_deadline(Duration::from_secs(10));
     probe.wait_for_leader().await.expect("a leader");
     // A client of replica 1 alone (a watch is served by any replica in touch with a leader, so
     // no hint takes it elsewhere).
-    let mut c = ViewClient::new(vec![lone.clone()]).expect("client").with_deadline(Duration::from_secs(10));
+    let mut c = ViewClient::new(vec![lone.clone()])
+        .expect("client")
+        .with_security(admin(dir.path()))
+        .with_deadline(Duration::from_secs(10));
     let t0 = Instant::now();
     let mut stream = loop {
         match c.watch(0).await {

@@ -120,6 +120,9 @@ pub enum ApiError {
     /// The request took longer than the per-request timeout.
     #[error("no answer within {0} ms")]
     Timeout(u64),
+    /// The request carries neither a client certificate nor a valid bearer token.
+    #[error("{0}")]
+    Unauthenticated(String),
     /// A fault of this server.
     #[error("{0}")]
     Internal(String),
@@ -134,7 +137,8 @@ pub fn http_of_grpc(code: Code) -> (StatusCode, &'static str) {
         Code::Unavailable | Code::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         Code::ResourceExhausted => (StatusCode::TOO_MANY_REQUESTS, "busy"),
         Code::DeadlineExceeded => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
-        Code::PermissionDenied | Code::Unauthenticated => (StatusCode::FORBIDDEN, "forbidden"),
+        Code::PermissionDenied => (StatusCode::FORBIDDEN, "forbidden"),
+        Code::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
         Code::Unimplemented => (StatusCode::NOT_IMPLEMENTED, "not_implemented"),
         Code::Ok | Code::Unknown | Code::Internal | Code::DataLoss => (StatusCode::BAD_GATEWAY, "view_error"),
     }
@@ -175,6 +179,7 @@ impl ApiError {
             ApiError::OutcomeUnknown(_) => (StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown"),
             ApiError::RequestReused(_) => (StatusCode::CONFLICT, "request_reused"),
             ApiError::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
+            ApiError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthenticated"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

@@ -26,7 +26,13 @@ const MAX_REASON_BYTES: usize = 4096;
 )]
 pub(super) async fn list_jobs(api: web::Data<Api>) -> Result<HttpResponse, ApiError> {
     let (snap, applied) = api.snapshot().await?;
-    Ok(HttpResponse::Ok().json(JobList::of(&snap, applied)))
+    let mut list = JobList::of(&snap, applied);
+    // A user sees its tenants' jobs alone.
+    let who = super::caller();
+    if who.role == tessera_proto::tls::Role::User {
+        list.jobs.retain(|j| who.acts_for(&j.tenant));
+    }
+    Ok(HttpResponse::Ok().json(list))
 }
 
 /// One job, with its spec, proposals and per-member task states.

@@ -6,6 +6,7 @@ use super::{Api, ApiError, job_id, query};
 use actix_web::{HttpRequest, HttpResponse, web};
 use std::time::Duration;
 use tessera_proto::api::{ErrorBody, Logs, server_name};
+use tessera_proto::tls::Security;
 use tessera_proto::v1;
 
 /// Node agents asked at once for a finished job's log.
@@ -97,8 +98,10 @@ pub(super) async fn logs(
     }
     let (server, answer) = match placed_on {
         Some(server) => {
+            // The job was read as the caller (its tenant checked); the agent is asked as this
+            // replica.
             let answer = api
-                .call(|mut c| async move {
+                .call_as(false, |mut c| async move {
                     let r = c.logs(server, request).await.map_err(ApiError::from);
                     (c, r)
                 })
@@ -107,9 +110,10 @@ pub(super) async fn logs(
         }
         // Ended: the placement is gone, so the agent that ran the member is unknown; ask them all.
         None => {
-            api.call(|mut c| async move {
+            let security = api.security.clone();
+            api.call_as(false, |mut c| async move {
                 let r = match c.agents().await {
-                    Ok(agents) => logs_from_any(agents, request).await,
+                    Ok(agents) => logs_from_any(agents, request, security).await,
                     Err(e) => Err(ApiError::from(e)),
                 };
                 (c, r)
@@ -131,12 +135,15 @@ pub(super) async fn logs(
 }
 
 /// One agent's answer to a log request, bounded by [`AGENT_TIMEOUT`].
-async fn agent_logs(addr: &str, req: v1::LogsRequest) -> Result<v1::LogsResponse, ApiError> {
+async fn agent_logs(addr: &str, req: v1::LogsRequest, security: &Security) -> Result<v1::LogsResponse, ApiError> {
     let unreachable = |source| ApiError::AgentUnreachable { addr: addr.to_string(), source };
-    let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    let mut ep = tonic::transport::Endpoint::from_shared(format!("{}://{addr}", security.scheme()))
         .map_err(unreachable)?
         .connect_timeout(AGENT_TIMEOUT)
         .timeout(AGENT_TIMEOUT);
+    if let Some(tls) = security.client_config() {
+        ep = ep.tls_config(tls).map_err(unreachable)?;
+    }
     let work = async {
         let ch = ep.connect().await.map_err(unreachable)?;
         v1::agent_client::AgentClient::new(ch)
@@ -152,7 +159,11 @@ async fn agent_logs(addr: &str, req: v1::LogsRequest) -> Result<v1::LogsResponse
 }
 
 /// Asks the agents, [`AGENT_FANOUT`] at a time, for a log; the first that has it answers.
-async fn logs_from_any(agents: Vec<v1::AgentInfo>, req: v1::LogsRequest) -> Result<(u32, v1::LogsResponse), ApiError> {
+async fn logs_from_any(
+    agents: Vec<v1::AgentInfo>,
+    req: v1::LogsRequest,
+    security: Security,
+) -> Result<(u32, v1::LogsResponse), ApiError> {
     let asked = agents.len().min(MAX_AGENTS_ASKED);
     let mut pending = agents.into_iter().take(MAX_AGENTS_ASKED);
     let mut running = tokio::task::JoinSet::new();
@@ -160,7 +171,8 @@ async fn logs_from_any(agents: Vec<v1::AgentInfo>, req: v1::LogsRequest) -> Resu
     loop {
         while running.len() < AGENT_FANOUT {
             let Some(a) = pending.next() else { break };
-            running.spawn(async move { (a.server, agent_logs(&a.addr, req).await) });
+            let security = security.clone();
+            running.spawn(async move { (a.server, agent_logs(&a.addr, req, &security).await) });
         }
         match running.join_next().await {
             // Dropping the set aborts the asks still running.

@@ -20,6 +20,14 @@
 //! | `GET /v1/openapi.json` | the OpenAPI 3.1 document, derived from the types | [`openapi`] |
 //! | `GET /metrics` | Prometheus text: replica, jobs, GPUs, HTTP requests and latency | [`metrics`] |
 //!
+//! With TLS (the replica's `tls` directory) the API is HTTPS, and every route but the probes,
+//! `/metrics` and the OpenAPI document needs a caller: a client certificate of the cluster CA
+//! or `Authorization: Bearer <token>` (`tessera token create`); without one the answer is 401.
+//! The API calls the view *on behalf of* its caller (`tessera-on-behalf-of`, honoured from a
+//! replica alone), so the view's rules ([`crate::authz`]) decide, and refusals are 403. Whole-
+//! view reads (the job list, servers, status) are the replica's own, and a user sees only its
+//! tenants' jobs in the list.
+//!
 //! The answers are the types of [`tessera_proto::api`], which the CLI's `--json` prints too.
 //! Every error is an [`ErrorBody`](tessera_proto::api::ErrorBody) `{"code", "message"}` (plus
 //! `field`, `line` and `column` when the input names them); [`error`] is the one place where
@@ -46,8 +54,28 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
+use tessera_proto::tls::{CallerAuth, Identity, Security};
 use tessera_proto::v1;
 use tessera_view::ViewSnapshot;
+
+tokio::task_local! {
+    /// The authenticated caller of the request being handled (set around each handler).
+    static CALLER: Identity;
+}
+
+/// The caller of the request being handled (the plaintext identity outside a request).
+pub(crate) fn caller() -> Identity {
+    CALLER.try_with(Identity::clone).unwrap_or_else(|_| tessera_proto::tls::insecure_identity())
+}
+
+/// A TLS connection's peer certificates, kept by the on-connect hook.
+#[derive(Clone, Debug)]
+struct PeerCerts(Vec<tokio_rustls::rustls::pki_types::CertificateDer<'static>>);
+
+/// Routes anyone may call: probes, metrics, the OpenAPI document.
+fn open_route(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/v1/openapi.json")
+}
 
 /// Largest request body accepted, in bytes (a job spec is a few hundred).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -68,6 +96,8 @@ pub struct HttpConfig {
     pub request_timeout: Duration,
     /// Largest request body, bytes.
     pub max_body_bytes: usize,
+    /// HTTPS and authenticated callers, or plaintext.
+    pub security: Security,
 }
 
 /// What every handler shares.
@@ -86,23 +116,42 @@ pub(crate) struct Api {
     metrics: metrics::HttpMetrics,
     /// Server names by id (the cluster spec fixes them), read from a snapshot once.
     names: RwLock<Arc<Vec<String>>>,
+    /// How callers are authenticated.
+    security: Security,
 }
 
 impl Api {
-    /// Runs `f` with a view client on the replica's runtime, bounded by the request timeout.
+    /// Runs `f` with a view client on the replica's runtime, bounded by the request timeout,
+    /// on behalf of the request's caller.
     async fn call<T, F, Fut>(&self, f: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce(ViewClient) -> Fut,
         Fut: Future<Output = (ViewClient, Result<T, ApiError>)> + Send + 'static,
     {
-        let client = self.client.lock().map_err(|_| ApiError::Internal("client lock poisoned".into()))?.clone();
+        self.call_as(true, f).await
+    }
+
+    /// [`Api::call`] as this replica itself (`as_caller` false: whole-view reads, which the
+    /// handler filters for its caller).
+    async fn call_as<T, F, Fut>(&self, as_caller: bool, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(ViewClient) -> Fut,
+        Fut: Future<Output = (ViewClient, Result<T, ApiError>)> + Send + 'static,
+    {
+        let mut client = self.client.lock().map_err(|_| ApiError::Internal("client lock poisoned".into()))?.clone();
+        if as_caller && self.security.tls().is_some() {
+            let who = caller();
+            let auth = CallerAuth::new(None, Some(&who)).map_err(|e| ApiError::Internal(e.to_string()))?;
+            client = client.with_auth(auth);
+        }
         let ms = self.timeout.as_millis() as u64;
         let work = tokio::time::timeout(self.timeout, f(client));
         match self.rt.spawn(work).await {
             Ok(Ok((client, r))) => {
                 if let Ok(mut c) = self.client.lock() {
-                    *c = client;
+                    *c = client.with_auth(CallerAuth::default());
                 }
                 r
             }
@@ -115,7 +164,7 @@ impl Api {
     /// the leader), with the raft index it reflects.
     async fn snapshot(&self) -> Result<(ViewSnapshot, u64), ApiError> {
         let wire = self
-            .call(|mut c| async move {
+            .call_as(false, |mut c| async move {
                 let r = c.snapshot(false).await.map_err(ApiError::from);
                 (c, r)
             })
@@ -128,7 +177,7 @@ impl Api {
     /// This replica's raft status alone (the probes: no snapshot).
     async fn own_status(&self) -> Result<v1::StatusResponse, ApiError> {
         let own = self.own.clone();
-        self.call(|mut c| async move {
+        self.call_as(false, |mut c| async move {
             let r = c.status_of(&own).await.map_err(ApiError::from);
             (c, r)
         })
@@ -139,7 +188,7 @@ impl Api {
     async fn own_state(&self) -> Result<(v1::StatusResponse, ViewSnapshot), ApiError> {
         let own = self.own.clone();
         let (status, wire) = self
-            .call(|mut c| async move {
+            .call_as(false, |mut c| async move {
                 let r = async {
                     let s = c.status_of(&own).await?;
                     let v = c.snapshot_of(&own, false).await?;
@@ -211,7 +260,14 @@ pub fn start(
     let client_error = |e| ViewServerError::HttpClient { addr: at.clone(), source: Box::new(e) };
     let own = cfg.view_addrs.first().cloned().ok_or_else(|| client_error(ClientError::NoAddress))?;
     let client_deadline = cfg.request_timeout.saturating_sub(Duration::from_secs(1)).max(Duration::from_millis(500));
-    let client = ViewClient::new(cfg.view_addrs.clone()).map_err(client_error)?.with_deadline(client_deadline);
+    let client = ViewClient::new(cfg.view_addrs.clone())
+        .map_err(client_error)?
+        .with_deadline(client_deadline)
+        .with_security(cfg.security.clone());
+    let tls_config = match cfg.security.tls() {
+        Some(t) => Some(tessera_proto::tls::server::server_config(t, &[b"h2", b"http/1.1"])?),
+        None => None,
+    };
     let api = web::Data::new(Api {
         client: Mutex::new(client),
         own,
@@ -221,12 +277,34 @@ pub fn start(
         max_body_bytes: cfg.max_body_bytes,
         metrics: metrics::HttpMetrics::new(),
         names: RwLock::new(Arc::new(Vec::new())),
+        security: cfg.security.clone(),
     });
     let server = HttpServer::new(move || {
         let api = api.clone();
         let observed = api.clone();
+        let auth = api.clone();
         App::new()
             .app_data(api)
+            .wrap_fn(move |req, srv| {
+                use actix_web::dev::Service as _;
+                // The caller, before any handler runs: 401 without a certificate or token.
+                let who = if open_route(req.path()) {
+                    Ok(tessera_proto::tls::insecure_identity())
+                } else {
+                    let certs = req.conn_data::<PeerCerts>().map(|c| c.0.as_slice());
+                    let bearer = req.headers().get(tessera_proto::tls::AUTHORIZATION).and_then(|v| v.to_str().ok());
+                    tessera_proto::tls::authenticate(&auth.security, certs, bearer, None, tessera_proto::tls::unix_s())
+                        .map_err(|e| ApiError::Unauthenticated(e.to_string()))
+                };
+                let fut = who.as_ref().ok().map(|_| srv.call(req));
+                async move {
+                    match (who, fut) {
+                        (Ok(who), Some(fut)) => CALLER.scope(who, fut).await,
+                        (Err(e), _) => Err(e.into()),
+                        (Ok(_), None) => Err(ApiError::Internal("no handler".into()).into()),
+                    }
+                }
+            })
             .wrap_fn(move |req, srv| {
                 use actix_web::dev::Service as _;
                 let start = Instant::now();
@@ -251,8 +329,19 @@ pub fn start(
     .shutdown_signal(async move {
         let _ = stopping.wait_for(|s| *s).await;
     })
-    .listen(listener)
-    .map_err(|source| ViewServerError::Listen { addr: format!("{at} (HTTP API)"), source })?;
+    .on_connect(|conn, ext| {
+        type Tls = actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>;
+        if let Some(tls) = conn.downcast_ref::<Tls>()
+            && let Some(certs) = tls.get_ref().1.peer_certificates()
+        {
+            ext.insert(PeerCerts(certs.iter().map(|c| c.clone().into_owned()).collect()));
+        }
+    });
+    let listen_error = |source| ViewServerError::Listen { addr: format!("{at} (HTTP API)"), source };
+    let server = match tls_config {
+        Some(c) => server.listen_rustls_0_23(listener, (*c).clone()).map_err(listen_error)?,
+        None => server.listen(listener).map_err(listen_error)?,
+    };
     let addrs = server.addrs();
     let run = server.run();
     tracing::info!(replica = cfg.replica, addrs = ?addrs, "HTTP API serving");
