@@ -34,9 +34,22 @@ impl Scheduler for NewestInRack {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let view = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:7101".into());
+    // The TLS directory of a scheduler certificate (`tessera tls issue --role scheduler
+    // --name NAME`), or plaintext for a cluster started with --insecure.
+    let (security, name) = match std::env::var_os("TESSERA_TLS") {
+        Some(dir) => {
+            let s = tessera_scheduler::tls::Security::Tls(tessera_scheduler::tls::Tls::open(
+                std::path::PathBuf::from(dir),
+            )?);
+            let name = s.tls().and_then(|t| t.current().identity.clone()).map(|i| i.name);
+            (s, name.unwrap_or_else(|| "newest-in-rack".into()))
+        }
+        None => (tessera_scheduler::tls::Security::Insecure, format!("newest-in-rack-{}", std::process::id())),
+    };
     let cfg = tessera_scheduler::HostConfig {
         view: view.split(',').map(str::to_string).collect(),
-        name: format!("newest-in-rack-{}", std::process::id()),
+        security,
+        name,
         max_jobs: 64,
         runtime: Default::default(),
         migration: Default::default(),

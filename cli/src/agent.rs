@@ -65,6 +65,8 @@ pub struct RunArgs {
     /// wildcard host is announced as the server's name, or 127.0.0.1 with --peers-on-loopback).
     #[arg(long, default_value = "0.0.0.0:0")]
     listen: String,
+    #[command(flatten)]
+    tls: crate::tls::ComponentTlsArgs,
 }
 
 pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
@@ -87,9 +89,11 @@ pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         AgentCommand::Run(args) => {
-            let name = match args.name {
-                Some(n) => n,
-                None => hostname()?,
+            let (security, cert_name) = args.tls.security("the node agent")?;
+            // With TLS the certificate names the server (the view accepts no other name from it).
+            let name = match (args.name, cert_name) {
+                (Some(n), _) | (None, Some(n)) => n,
+                (None, None) => hostname()?,
             };
             let exe = std::env::current_exe().context("cannot find this program's path for the task shim")?;
             let cfg = AgentConfig {
@@ -102,6 +106,7 @@ pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
                 peers_on_loopback: args.peers_on_loopback,
                 fake_health_file: args.fake_health_file,
                 listen: Some(args.listen),
+                security,
             };
             let rt = crate::view::runtime()?;
             rt.block_on(run_agent(cfg, crate::view::terminated()))?;

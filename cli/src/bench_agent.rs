@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_agent::agent::{AgentConfig, run as run_agent};
+use tessera_proto::tls::Role;
 use tessera_proto::v1;
 use tessera_testkit::LocalCluster;
 use tessera_view::{
@@ -61,14 +62,17 @@ async fn run_async(args: AgentArgs) -> Result<ExitCode> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let mut c = ViewClient::new(vec![addr.clone()])?.with_deadline(Duration::from_secs(20));
+    let mut c =
+        ViewClient::new(vec![addr.clone()])?.with_deadline(Duration::from_secs(20)).with_security(cluster.security());
     c.wait_for_leader().await.context("the bench replica elected no leader")?;
     let exe = std::env::current_exe()?.display().to_string();
     let mut agents = Vec::new();
     for s in 0..args.servers {
+        let name = format!("rack-0-s{s:02}");
         let cfg = AgentConfig {
             view: vec![addr.clone()],
-            name: format!("rack-0-s{s:02}"),
+            security: cluster.security_for(Role::Agent, &name, &[])?,
+            name,
             data_dir: dir.join(format!("agent-{s}")),
             topology: Some("seed-8gpu".into()),
             shim: vec![exe.clone(), "agent".into(), "shim".into()],

@@ -26,6 +26,9 @@ pub struct CommitArgs {
     /// be fresh (every server free).
     #[arg(long)]
     view: Option<String>,
+    /// With --view: how to connect (`--tls DIR` of an admin certificate, or `--insecure`).
+    #[command(flatten)]
+    security: crate::tls::SecurityArgs,
     /// Concurrent clients (schedulers).
     #[arg(long, default_value_t = 64)]
     clients: u32,
@@ -123,7 +126,11 @@ async fn run_async(args: CommitArgs) -> Result<ExitCode> {
         (None, Some(l)) => l.addrs(),
         (None, None) => anyhow::bail!("no cluster"),
     };
-    let report = commit_load::run(&addrs, local.as_mut(), &args.load()).await?;
+    let security = match &local {
+        Some(l) => l.security(),
+        None => args.security.security("the commit benchmark")?,
+    };
+    let report = commit_load::run(&addrs, &security, local.as_mut(), &args.load()).await?;
     let mut out = serde_json::to_value(&report)?;
     out["fsync"] = serde_json::Value::Bool(!args.no_sync);
     if args.json {

@@ -70,6 +70,9 @@ pub struct RunArgs {
     /// Also print the schedule before running it (to standard error).
     #[arg(long)]
     show_schedule: bool,
+    /// How to reach the replicas: `--tls DIR` of an admin certificate, or `--insecure`.
+    #[command(flatten)]
+    security: crate::tls::SecurityArgs,
 }
 
 #[derive(Args)]
@@ -134,6 +137,7 @@ fn run_suite(a: RunArgs) -> Result<ExitCode> {
     let cfg = ChaosConfig {
         compose: Compose { project: a.project, data_root: a.data_root },
         view,
+        security: a.security.security("the chaos suite")?,
         agents: a.agents,
         schedulers: a.schedulers,
         schedule,

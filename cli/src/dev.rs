@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tessera_agent::agent::{AgentConfig, run as run_agent};
 use tessera_proto::backoff::{Backoff, seeded_rng};
+use tessera_proto::tls::Role;
 use tessera_proto::v1;
 use tessera_scheduler::{HostConfig, Registry, RuntimeOptions, run_host};
 use tessera_testkit::LocalCluster;
@@ -52,6 +53,10 @@ pub struct DevArgs {
     /// With --submit: stop once every submitted job has ended (exit 1 if one failed).
     #[arg(long)]
     exit_when_done: bool,
+    /// Plaintext, nothing authenticated (default: mutual TLS, with a CA and certificates made
+    /// in the data directory's `tls/`).
+    #[arg(long)]
+    insecure: bool,
 }
 
 /// Where replica `i` listens: fixed ports from the flags, or fresh ones (port 0).
@@ -117,6 +122,7 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
         .listen((0..3).map(|i| listen_addrs(&args, i)).collect())
         .tuning(tuning)
         .data_dir(&dir)
+        .tls(!args.insecure)
         .start()
         .await
         .context("cannot start the dev view (another `tessera dev` or deploy/local cluster on these ports? pass --view-port/--http-port, or 0 for free ports)")?;
@@ -126,7 +132,11 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let mut c = ViewClient::new(addrs.clone())?.with_deadline(Duration::from_secs(20));
+    if args.insecure {
+        tracing::warn!("tessera dev --insecure: plaintext, nothing authenticated");
+    }
+    let mut c =
+        ViewClient::new(addrs.clone())?.with_deadline(Duration::from_secs(20)).with_security(cluster.security());
     let leader = c.wait_for_leader().await.context("the dev view elected no leader")?;
 
     let exe = std::env::current_exe()?.display().to_string();
@@ -134,6 +144,7 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     for name in &names {
         let cfg = AgentConfig {
             view: addrs.clone(),
+            security: cluster.security_for(Role::Agent, name, &[])?,
             name: name.clone(),
             data_dir: dir.join("agents").join(name),
             topology: Some(args.topology.clone()),
@@ -147,9 +158,11 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     }
     let mut hosts = Vec::new();
     for h in 0..args.scheduler_hosts.max(1) {
+        let name = format!("dev-host-{h}");
         let cfg = HostConfig {
             view: addrs.clone(),
-            name: format!("dev-host-{h}"),
+            security: cluster.security_for(Role::Scheduler, &name, &[])?,
+            name,
             max_jobs: 256,
             runtime: RuntimeOptions { salt: u64::from(h), ..RuntimeOptions::default() },
             migration: tessera_scheduler::MigrationConfig::default(),
@@ -160,9 +173,25 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     let gpus: u64 = spec.groups.iter().map(|g| g.servers as u64 * spec.topologies[g.topology].devices as u64).sum();
     println!("tessera dev: {} servers of {} in {} racks ({gpus} GPUs)", names.len(), args.topology, args.racks);
     println!("  view (gRPC)  {}   leader: replica {}", addrs.join(","), leader.leader);
-    println!("  HTTP API     http://127.0.0.1:{http_port}/v1/jobs   (OpenAPI: /v1/openapi.json, metrics: /metrics)");
+    let scheme = cluster.security().scheme();
+    println!(
+        "  HTTP API     {scheme}://127.0.0.1:{http_port}/v1/jobs   (OpenAPI: /v1/openapi.json, metrics: /metrics)"
+    );
     println!("  data         {}", dir.display());
     println!("  try:  export TESSERA_VIEW={}", addrs.join(","));
+    match cluster.security().tls() {
+        Some(t) => {
+            let admin = t.dir().display();
+            println!(
+                "        export TESSERA_TLS={admin}   # an admin's certificate (CA: {})",
+                dir.join("tls/ca").display()
+            );
+            println!(
+                "        curl --cacert {admin}/ca.pem --cert {admin}/cert.pem --key {admin}/key.pem {scheme}://127.0.0.1:{http_port}/v1/jobs"
+            );
+        }
+        None => println!("        export TESSERA_INSECURE=1   # plaintext"),
+    }
     println!("        tessera submit examples/jobs/hello-1gpu.toml --wait; tessera jobs; tessera servers");
 
     let code = if specs.is_empty() {

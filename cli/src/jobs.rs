@@ -25,11 +25,13 @@ pub struct ViewArg {
     /// View replica addresses, comma-separated `host:port`.
     #[arg(long, env = "TESSERA_VIEW", default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")]
     pub view: String,
+    #[command(flatten)]
+    pub security: crate::tls::SecurityArgs,
 }
 
 impl ViewArg {
     pub(crate) fn client(&self) -> Result<ViewClient> {
-        Ok(ViewClient::from_list(&self.view)?.with_deadline(Duration::from_secs(5)))
+        self.security.apply(ViewClient::from_list(&self.view)?.with_deadline(Duration::from_secs(5)), "the CLI")
     }
 }
 

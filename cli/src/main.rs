@@ -16,6 +16,7 @@ mod place;
 mod scheduler;
 mod servers;
 mod sim;
+mod tls;
 mod view;
 
 use clap::{Parser, Subcommand};
@@ -69,6 +70,12 @@ enum Command {
     /// Replay a job trace (Philly, Alibaba) on a simulated cluster under several placement
     /// policies through the real search, approver and migration code; table, JSON, CSVs, SVG plots.
     Sim(sim::SimArgs),
+    /// The cluster CA and its certificates (mutual TLS between every component).
+    #[command(subcommand)]
+    Tls(tls::TlsCommand),
+    /// Bearer tokens for callers without a certificate (CLI, SDK, HTTP API).
+    #[command(subcommand)]
+    Token(tls::TokenCommand),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +105,8 @@ fn main() -> ExitCode {
         Command::Cancel(args) => jobs::cancel(args),
         Command::Logs(args) => jobs::logs(args),
         Command::Sim(args) => sim::run(args),
+        Command::Tls(args) => tls::run(args),
+        Command::Token(args) => tls::token(args),
     };
     match result {
         Ok(code) => code,

@@ -14,9 +14,13 @@ pub enum SchedulerCommand {
 
 #[derive(Args)]
 pub struct RunArgs {
+    /// View replica addresses, comma-separated `host:port`.
+    #[arg(long, env = "TESSERA_VIEW", default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103")]
+    view: String,
     #[command(flatten)]
-    view: crate::jobs::ViewArg,
-    /// This host's name, unique among hosts (default: host name and process id).
+    tls: crate::tls::ComponentTlsArgs,
+    /// This host's name, unique among hosts (default: its certificate's name with TLS, else
+    /// host name and process id).
     #[arg(long)]
     name: Option<String>,
     /// Most jobs scheduled at once.
@@ -34,13 +38,15 @@ pub struct RunArgs {
 
 pub fn run(cmd: SchedulerCommand) -> Result<ExitCode> {
     let SchedulerCommand::Run(args) = cmd;
-    let name = match args.name {
-        Some(n) => n,
-        None => format!("{}-{}", crate::agent::hostname()?, std::process::id()),
+    let (security, cert_name) = args.tls.security("the scheduler host")?;
+    let name = match (args.name, cert_name) {
+        (Some(n), _) | (None, Some(n)) => n,
+        (None, None) => format!("{}-{}", crate::agent::hostname()?, std::process::id()),
     };
     let registry = Registry::default().with_default(&args.default_scheduler)?;
     let cfg = HostConfig {
-        view: args.view.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        view: args.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        security,
         name,
         max_jobs: args.max_jobs.max(1),
         runtime: RuntimeOptions { salt: u64::from(std::process::id()), ..RuntimeOptions::default() },

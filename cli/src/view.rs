@@ -48,6 +48,13 @@ pub struct ServeArgs {
     /// Heartbeat interval in ticks.
     #[arg(long)]
     heartbeat_tick: Option<usize>,
+    /// TLS directory of this replica's certificate (`tessera tls issue --role replica`);
+    /// overrides the file's `tls`.
+    #[arg(long, value_name = "DIR", conflicts_with = "insecure")]
+    tls: Option<PathBuf>,
+    /// Plaintext, nothing authenticated; overrides the file's `tls`.
+    #[arg(long)]
+    insecure: bool,
 }
 
 #[derive(Args)]
@@ -58,6 +65,8 @@ pub struct AddrArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    security: crate::tls::SecurityArgs,
 }
 
 #[derive(Args)]
@@ -74,6 +83,8 @@ pub struct MemberArgs {
     /// The replica's raft address, when raft has its own port (add only).
     #[arg(long, default_value = "")]
     raft_addr: String,
+    #[command(flatten)]
+    security: crate::tls::SecurityArgs,
 }
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -112,6 +123,12 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     if let Some(v) = args.heartbeat_tick {
         file.tuning.heartbeat_tick = v;
     }
+    if let Some(v) = args.tls {
+        (file.tls, file.insecure) = (Some(v), false);
+    }
+    if args.insecure {
+        (file.tls, file.insecure) = (None, true);
+    }
     let listen = file.listen_addrs();
     let cfg = file.into_config()?;
     // Sockets bound by whoever started this process (systemd, the test kit) come first; they
@@ -145,7 +162,8 @@ pub(crate) async fn terminated() {
 fn status(args: AddrArgs) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = ViewClient::from_list(&args.view)?.with_deadline(Duration::from_secs(2));
+        let mut c =
+            args.security.apply(ViewClient::from_list(&args.view)?.with_deadline(Duration::from_secs(2)), "the CLI")?;
         let addrs: Vec<String> = args.view.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         let mut rows = Vec::new();
         let mut any = false;
@@ -205,7 +223,7 @@ fn member(args: MemberArgs, add: bool) -> Result<ExitCode> {
     }
     let rt = runtime()?;
     rt.block_on(async move {
-        let mut c = ViewClient::from_list(&args.view)?;
+        let mut c = args.security.apply(ViewClient::from_list(&args.view)?, "the CLI")?;
         let voters = if add {
             c.add_replica(args.id, &args.addr, &args.raft_addr).await?
         } else {

@@ -51,7 +51,9 @@ impl Setup {
     /// Starts an agent for server `r0-s00` (the shared fake-GPU launcher: data in
     /// [`Setup::data_dir`], output appended to `r0-s00.log`); returns its index.
     fn agent(&mut self, extra: &[&str]) -> usize {
-        self.agents.push(Some(agent_with(self.dir.path(), &self.addr, "r0-s00", extra)));
+        let tls = tls(self.view.as_ref().expect("view"), Role::Agent, "r0-s00");
+        let extra = with(extra, &tls);
+        self.agents.push(Some(agent_with(self.dir.path(), &self.addr, "r0-s00", &extra)));
         self.agents.len() - 1
     }
 
@@ -187,8 +189,11 @@ fn wait_dead(task: (u32, u64)) {
     }
 }
 
-fn client(addr: &str) -> ViewClient {
-    ViewClient::new(vec![addr.to_string()]).expect("client").with_deadline(Duration::from_secs(20))
+fn client(addr: &str, security: &tessera_proto::tls::Security) -> ViewClient {
+    ViewClient::new(vec![addr.to_string()])
+        .expect("client")
+        .with_deadline(Duration::from_secs(20))
+        .with_security(security.clone())
 }
 
 #[test]
@@ -196,8 +201,9 @@ fn tasks_run_pinned_and_report_their_exit() {
     let mut s = Setup::start(3000);
     s.agent(&[]);
     let addr = s.addr.clone();
+    let sec = s.view.as_ref().expect("view").security();
     rt().block_on(async {
-        let mut c = client(&addr);
+        let mut c = client(&addr, &sec);
         c.wait_for_leader().await.expect("leader");
         let script = "echo rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK gpus=$CUDA_VISIBLE_DEVICES job=$TESSERA_JOB_ID \
                       master=$MASTER_ADDR:$MASTER_PORT; grep Cpus_allowed_list /proc/self/status; echo oops >&2";
@@ -236,8 +242,9 @@ fn restart_readopts_and_lease_expiry_leaves_no_orphans() {
     let mut s = Setup::start(4000);
     let a = s.agent(&[]);
     let addr = s.addr.clone();
+    let sec = s.view.as_ref().expect("view").security();
     rt().block_on(async {
-        let mut c = client(&addr);
+        let mut c = client(&addr, &sec);
         c.wait_for_leader().await.expect("leader");
         let job = place(&mut c, "long", &["sleep", "600"], 0, 0, 1).await;
         wait_state(&mut c, job, JobState::Running, || s.agent_log()).await;
@@ -298,13 +305,15 @@ fn unhealthy_device_is_not_placed_on() {
     let arg = health.display().to_string();
     s.agent(&["--fake-health-file", &arg]);
     let addr = s.addr.clone();
+    let sec = s.view.as_ref().expect("view").security();
     rt().block_on(async {
-        let mut c = client(&addr);
+        let mut c = client(&addr, &sec);
         c.wait_for_leader().await.expect("leader");
         let wait_free = |want: u64| {
             let addr = addr.clone();
+            let sec = sec.clone();
             async move {
-                let mut c = client(&addr);
+                let mut c = client(&addr, &sec);
                 let t0 = Instant::now();
                 loop {
                     let v = view_of(&mut c, &addr).await;

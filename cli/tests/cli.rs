@@ -158,13 +158,19 @@ fn an_unreachable_view_is_one_line_naming_the_address() {
     let addr = closed.1.to_string();
     for args in [vec!["jobs"], vec!["cancel", "3"]] {
         let mut a = args.clone();
-        a.extend(["--view", addr.as_str()]);
+        a.extend(["--view", addr.as_str(), "--insecure"]);
         let o = tessera(&a);
         let (_, err) = text(&o);
         assert!(!o.status.success(), "{args:?}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(&addr), "{args:?}: {err}");
     }
+    // Neither a TLS directory nor --insecure: one line saying what to give, nothing sent.
+    let o = tessera(&["jobs", "--view", addr.as_str()]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--tls DIR") && err.contains("--insecure"), "{err}");
 }
 
 /// A TCP socket bound to a loopback port without listening on it, and the address.

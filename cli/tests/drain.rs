@@ -10,14 +10,16 @@ use std::time::{Duration, Instant};
 use tessera_proto::api::ServerDetail;
 use tessera_proto::v1;
 use tessera_view::{Health, JobId, JobSpec, JobState, ServerId};
-use tessera_view_server::{Tuning, ViewClient};
+use tessera_view_server::Tuning;
 
 mod common;
 use common::*;
 
 /// `tessera ARGS` to its end: (success, stdout + stderr).
-fn cli(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("run tessera");
+/// `tessera ARGS` as the cluster's admin.
+fn cli(view: &tessera_testkit::ProcessCluster, args: &[&str]) -> (bool, String) {
+    let flags = tls(view, Role::Admin, "admin");
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).args(with(args, &flags)).output().expect("run tessera");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)
 }
@@ -33,12 +35,13 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
     let d = dir.path();
     let tuning = Tuning { server_lease_ms: 2000, scheduler_lease_ms: 1000, ..tuning() };
     let (view, addr, mut procs, servers) = two_agent_cluster(d, tuning);
-    let host = ["scheduler", "run", "--view", &addr, "--name", "h1"];
+    let host_tls = tls(&view, Role::Scheduler, "h1");
+    let host = with(&["scheduler", "run", "--view", &addr, "--name", "h1"], &host_tls);
     procs.push("h1", tessera(d, "h1.log", &host));
 
     rt().block_on(async {
         let deadline = Instant::now() + Duration::from_secs(90);
-        let mut c = ViewClient::new(vec![addr.clone()]).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&view, vec![addr.clone()]);
         c.wait_for_leader().await.expect("leader");
         wait_view(&mut c, deadline, "servers up", |s| s.servers.iter().all(|r| r.health == Health::Up)).await;
         loop {
@@ -67,7 +70,8 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
 
         // Drain with a 2 s deadline: the job cannot finish in time and is re-queued whole, then
         // placed on the other server (the drained one takes nothing new).
-        let (ok, out) = cli(&["servers", "drain", name, "--view", &addr, "--timeout-s", "2", "--reason", "swap a PSU"]);
+        let (ok, out) =
+            cli(&view, &["servers", "drain", name, "--view", &addr, "--timeout-s", "2", "--reason", "swap a PSU"]);
         assert!(ok && out.contains(&format!("draining {name}")), "{out}");
         let t0 = Instant::now();
         wait_view(&mut c, deadline, "the job running on the other server", |s| server_of(s, job) == Some(other)).await;
@@ -83,14 +87,14 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
 
-        let (ok, out) = cli(&["servers", "--view", &addr]);
+        let (ok, out) = cli(&view, &["servers", "--view", &addr]);
         assert!(ok && out.lines().any(|l| l.starts_with(name) && l.contains("draining: swap a PSU")), "{out}");
 
         // The drained server's agent dies: the server goes down; back, it stays cordoned.
         procs.kill(name);
         wait_view(&mut c, deadline, "the drained server down", |s| s.servers[first.index()].health == Health::Down)
             .await;
-        procs.push(name, agent(d, &addr, name));
+        procs.push(name, agent(d, &addr, name, &tls(&view, Role::Agent, name)));
         loop {
             if c.agents().await.map(|a| a.iter().any(|x| x.name == name)).unwrap_or(false) {
                 let s = snapshot(&mut c).await;
@@ -103,7 +107,7 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
         }
         assert_eq!(snapshot(&mut c).await.servers[first.index()].health, Health::Draining, "the cordon held");
 
-        let (ok, out) = cli(&["servers", "show", name, "--view", &addr, "--json"]);
+        let (ok, out) = cli(&view, &["servers", "show", name, "--view", &addr, "--json"]);
         assert!(ok, "{out}");
         let detail: ServerDetail = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
         let cordon = detail.server.cordon.as_ref().expect("cordoned");
@@ -114,13 +118,13 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
             assert!(whats.iter().any(|w| w.starts_with(want)), "no `{want}` in the history: {whats:?}");
         }
         assert!(detail.history.iter().all(|h| h.at_ms > 0), "every change has a time: {:?}", detail.history);
-        let (ok, out) = cli(&["servers", "show", name, "--view", &addr]);
+        let (ok, out) = cli(&view, &["servers", "show", name, "--view", &addr]);
         assert!(ok && out.contains("history") && out.contains("swap a PSU"), "{out}");
 
-        let (ok, out) = cli(&["servers", "uncordon", name, "--view", &addr]);
+        let (ok, out) = cli(&view, &["servers", "uncordon", name, "--view", &addr]);
         assert!(ok && out.contains(&format!("uncordoned {name}")), "{out}");
         wait_view(&mut c, deadline, "the server up", |s| s.servers[first.index()].health == Health::Up).await;
-        let (ok, out) = cli(&["servers", "cordon", "no-such-server", "--view", &addr]);
+        let (ok, out) = cli(&view, &["servers", "cordon", "no-such-server", "--view", &addr]);
         assert!(!ok && out.contains("no server `no-such-server`"), "{out}");
     });
     drop(view);

@@ -103,16 +103,18 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
     let mut procs = Procs(Vec::new());
     let view = addrs.join(",");
     for s in ["ra-s00", "ra-s01", "rb-s00", "rb-s01"] {
-        procs.0.push((s.to_string(), Some(agent(d, &view, s))));
+        procs.0.push((s.to_string(), Some(agent(d, &view, s, &tls(&replicas, Role::Agent, s)))));
     }
     for h in ["h1", "h2", "h3"] {
-        let args = ["scheduler", "run", "--view", &view, "--name", h, "--max-jobs", "6"];
+        let host_tls = tls(&replicas, Role::Scheduler, h);
+        let args = with(&["scheduler", "run", "--view", &view, "--name", h, "--max-jobs", "6"], &host_tls);
         procs.0.push((h.to_string(), Some(tessera(d, &format!("{h}.log"), &args))));
     }
 
+    let admin = tls(&replicas, Role::Admin, "admin");
     let rt = rt();
     rt.block_on(async {
-        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&replicas, addrs.clone());
         c.wait_for_leader().await.expect("leader");
         let history = Arc::new(Mutex::new(History::default()));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -128,6 +130,7 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
         .expect("job file");
         let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
             .args(["submit", "--view", &view])
+            .args(&admin)
             .arg(&file)
             .output()
             .expect("tessera submit");
@@ -232,8 +235,12 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
 
         // The read commands against the same cluster.
         let run = |args: &[&str]| {
-            let out =
-                Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).args(["--view", &view]).output().expect("run");
+            let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .args(args)
+                .args(["--view", &view])
+                .args(&admin)
+                .output()
+                .expect("run");
             assert!(out.status.success(), "tessera {args:?}: {}", String::from_utf8_lossy(&out.stderr));
             String::from_utf8_lossy(&out.stdout).to_string()
         };

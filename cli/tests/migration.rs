@@ -19,7 +19,7 @@ use tessera_view::{
     CoreMask, CpuDemand, Decision, Health, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal,
     ProposalId, ServerId, ViewSnapshot, ViewVersion,
 };
-use tessera_view_server::{Tuning, ViewClient};
+use tessera_view_server::Tuning;
 
 mod common;
 use common::*;
@@ -44,11 +44,11 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
     let dir = test_dir("tessera-migration-");
     let d = dir.path();
     let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
-    let (_view, addr, mut procs, servers) = two_agent_cluster(d, tuning);
+    let (view, addr, mut procs, servers) = two_agent_cluster(d, tuning);
 
     rt().block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let mut c = ViewClient::new(vec![addr.clone()]).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&view, vec![addr.clone()]);
         c.wait_for_leader().await.expect("leader");
         let history = Arc::new(Mutex::new(History::default()));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -94,7 +94,8 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
         .await;
 
         // The scheduler host, with live migration every 500 ms, and the blocked 8-GPU job.
-        let host = ["scheduler", "run", "--view", &addr, "--name", "h1", "--migrate-every-ms", "500"];
+        let host_tls = tls(&view, Role::Scheduler, "h1");
+        let host = with(&["scheduler", "run", "--view", &addr, "--name", "h1", "--migrate-every-ms", "500"], &host_tls);
         procs.push("h1", tessera(d, "h1.log", &host));
         let mut big = JobSpec::simple("big-8", 1, 8);
         big.prefer = LocalityLevel::Server;

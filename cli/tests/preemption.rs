@@ -103,7 +103,12 @@ fn a_production_gang_preempts_best_effort_jobs_which_resume_and_finish() {
     let (dev, addrs) = start_dev(d);
     rt().block_on(async {
         let deadline = Instant::now() + Duration::from_secs(120);
-        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        // `tessera dev` runs with TLS: its admin's certificate is in its data directory.
+        let admin = tessera_proto::tls::Tls::open(dev.data.join("tls").join("admin-admin")).expect("dev's admin TLS");
+        let mut c = ViewClient::new(addrs.clone())
+            .expect("client")
+            .with_deadline(Duration::from_secs(20))
+            .with_security(tessera_proto::tls::Security::Tls(admin));
         c.wait_for_leader().await.expect("leader");
         let history = Arc::new(Mutex::new(History::default()));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -127,7 +127,7 @@ fn the_environment_files_set_only_what_the_binary_reads() {
             .collect();
         assert!(keys.contains(&"TESSERA_VIEW"), "{file}: where the view is");
         for k in keys {
-            assert!(["TESSERA_VIEW", "RUST_LOG"].contains(&k), "{file}: {k} is read by nothing");
+            assert!(["TESSERA_VIEW", "TESSERA_TLS", "RUST_LOG"].contains(&k), "{file}: {k} is read by nothing");
         }
     }
 }

@@ -85,10 +85,10 @@ fn kill_leader_under_load() {
     let addrs = cluster.addrs();
     let rt = rt();
     let result = rt.block_on(async {
-        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&cluster, addrs.clone());
         let leader = c.wait_for_leader().await.expect("leader");
         // The client port does not serve raft when raft has its own port.
-        let mut rc = v1::raft_client::RaftClient::connect(format!("http://{}", addrs[0])).await.expect("connect");
+        let mut rc = v1::raft_client::RaftClient::new(channel(&cluster, Role::Replica, "replica-9", &addrs[0]).await);
         let batch = v1::RaftBatch { cluster: String::new(), from: 2, to: 1, messages: vec![] };
         let s = rc.send(tokio_stream::iter(vec![batch])).await.expect_err("no raft on the client port");
         assert_eq!(s.code(), Code::Unimplemented, "{s:?}");
@@ -194,7 +194,7 @@ fn submissions_are_admitted_once_across_a_leader_kill() {
     let addrs = cluster.addrs();
     let rt = rt();
     rt.block_on(async {
-        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&cluster, addrs.clone());
         c.wait_for_leader().await.expect("leader");
         let mut first: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
         let mut killed = None;
@@ -249,10 +249,10 @@ fn api_contract() {
     let cluster = start(3, 8, false);
     let addrs = cluster.addrs();
     rt().block_on(async {
-        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&cluster, addrs.clone());
         let leader = c.wait_for_leader().await.expect("leader");
         let follower = addrs.iter().find(|a| **a != leader.leader_addr).expect("a follower").clone();
-        let mut raw = v1::view_client::ViewClient::connect(format!("http://{follower}")).await.expect("connect");
+        let mut raw = v1::view_client::ViewClient::new(channel(&cluster, Role::Admin, "admin", &follower).await);
         // A follower names the leader only once it has heard from it: wait for that (bounded).
         let t0 = std::time::Instant::now();
         while c.status_of(&follower).await.expect("status").leader_addr != leader.leader_addr {
@@ -290,7 +290,7 @@ fn api_contract() {
         assert_eq!(s.code(), Code::NotFound);
 
         let mut lead =
-            v1::view_client::ViewClient::connect(format!("http://{}", leader.leader_addr)).await.expect("connect");
+            v1::view_client::ViewClient::new(channel(&cluster, Role::Admin, "admin", &leader.leader_addr).await);
         // A proposal for a server and devices that do not exist: refused with a reason.
         let p = Proposal {
             id: ProposalId(7),
@@ -372,7 +372,7 @@ fn api_contract() {
 
         // Garbage bytes on the raft port: refused, the replica keeps serving.
         let mut rc =
-            v1::raft_client::RaftClient::connect(format!("http://{}", leader.leader_addr)).await.expect("connect");
+            v1::raft_client::RaftClient::new(channel(&cluster, Role::Replica, "replica-9", &leader.leader_addr).await);
         let batch = v1::RaftBatch { cluster: "nope".into(), from: 1, to: 2, messages: vec![vec![1, 2, 3]] };
         let s = rc.send(tokio_stream::iter(vec![batch])).await.expect_err("foreign cluster");
         assert_eq!(s.code(), Code::PermissionDenied);
@@ -391,7 +391,7 @@ fn membership_and_foreign_data_dir() {
     let mut cluster = start(3, 4, false);
     let addrs = cluster.addrs();
     rt().block_on(async {
-        let mut c = ViewClient::new(addrs.clone()).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&cluster, addrs.clone());
         c.wait_for_leader().await.expect("leader");
         // A young cluster (its log still whole): the new replica must still catch up through a
         // snapshot, which carries the membership, and end with the same voters as the others.
@@ -447,9 +447,9 @@ fn registration_heartbeat_and_lease_expiry() {
     let cluster = cluster(1, spec(4), Tuning { server_lease_ms: 600, ..tuning() }, false, None);
     let addr = cluster.addrs()[0].clone();
     let outcome = rt().block_on(async {
-        let mut c = ViewClient::new(vec![addr.clone()]).expect("client").with_deadline(Duration::from_secs(20));
+        let mut c = admin_client(&cluster, vec![addr.clone()]);
         c.wait_for_leader().await.expect("leader");
-        let mut g = v1::view_client::ViewClient::connect(format!("http://{addr}")).await.expect("connect");
+        let mut g = v1::view_client::ViewClient::new(channel(&cluster, Role::Admin, "admin", &addr).await);
         let seed = tessera_view::Topology::preset("seed-8gpu").expect("preset");
         // Unknown server; a topology that contradicts the configuration set.
         let s = g

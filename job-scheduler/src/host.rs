@@ -93,6 +93,8 @@ impl Registry {
 pub struct HostConfig {
     /// View replica addresses.
     pub view: Vec<String>,
+    /// Mutual TLS with a scheduler certificate named as this host, or plaintext.
+    pub security: tessera_proto::tls::Security,
     /// The host's name, unique among hosts.
     pub name: String,
     /// Most jobs scheduled at once.
@@ -122,7 +124,8 @@ pub async fn run_host(
 ) -> Result<HostStats, SchedulerError> {
     let client = ViewClient::new(cfg.view.clone())
         .map_err(SchedulerError::call("connect"))?
-        .with_deadline(Duration::from_secs(5));
+        .with_deadline(Duration::from_secs(5))
+        .with_security(cfg.security.clone());
     tokio::pin!(shutdown);
     // The view may not be up yet (hosts start with the cluster): keep trying, bounded backoff.
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));

@@ -55,3 +55,5 @@ pub use scheduler::{
     Verdict,
 };
 pub use search::{NoPlacement, find_placement};
+/// Transport security and identities, for a host's [`HostConfig::security`].
+pub use tessera_proto::tls;

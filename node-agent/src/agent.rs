@@ -24,6 +24,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 use tessera_proto::client::{ClientError, ViewClient};
+use tessera_proto::tls::Security;
 use tessera_proto::v1;
 use tessera_view::{Job, JobId, JobState, ServerId, Topology, ViewDelta, ViewSnapshot};
 use tonic::Code;
@@ -72,6 +73,9 @@ pub struct AgentConfig {
     /// Where the agent's own gRPC service (task logs) listens, `host:port` (port 0 picks one);
     /// none when absent. The bound address is announced to the view.
     pub listen: Option<String>,
+    /// Mutual TLS with an agent certificate named after the server (`tessera tls issue --role
+    /// agent --name SERVER`), or plaintext.
+    pub security: Security,
 }
 
 /// Discovers the server, registers it, and serves its placements until `shutdown` resolves.
@@ -90,8 +94,16 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
     for w in &discovery.warnings {
         warn!(warning = %w, "discovery");
     }
-    let mut client =
-        ViewClient::new(cfg.view.clone()).map_err(AgentError::ViewAddresses)?.with_deadline(Duration::from_secs(3));
+    let mut client = ViewClient::new(cfg.view.clone())
+        .map_err(AgentError::ViewAddresses)?
+        .with_deadline(Duration::from_secs(3))
+        .with_security(cfg.security.clone());
+    let server_tls = match cfg.security.tls() {
+        Some(t) => {
+            Some(tessera_proto::tls::server::server_config(t, &[b"h2"]).map_err(|e| AgentError::Tls(e.to_string()))?)
+        }
+        None => None,
+    };
     let probe = HealthProbe::new(&discovery).with_fake_health_file(cfg.fake_health_file.clone());
     let wire = v1::Topology::from(&topology);
     // Bound before registering, so the registration can say where logs are served.
@@ -123,11 +135,19 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
     let state_dir = cfg.data_dir.join(dir_name(&cluster));
     let runner = Runner::open(&state_dir, cfg.shim.clone()).await?;
     let log_server = listener.map(|l| {
-        let svc = v1::agent_server::AgentServer::new(crate::logs::LogService::new(state_dir.join("tasks")));
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
-        tokio::spawn(
-            tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).in_current_span(),
-        )
+        let svc = v1::agent_server::AgentServer::new(crate::logs::LogService::new(
+            state_dir.join("tasks"),
+            cfg.security.clone(),
+        ));
+        let router = tonic::transport::Server::builder().add_service(svc);
+        match server_tls {
+            Some(c) => {
+                tokio::spawn(router.serve_with_incoming(tessera_proto::tls::server::incoming(l, c)).in_current_span())
+            }
+            None => tokio::spawn(
+                router.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)).in_current_span(),
+            ),
+        }
     });
     let adopted = runner.running();
     if !adopted.is_empty() {
@@ -189,7 +209,14 @@ async fn register(
                 return Ok((ServerId(l.server), Duration::from_millis(l.lease_ms)));
             }
             Err(ClientError::Status { status, .. })
-                if matches!(status.code(), Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument) =>
+                if matches!(
+                    status.code(),
+                    Code::NotFound
+                        | Code::FailedPrecondition
+                        | Code::InvalidArgument
+                        | Code::PermissionDenied
+                        | Code::Unauthenticated
+                ) =>
             {
                 return Err(AgentError::Refused { name: name.to_string(), why: status.message().to_string() });
             }

@@ -105,6 +105,9 @@ pub enum AgentError {
         /// The view's reason.
         why: String,
     },
+    /// The agent's TLS directory cannot serve (no certificate of its own).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The agent's own gRPC service (task logs) cannot listen where it was told to.
     #[error("cannot serve the agent service on {addr}; give another --listen address")]
     Listen {

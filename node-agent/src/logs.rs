@@ -1,8 +1,13 @@
 //! The agent's own gRPC service (`tessera.v1.Agent`): task logs for `tessera logs` and the HTTP
 //! API. The agent announces where it serves in its registration and heartbeats; the leader
 //! tells clients (`Agents`), who then ask the agent directly, as `kubectl logs` asks the kubelet.
+//!
+//! With TLS, callers are the replicas (the HTTP API asks after checking the job's tenant),
+//! admins and scheduler hosts; a user reads logs through the HTTP API (`GET
+//! /v1/jobs/{id}/logs`), which knows whose job it is. Others are refused (`PERMISSION_DENIED`).
 
 use std::path::{Path, PathBuf};
+use tessera_proto::tls::{Role, Security};
 use tessera_proto::v1;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tonic::{Request, Response, Status};
@@ -16,12 +21,13 @@ pub const MAX_TAIL: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct LogService {
     tasks_dir: PathBuf,
+    security: Security,
 }
 
 impl LogService {
-    /// The service over `<state dir>/tasks`.
-    pub fn new(tasks_dir: PathBuf) -> LogService {
-        LogService { tasks_dir }
+    /// The service over `<state dir>/tasks`, authenticating callers with `security`.
+    pub fn new(tasks_dir: PathBuf, security: Security) -> LogService {
+        LogService { tasks_dir, security }
     }
 }
 
@@ -49,6 +55,16 @@ fn newest_task_dir(tasks_dir: &Path, job: u64, member: u32) -> std::io::Result<O
 #[tonic::async_trait]
 impl v1::agent_server::Agent for LogService {
     async fn logs(&self, req: Request<v1::LogsRequest>) -> Result<Response<v1::LogsResponse>, Status> {
+        let who = tessera_proto::tls::caller_of(&self.security, &req).map_err(|e| {
+            tracing::warn!(target: "tessera::audit", error = %e, "Agent.Logs refused");
+            Status::unauthenticated(e.to_string())
+        })?;
+        if !matches!(who.role, Role::Replica | Role::Admin | Role::Scheduler) {
+            tracing::warn!(target: "tessera::audit", who = %who, "Agent.Logs refused");
+            return Err(Status::permission_denied(format!(
+                "{who} may not read task logs from the agent (users read them through the HTTP API)"
+            )));
+        }
         let r = req.into_inner();
         let tail = match r.tail_bytes {
             0 => DEFAULT_TAIL,
@@ -95,7 +111,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::create_dir_all(&new).expect("dir");
         std::fs::write(new.join("stdout.log"), "0123456789").expect("write");
-        let s = LogService::new(tmp.path().to_path_buf());
+        let s = LogService::new(tmp.path().to_path_buf(), Security::Insecure);
         let r = s
             .logs(Request::new(v1::LogsRequest { job: 7, member: 0, stderr: false, tail_bytes: 4 }))
             .await

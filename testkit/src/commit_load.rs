@@ -445,6 +445,7 @@ pub fn percentile(sorted: &[u64], p: f64) -> f64 {
 /// needs it.
 pub async fn run(
     addrs: &[String],
+    security: &tessera_proto::tls::Security,
     cluster: Option<&mut ProcessCluster>,
     load: &CommitLoad,
 ) -> Result<CommitReport, KitError> {
@@ -457,7 +458,10 @@ pub async fn run(
     if load.kill_leader_after.is_some() && cluster.is_none() {
         return Err(KitError::BadLoad("killing the leader needs a local process cluster".into()));
     }
-    let mut probe = ViewClient::new(addrs.to_vec()).map_err(call("client"))?.with_deadline(Duration::from_secs(30));
+    let mut probe = ViewClient::new(addrs.to_vec())
+        .map_err(call("client"))?
+        .with_deadline(Duration::from_secs(30))
+        .with_security(security.clone());
     let leader = probe.wait_for_leader().await.map_err(call("waiting for a leader"))?;
     tracing::info!(replica = leader.leader, addr = %leader.leader_addr, "bench: leader elected");
     let snap = probe.snapshot_of(&leader.leader_addr, true).await.map_err(call("reading the view"))?;
@@ -497,7 +501,10 @@ pub async fn run(
         let mut shapes = weighted.clone();
         shapes.rotate_left((id as usize * 7) % weighted.len());
         clients_ready.push(Client {
-            c: ViewClient::new(addrs.to_vec()).map_err(call("client"))?.with_deadline(Duration::from_secs(15)),
+            c: ViewClient::new(addrs.to_vec())
+                .map_err(call("client"))?
+                .with_deadline(Duration::from_secs(15))
+                .with_security(security.clone()),
             id,
             shapes,
             next_shape: 0,
@@ -577,7 +584,7 @@ pub async fn run(
         acks.extend(c.acks);
     }
     st.latencies_us.sort_unstable();
-    let (check, converged_ms) = verify(addrs, &acks).await?;
+    let (check, converged_ms) = verify(addrs, security, &acks).await?;
     let failover_ms = match (&*shared.killed.lock().await, first_after_kill) {
         (Some((at, _)), Some(f)) => Some(f.duration_since(*at).as_secs_f64() * 1000.0),
         _ => None,
@@ -623,8 +630,15 @@ struct Check {
 }
 
 /// Waits for every replica to reach the same applied index, then checks each one's view.
-async fn verify(addrs: &[String], acks: &AckLog) -> Result<(Check, f64), KitError> {
-    let mut c = ViewClient::new(addrs.to_vec()).map_err(call("client"))?.with_deadline(Duration::from_secs(5));
+async fn verify(
+    addrs: &[String],
+    security: &tessera_proto::tls::Security,
+    acks: &AckLog,
+) -> Result<(Check, f64), KitError> {
+    let mut c = ViewClient::new(addrs.to_vec())
+        .map_err(call("client"))?
+        .with_deadline(Duration::from_secs(5))
+        .with_security(security.clone());
     let t0 = Instant::now();
     let mut applied: Vec<u64> = Vec::new();
     // `converged_ms` is reported: polls stay at most 60 ms apart.

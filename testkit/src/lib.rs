@@ -23,6 +23,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tessera_proto::tls::Security;
 use tessera_view::ClusterSpec;
 use tessera_view_server::{ClientError, ListenAddrs, Listeners, ServeConfig, Tuning, ViewClient, ViewServerError};
 use thiserror::Error;
@@ -33,8 +34,10 @@ pub mod chaos;
 pub mod commit_load;
 pub mod fuzz;
 pub mod history;
+pub mod pki;
 mod process;
 
+pub use pki::Pki;
 pub use process::ProcessCluster;
 
 /// The kit's one error type: why a local cluster could not start or stopped badly, or why a
@@ -130,9 +133,18 @@ pub struct LocalClusterBuilder {
     data_dir: Option<PathBuf>,
     listen: Option<Vec<ListenAddrs>>,
     log_filter: String,
+    tls: bool,
 }
 
 impl LocalClusterBuilder {
+    /// Mutual TLS between the replicas and with their clients (on by default: a CA and the
+    /// certificates are made in the cluster's directory, see [`LocalCluster::pki`]); off is
+    /// plaintext, as `--insecure`.
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
     /// The `RUST_LOG` filter of replica processes (`info` by default; see
     /// [`LocalClusterBuilder::start_processes`]).
     pub fn log_filter(mut self, filter: &str) -> Self {
@@ -190,6 +202,7 @@ impl LocalClusterBuilder {
     pub async fn start(self) -> Result<LocalCluster, KitError> {
         let (tmp, dir) = self.directory()?;
         let (listeners, addrs) = self.bind_all()?;
+        let pki = if self.tls { Some(Pki::create(&dir.join("tls"))?) } else { None };
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut tasks = Vec::with_capacity(listeners.len());
         for (i, l) in listeners.into_iter().enumerate() {
@@ -197,6 +210,12 @@ impl LocalClusterBuilder {
             let cfg = ServeConfig::new(id, &self.name, self.spec.clone(), dir.join(format!("replica-{id}")))
                 .with_peers(&addrs)
                 .with_tuning(self.tuning.clone());
+            let cfg = match &pki {
+                Some(p) => {
+                    cfg.with_tls(p.issue(tessera_proto::tls::Role::Replica, &format!("replica-{id}"), &[], &[])?)
+                }
+                None => cfg.with_insecure(),
+            };
             let mut rx = stop_rx.clone();
             let stopped = async move {
                 let _ = rx.wait_for(|s| *s).await;
@@ -204,7 +223,11 @@ impl LocalClusterBuilder {
             tasks.push((id, tokio::spawn(tessera_view_server::serve(l, cfg, stopped))));
         }
         tracing::info!(replicas = addrs.len(), dir = %dir.display(), "local cluster started");
-        Ok(LocalCluster { addrs, dir, stop: stop_tx, tasks, _tmp: tmp })
+        let client_security = match &pki {
+            Some(p) => p.admin()?,
+            None => Security::Insecure,
+        };
+        Ok(LocalCluster { addrs, dir, stop: stop_tx, tasks, pki, client_security, _tmp: tmp })
     }
 }
 
@@ -255,6 +278,8 @@ pub struct LocalCluster {
     dir: PathBuf,
     stop: watch::Sender<bool>,
     tasks: Vec<(u64, JoinHandle<Result<(), ViewServerError>>)>,
+    pki: Option<Pki>,
+    client_security: Security,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -271,6 +296,7 @@ impl LocalCluster {
             data_dir: None,
             listen: None,
             log_filter: "info".to_string(),
+            tls: true,
         }
     }
 
@@ -296,7 +322,31 @@ impl LocalCluster {
 
     /// A leader-following client of every replica, with a 20 s deadline per call.
     pub fn client(&self) -> Result<ViewClient, KitError> {
-        Ok(ViewClient::new(self.addrs())?.with_deadline(Duration::from_secs(20)))
+        Ok(ViewClient::new(self.addrs())?.with_deadline(Duration::from_secs(20)).with_security(self.security()))
+    }
+
+    /// The CA and certificates of the cluster (`None` in plaintext).
+    pub fn pki(&self) -> Option<&Pki> {
+        self.pki.as_ref()
+    }
+
+    /// An admin's security on this cluster (plaintext when the cluster is).
+    pub fn security(&self) -> Security {
+        self.client_security.clone()
+    }
+
+    /// The security of a component or caller `role` `name` (a user's `tenants`): its own
+    /// certificate, issued now; plaintext when the cluster is.
+    pub fn security_for(
+        &self,
+        role: tessera_proto::tls::Role,
+        name: &str,
+        tenants: &[&str],
+    ) -> Result<Security, KitError> {
+        match &self.pki {
+            Some(p) => p.security(role, name, tenants),
+            None => Ok(Security::Insecure),
+        }
     }
 
     /// Stops every replica and waits for each to close its storage; the first failure wins.

@@ -40,6 +40,8 @@ pub struct ProcessCluster {
     tuning: tessera_view_server::Tuning,
     log_filter: String,
     replicas: Vec<Replica>,
+    pki: Option<crate::Pki>,
+    client_security: tessera_proto::tls::Security,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -55,6 +57,11 @@ impl LocalClusterBuilder {
             .write_files(&dir)
             .map_err(|source| KitError::WriteSpec { dir: dir.display().to_string(), source })?;
         let (bound, addrs) = self.bind_all()?;
+        let pki = if self.tls { Some(crate::Pki::create(&dir.join("tls"))?) } else { None };
+        let client_security = match &pki {
+            Some(p) => p.admin()?,
+            None => tessera_proto::tls::Security::Insecure,
+        };
         let mut cluster = ProcessCluster {
             bin: bin.to_path_buf(),
             dir,
@@ -65,11 +72,13 @@ impl LocalClusterBuilder {
             tuning: self.tuning.clone(),
             log_filter: self.log_filter.clone(),
             replicas: Vec::with_capacity(bound.len()),
+            pki,
+            client_security,
             _tmp: tmp,
         };
         for (i, l) in bound.into_iter().enumerate() {
             let id = i as u64 + 1;
-            let cfg = cluster.config(id).with_peers(&addrs);
+            let cfg = cluster.config(id)?.with_peers(&addrs);
             let config = cluster.write_config(&cfg, &addrs[i])?;
             let log = cluster.dir.join(format!("replica-{id}.log"));
             cluster.replicas.push(Replica { id, addrs: addrs[i], config, log, child: None });
@@ -113,7 +122,17 @@ impl ProcessCluster {
 
     /// A leader-following client of every replica, with a 20 s deadline per call.
     pub fn client(&self) -> Result<ViewClient, KitError> {
-        Ok(ViewClient::new(self.addrs())?.with_deadline(Duration::from_secs(20)))
+        Ok(ViewClient::new(self.addrs())?.with_deadline(Duration::from_secs(20)).with_security(self.security()))
+    }
+
+    /// The CA and certificates of the cluster (`None` in plaintext).
+    pub fn pki(&self) -> Option<&crate::Pki> {
+        self.pki.as_ref()
+    }
+
+    /// An admin's security on this cluster (plaintext when the cluster is).
+    pub fn security(&self) -> tessera_proto::tls::Security {
+        self.client_security.clone()
     }
 
     /// Whether replica `id`'s process is running (started and not killed or exited).
@@ -156,7 +175,7 @@ impl ProcessCluster {
             Listeners::loopback(self.raft_ports, false).map_err(|source| KitError::Replica { replica: id, source })?;
         let addrs = l.addrs().map_err(|source| KitError::Replica { replica: id, source })?;
         let existing: Vec<ListenAddrs> = self.replicas.iter().map(|r| r.addrs).collect();
-        let mut cfg = self.config(id).with_peers(&existing);
+        let mut cfg = self.config(id)?.with_peers(&existing);
         cfg.join = true;
         let config = self.write_config(&cfg, &addrs)?;
         let log = self.dir.join(format!("replica-{id}.log"));
@@ -202,9 +221,13 @@ impl ProcessCluster {
         self.replicas.iter_mut().find(|r| r.id == id).ok_or(KitError::NoReplica(id))
     }
 
-    fn config(&self, id: u64) -> ServeConfig {
-        ServeConfig::new(id, &self.name, self.spec.clone(), self.dir.join(format!("replica-{id}")))
-            .with_tuning(self.tuning.clone())
+    fn config(&self, id: u64) -> Result<ServeConfig, KitError> {
+        let cfg = ServeConfig::new(id, &self.name, self.spec.clone(), self.dir.join(format!("replica-{id}")))
+            .with_tuning(self.tuning.clone());
+        Ok(match &self.pki {
+            Some(p) => cfg.with_tls(p.issue(tessera_proto::tls::Role::Replica, &format!("replica-{id}"), &[], &[])?),
+            None => cfg.with_insecure(),
+        })
     }
 
     fn write_config(&self, cfg: &ServeConfig, addrs: &ListenAddrs) -> Result<PathBuf, KitError> {

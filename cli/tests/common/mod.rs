@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+pub use tessera_proto::tls::Role;
 use tessera_proto::v1;
 use tessera_testkit::{LocalCluster, ProcessCluster};
 use tessera_view::{ClusterSpec, ClusterView, CoreMask, Decision, MemberPlacement, ServerId, Topology, ViewSnapshot};
@@ -91,9 +92,47 @@ pub fn two_agent_cluster(dir: &Path, tuning: Tuning) -> (ProcessCluster, String,
     let mut procs = Procs::default();
     let servers = ["r0-s00", "r0-s01"];
     for s in servers {
-        procs.agent(dir, &addr, s);
+        procs.agent(dir, &addr, s, &tls(&view, Role::Agent, s));
     }
     (view, addr, procs, servers)
+}
+
+/// The flags of a process acting as `role` `name` on `cluster`: `--tls DIR` with a certificate
+/// issued for it, or `--insecure` on a plaintext cluster.
+pub fn tls(cluster: &ProcessCluster, role: Role, name: &str) -> Vec<String> {
+    match cluster.pki() {
+        Some(p) => {
+            let dir = p.issue(role, name, &[], &[]).expect("certificate");
+            vec!["--tls".into(), dir.display().to_string()]
+        }
+        None => vec!["--insecure".into()],
+    }
+}
+
+/// `args` followed by `extra`, as the `&str`s `Command` takes.
+pub fn with<'a>(args: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
+    let mut v = args.to_vec();
+    v.extend(extra.iter().map(String::as_str));
+    v
+}
+
+/// A raw gRPC channel to `addr` as `role` `name` (requests the leader-following client would
+/// not send).
+pub async fn channel(cluster: &ProcessCluster, role: Role, name: &str, addr: &str) -> tonic::transport::Channel {
+    let sec = match cluster.pki() {
+        Some(p) => p.security(role, name, &[]).expect("certificate"),
+        None => tessera_proto::tls::Security::Insecure,
+    };
+    let mut ep = tonic::transport::Endpoint::from_shared(format!("{}://{addr}", sec.scheme())).expect("endpoint");
+    if let Some(t) = sec.client_config() {
+        ep = ep.tls_config(t).expect("TLS");
+    }
+    ep.connect().await.expect("connect")
+}
+
+/// A client of `cluster` as its admin.
+pub fn admin_client(cluster: &ProcessCluster, addrs: Vec<String>) -> ViewClient {
+    ViewClient::new(addrs).expect("client").with_deadline(Duration::from_secs(20)).with_security(cluster.security())
 }
 
 /// A test's processes, by name: killed on drop, with the task groups their agents left.
@@ -105,9 +144,9 @@ pub struct Procs {
 
 impl Procs {
     /// Starts [`agent`] `name` and remembers its data dir.
-    pub fn agent(&mut self, dir: &Path, view: &str, name: &str) {
+    pub fn agent(&mut self, dir: &Path, view: &str, name: &str, tls: &[String]) {
         self.data_dirs.push(dir.join(format!("agent-{name}")));
-        self.children.push((name.to_string(), agent(dir, view, name)));
+        self.children.push((name.to_string(), agent(dir, view, name, tls)));
     }
 
     /// Remembers another process.
@@ -153,8 +192,9 @@ pub fn tessera(dir: &Path, log: &str, args: &[&str]) -> Child {
 
 /// A fake-GPU (seed-8gpu) agent for server `name`, data in `dir/agent-<name>`, logs served on a
 /// free loopback port, output in `dir/<name>.log`.
-pub fn agent(dir: &Path, view: &str, name: &str) -> Child {
-    agent_with(dir, view, name, &[])
+pub fn agent(dir: &Path, view: &str, name: &str, tls: &[String]) -> Child {
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    agent_with(dir, view, name, &tls)
 }
 
 /// [`agent`] with more arguments (e.g. `--fake-health-file FILE`).

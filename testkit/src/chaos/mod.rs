@@ -42,6 +42,8 @@ pub struct ChaosConfig {
     pub compose: Compose,
     /// The replicas' client addresses as this host reaches them, replica `i + 1` at index `i`.
     pub view: Vec<String>,
+    /// How the suite connects (an admin's certificate, or plaintext).
+    pub security: tessera_proto::tls::Security,
     /// The node agents' compose services.
     pub agents: Vec<String>,
     /// The scheduler hosts' compose services.
@@ -193,7 +195,10 @@ struct Running {
 }
 
 async fn run_faults(cfg: &ChaosConfig, replicas: &[u64]) -> Result<(Vec<FaultRecord>, Running), KitError> {
-    let mut c = ViewClient::new(cfg.view.clone()).map_err(call("client"))?.with_deadline(Duration::from_secs(60));
+    let mut c = ViewClient::new(cfg.view.clone())
+        .map_err(call("client"))?
+        .with_deadline(Duration::from_secs(60))
+        .with_security(cfg.security.clone());
     c.wait_for_leader().await.map_err(call("waiting for a leader"))?;
     wait_servers_up(&mut c, Duration::from_secs(60)).await?;
     tracing::info!(
@@ -205,13 +210,16 @@ async fn run_faults(cfg: &ChaosConfig, replicas: &[u64]) -> Result<(Vec<FaultRec
     let history = Arc::new(Mutex::new(History::default()));
     let (stop_history, stop_rx) = watch::channel(false);
     let follower = tokio::spawn(history::follow(
-        ViewClient::new(cfg.view.clone()).map_err(call("client"))?.with_deadline(Duration::from_secs(5)),
+        ViewClient::new(cfg.view.clone())
+            .map_err(call("client"))?
+            .with_deadline(Duration::from_secs(5))
+            .with_security(cfg.security.clone()),
         history.clone(),
         stop_rx,
     ));
     let leaders: Leaders = Arc::default();
     let (stop_sampler, sampler_rx) = watch::channel(false);
-    let sampler = tokio::spawn(sample_leaders(cfg.view.clone(), leaders.clone(), sampler_rx));
+    let sampler = tokio::spawn(sample_leaders(cfg.view.clone(), cfg.security.clone(), leaders.clone(), sampler_rx));
 
     let started = Instant::now();
     let ledger = Arc::new(Mutex::new(Ledger::default()));
@@ -457,9 +465,14 @@ async fn read_view(c: &mut ViewClient, addr: Option<&str>) -> Result<ClusterView
 }
 
 /// Asks every replica every 100 ms who it is and whether it leads, recording leaders per term.
-async fn sample_leaders(view: Vec<String>, leaders: Leaders, mut stop: watch::Receiver<bool>) {
+async fn sample_leaders(
+    view: Vec<String>,
+    security: tessera_proto::tls::Security,
+    leaders: Leaders,
+    mut stop: watch::Receiver<bool>,
+) {
     let Ok(c) = ViewClient::new(view.clone()) else { return };
-    let mut c = c.with_deadline(Duration::from_millis(500));
+    let mut c = c.with_deadline(Duration::from_millis(500)).with_security(security);
     while !*stop.borrow() {
         for a in &view {
             if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(500), c.status_of(a)).await
@@ -478,7 +491,10 @@ async fn sample_leaders(view: Vec<String>, leaders: Leaders, mut stop: watch::Re
 /// After the faults: waits for every job to end and the replicas to converge, then checks.
 async fn finish(cfg: &ChaosConfig, log: Vec<FaultRecord>, r: Running) -> Result<ChaosReport, KitError> {
     let load_s = r.started.elapsed().as_secs_f64();
-    let mut c = ViewClient::new(cfg.view.clone()).map_err(call("client"))?.with_deadline(Duration::from_secs(30));
+    let mut c = ViewClient::new(cfg.view.clone())
+        .map_err(call("client"))?
+        .with_deadline(Duration::from_secs(30))
+        .with_security(cfg.security.clone());
     c.wait_for_leader().await.map_err(call("waiting for a leader"))?;
     // Every job ends (the scheduler hosts place what is pending, the agents run it).
     let drain_start = Instant::now();

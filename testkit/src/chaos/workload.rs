@@ -75,8 +75,9 @@ impl Workload {
     /// Starts both streams.
     pub fn start(cfg: &ChaosConfig, ledger: Arc<Mutex<Ledger>>) -> Result<Workload, KitError> {
         let (stop, rx) = watch::channel(false);
-        let client =
-            || -> Result<ViewClient, KitError> { Ok(ViewClient::new(cfg.view.clone())?.with_deadline(CALL_DEADLINE)) };
+        let client = || -> Result<ViewClient, KitError> {
+            Ok(ViewClient::new(cfg.view.clone())?.with_deadline(CALL_DEADLINE).with_security(cfg.security.clone()))
+        };
         let seed = cfg.schedule.seed;
         let hosted = Stream {
             c: client()?,
