@@ -75,6 +75,9 @@ done
 
 bash deploy/image/build.sh tessera:dev
 tessera="$CARGO_TARGET_DIR/release/tessera"
+# Mutual TLS everywhere: a CA and each container's certificate; the suite is the admin.
+bash deploy/compose/certs.sh "$work/tls" "$tessera" >/dev/null
+export TESSERA_TLS_DIR="$work/tls" TESSERA_TLS="$work/tls/admin"
 t0=$(date +%s.%N)
 "${compose[@]}" up -d
 "$tessera" chaos run --project "$project" --view "$view" --seed "$seed" --faults "$faults" \

@@ -27,6 +27,9 @@ trap cleanup EXIT
 
 bash deploy/image/build.sh tessera:dev
 tessera="$CARGO_TARGET_DIR/release/tessera"
+# Mutual TLS everywhere: a CA and each container's certificate; the CLI here is the admin.
+bash deploy/compose/certs.sh "$work/tls" "$tessera" >/dev/null
+export TESSERA_TLS_DIR="$work/tls" TESSERA_TLS="$work/tls/admin"
 
 job() { # name gpus members [locality]
     printf 'name = "%s"\ngpus = %s\nmembers = %s\ncommand = ["/usr/local/bin/tessera", "--version"]\n%s' "$1" "$2" "$3" "${4:-}" \

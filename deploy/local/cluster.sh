@@ -7,8 +7,10 @@
 #   deploy/local/cluster.sh stop      SIGTERM each replica, SIGKILL after 5 s
 #   deploy/local/cluster.sh clean     stop, then delete the data and logs (deploy/local/run)
 #
-# Data, logs and pid files live in deploy/local/run/. TESSERA_BIN picks the binary (default:
+# Data, logs and pid files live in deploy/local/run/, the cluster CA and the certificates in
+# deploy/local/run/tls/ (every connection is mutual TLS). TESSERA_BIN picks the binary (default:
 # build the workspace's `tessera` with cargo). Clients: TESSERA_VIEW=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+# and TESSERA_TLS=deploy/local/run/tls/admin (an admin's certificate).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,10 +30,25 @@ tessera_bin() {
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# The cluster CA (made once) and the replicas' and an admin's certificates.
+certificates() {
+    local bin="$1" tls="$run/tls"
+    [ -f "$tls/ca/ca.key" ] || "$bin" tls init --ca "$tls/ca" >/dev/null
+    for i in 1 2 3; do
+        [ -f "$tls/replica-$i/cert.pem" ] ||
+            "$bin" tls issue --ca "$tls/ca" --role replica --name "replica-$i" --host 127.0.0.1 --host localhost \
+                --out "$tls/replica-$i" >/dev/null
+    done
+    [ -f "$tls/admin/cert.pem" ] ||
+        "$bin" tls issue --ca "$tls/ca" --role admin --name admin --out "$tls/admin" >/dev/null
+}
+
 start() {
     local bin
     bin="$(tessera_bin)"
     mkdir -p "$run"
+    certificates "$bin"
+    export TESSERA_TLS="$run/tls/admin"
     for i in 1 2 3; do
         if alive "$run/replica-$i.pid"; then
             echo "replica $i already runs (pid $(cat "$run/replica-$i.pid"))"
@@ -47,8 +64,9 @@ start() {
         if "$bin" view status --view "$view" --json 2>/dev/null | grep -q '"role":"leader"' &&
             ! "$bin" view status --view "$view" --json 2>/dev/null | grep -q '"error"'; then
             "$bin" view status --view "$view"
-            echo "export TESSERA_VIEW=$view"
-            echo "HTTP API: http://127.0.0.1:8081/v1/status (also :8082, :8083; GET /v1/openapi.json lists the routes)"
+            echo "export TESSERA_VIEW=$view TESSERA_TLS=$run/tls/admin"
+            echo "HTTP API: https://127.0.0.1:8081/v1/status (also :8082, :8083; GET /v1/openapi.json lists the routes;"
+            echo "  curl --cacert $run/tls/admin/ca.pem --cert $run/tls/admin/cert.pem --key $run/tls/admin/key.pem ...)"
             return 0
         fi
         sleep 0.2
@@ -87,7 +105,7 @@ stop() {
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
-    status) "$(tessera_bin)" view status --view "$view" ;;
+    status) "$(tessera_bin)" view status --view "$view" --tls "$run/tls/admin" ;;
     clean)
         stop
         rm -rf "$run"
