@@ -26,7 +26,8 @@ pub struct CommitArgs {
     /// be fresh (every server free).
     #[arg(long)]
     view: Option<String>,
-    /// With --view: how to connect (`--tls DIR` of an admin certificate, or `--insecure`).
+    /// With --view: how to connect (`--tls DIR` of an admin certificate, or `--insecure`);
+    /// with a local cluster, `--insecure` runs it in plaintext.
     #[command(flatten)]
     security: crate::tls::SecurityArgs,
     /// Concurrent clients (schedulers).
@@ -102,6 +103,9 @@ impl CommitArgs {
             .name("bench")
             .replicas(self.local_cluster.max(1) as usize)
             .tuning(tuning)
+            // Mutual TLS like any cluster, unless --insecure asks for plaintext (to measure
+            // what TLS costs).
+            .tls(!self.security.insecure)
             .log_filter(&std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
         if let Some(d) = &self.keep_dir {
             b = b.data_dir(d);

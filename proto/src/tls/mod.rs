@@ -225,3 +225,66 @@ pub fn caller_of<T>(security: &Security, req: &tonic::Request<T>) -> Result<Iden
     let text = |k: &str| md.get(k).and_then(|v| v.to_str().ok());
     authenticate(security, certs.as_deref().map(Vec::as_slice), text(AUTHORIZATION), text(ON_BEHALF_OF), unix_s())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca(dir: &std::path::Path) -> (Arc<Tls>, String) {
+        issue::init_dir(&dir.join("ca"), 1).expect("CA");
+        let id = Identity::new(Role::Replica, "r1", &[]).expect("id");
+        let req = issue::Request::for_days(id, vec!["127.0.0.1".into()], 1).expect("request");
+        issue::issue_dir(&dir.join("ca"), &req, &dir.join("r1")).expect("issue");
+        let key = std::fs::read_to_string(dir.join("ca").join(material::CA_KEY_FILE)).expect("key");
+        (Tls::open(dir.join("r1")).expect("open"), key)
+    }
+
+    #[test]
+    fn tokens_carry_their_identity_until_they_expire_and_only_from_the_ca() {
+        let dir = tempfile_dir();
+        let (tls, key) = ca(&dir);
+        let ca_key = tls.current().ca_public_key.clone();
+        let alice = Identity::new(Role::User, "alice", &["vision".into()]).expect("id");
+        let t = token::create(&key, &alice, 1000, 60).expect("token");
+        assert_eq!(token::verify(&ca_key, &t, 1010), Ok(alice.clone()));
+        assert!(token::verify(&ca_key, &t, 1060).expect_err("expired").contains("expired"));
+        // Any change to the claims breaks the signature.
+        let (body, sig) = t.rsplit_once('.').expect("token");
+        let forged = format!("{}A.{sig}", body);
+        assert!(token::verify(&ca_key, &forged, 1010).is_err());
+        assert!(token::verify(&ca_key, "tsr1.e30.AAAA", 1010).is_err());
+        assert!(token::create(&key, &alice, 1000, 0).is_err(), "a token lives at least a second");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn only_a_replica_acts_for_another_caller_and_plaintext_trusts_everyone() {
+        let dir = tempfile_dir();
+        let (tls, key) = ca(&dir);
+        let sec = Security::Tls(tls);
+        let admin = Identity::new(Role::Admin, "ops", &[]).expect("id");
+        let alice = Identity::new(Role::User, "alice", &["vision".into()]).expect("id");
+        let t = token::create(&key, &admin, unix_s(), 60).expect("token");
+        let bearer = format!("Bearer {t}");
+        assert_eq!(authenticate(&sec, None, Some(&bearer), None, unix_s()), Ok(admin.clone()));
+        assert_eq!(authenticate(&sec, None, None, None, unix_s()), Err(AuthError::Anonymous));
+        let behalf = alice.uris().join(",");
+        assert!(matches!(
+            authenticate(&sec, None, Some(&bearer), Some(&behalf), unix_s()),
+            Err(AuthError::NotReplica(_))
+        ));
+        // A replica's certificate may name the caller it acts for.
+        let cert = tokio_rustls::rustls::pki_types::pem::PemObject::from_pem_file(dir.join("r1").join("cert.pem"))
+            .expect("cert");
+        let certs: Vec<CertificateDer<'_>> = vec![cert];
+        assert_eq!(authenticate(&sec, Some(&certs), None, Some(&behalf), unix_s()), Ok(alice));
+        assert_eq!(authenticate(&Security::Insecure, None, None, None, 0), Ok(insecure_identity()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("tessera-tls-{}-{:x}", std::process::id(), rand::random::<u64>()));
+        std::fs::create_dir_all(&d).expect("dir");
+        d
+    }
+}
