@@ -135,6 +135,52 @@ pub fn check(who: &Identity, action: &Action<'_>) -> Result<(), String> {
     }
 }
 
+/// Most callers the rate limiter tracks at once; past it, the idlest are forgotten (a caller
+/// forgotten starts again with a full bucket).
+pub const MAX_TRACKED_CALLERS: usize = 16_384;
+
+/// Per-caller token buckets: `rate` requests a second sustained, bursts of `rate`. Replicas
+/// and admins are not limited (the HTTP API's callers are limited by their own identity, as
+/// the replica acts for them). Pure: time comes in as an argument.
+#[derive(Debug)]
+pub struct RateLimiter {
+    rate: f64,
+    buckets: std::collections::HashMap<String, (f64, std::time::Instant)>,
+}
+
+impl RateLimiter {
+    /// A limiter of `rate` requests per second per caller (0: none).
+    pub fn new(rate: u32) -> RateLimiter {
+        RateLimiter { rate: f64::from(rate), buckets: std::collections::HashMap::new() }
+    }
+
+    /// Takes one request of `who` at `now`; the refusal says how long to wait.
+    pub fn take(&mut self, who: &Identity, now: std::time::Instant) -> Result<(), String> {
+        if self.rate == 0.0 || matches!(who.role, Role::Replica | Role::Admin) {
+            return Ok(());
+        }
+        if self.buckets.len() >= MAX_TRACKED_CALLERS && !self.buckets.contains_key(&who.uri()) {
+            // Forget the callers whose buckets refilled long ago (they lose nothing).
+            let full = std::time::Duration::from_secs(1);
+            self.buckets.retain(|_, (_, at)| now.saturating_duration_since(*at) < full);
+            if self.buckets.len() >= MAX_TRACKED_CALLERS {
+                self.buckets.clear();
+            }
+        }
+        let rate = self.rate;
+        let (tokens, at) = self.buckets.entry(who.uri()).or_insert((rate, now));
+        *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * rate).min(rate);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait_ms = ((1.0 - *tokens) / rate * 1000.0).ceil();
+            Err(format!("{who} is over its rate of {rate} requests a second; retry in {wait_ms} ms"))
+        }
+    }
+}
+
 /// An append-only JSON-lines file of audit events, rotated once past [`AUDIT_MAX_BYTES`].
 #[derive(Debug)]
 pub struct AuditLog {
@@ -238,6 +284,27 @@ mod tests {
         assert!(!ok(&user, Action::ReadView) && ok(&user, Action::Status));
         assert!(!ok(&host, Action::Submit { tenants: vec!["vision"] }));
         assert!(ok(&agent, Action::ReadView) && ok(&host, Action::ReadView));
+    }
+
+    #[test]
+    fn a_caller_over_its_rate_waits_and_others_do_not() {
+        let mut l = RateLimiter::new(10);
+        let t0 = std::time::Instant::now();
+        let alice = id(Role::User, "alice", &["vision"]);
+        let bob = id(Role::User, "bob", &["vision"]);
+        let admin = id(Role::Admin, "ops", &[]);
+        for i in 0..10 {
+            assert!(l.take(&alice, t0).is_ok(), "burst request {i}");
+        }
+        let refused = l.take(&alice, t0).expect_err("the 11th at once");
+        assert!(refused.contains("retry in 100 ms"), "{refused}");
+        assert!(l.take(&bob, t0).is_ok(), "another caller has its own bucket");
+        assert!((0..100).all(|_| l.take(&admin, t0).is_ok()), "admins are not limited");
+        // 100 ms later, one more.
+        let later = t0 + std::time::Duration::from_millis(100);
+        assert!(l.take(&alice, later).is_ok());
+        assert!(l.take(&alice, later).is_err());
+        assert!(RateLimiter::new(0).take(&alice, t0).is_ok(), "0 is no limit");
     }
 
     #[test]

@@ -111,6 +111,10 @@ pub struct Tuning {
     /// Most concurrent `Watch` streams.
     #[serde(default = "d_max_watchers")]
     pub max_watchers: usize,
+    /// Requests per second one caller (one identity; replicas and admins exempt) may make to
+    /// this replica, sustained; bursts up to a second's worth. 0 turns the limit off.
+    #[serde(default = "d_caller_rate")]
+    pub caller_rate: u32,
 }
 
 impl Default for Tuning {
@@ -129,6 +133,7 @@ impl Default for Tuning {
             server_lease_ms: 0,
             scheduler_lease_ms: d_scheduler_lease_ms(),
             max_watchers: d_max_watchers(),
+            caller_rate: d_caller_rate(),
         }
     }
 }
@@ -343,6 +348,9 @@ fn d_request_timeout_ms() -> u64 {
 }
 fn d_max_watchers() -> usize {
     1_024
+}
+fn d_caller_rate() -> u32 {
+    2_000
 }
 
 /// The keys of [`ServeFile`] outside its tuning.

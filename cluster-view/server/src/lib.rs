@@ -175,6 +175,7 @@ pub async fn serve(
         max_watchers: t.max_watchers,
         security: security.clone(),
         audit: audit.clone(),
+        limiter: Arc::new(std::sync::Mutex::new(authz::RateLimiter::new(t.caller_rate))),
     };
     let raft = transport::RaftService {
         cluster: identity.clone(),

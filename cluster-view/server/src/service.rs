@@ -50,6 +50,8 @@ pub struct ViewService {
     pub security: Security,
     /// Refusals and admin actions.
     pub audit: Arc<AuditLog>,
+    /// Per-caller request rates.
+    pub limiter: Arc<std::sync::Mutex<crate::authz::RateLimiter>>,
 }
 
 fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
@@ -128,13 +130,20 @@ fn check_agent_addr(a: &str) -> Result<(), ViewServerError> {
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + Send>>;
 
 impl ViewService {
-    /// The caller of `req`, or `UNAUTHENTICATED` (audited).
+    /// The caller of `req`, or `UNAUTHENTICATED` (audited); `RESOURCE_EXHAUSTED` when the
+    /// caller is over its rate (clients retry that after a backoff).
     fn caller<T>(&self, req: &Request<T>, method: &str) -> Result<Identity, Status> {
-        tessera_proto::tls::caller_of(&self.security, req).map_err(|e| {
+        let who = tessera_proto::tls::caller_of(&self.security, req).map_err(|e| {
             let why = e.to_string();
             self.audit.record(None, method, "", &Err(why.clone()));
-            ViewServerError::Unauthenticated(why).into()
-        })
+            Status::from(ViewServerError::Unauthenticated(why))
+        })?;
+        let mut limiter = self.limiter.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        limiter.take(&who, std::time::Instant::now()).map_err(|why| {
+            tracing::debug!(method, %who, "over its rate");
+            Status::from(ViewServerError::Busy(why))
+        })?;
+        Ok(who)
     }
 
     /// Whether `who` may do `action`, else `PERMISSION_DENIED`; refusals and admins' changes

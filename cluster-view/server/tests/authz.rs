@@ -236,3 +236,37 @@ async fn a_renewed_certificate_is_served_without_a_restart() {
     admin.status().await.expect("status after renewal");
     cluster.stop().await.expect("stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_over_its_rate_is_told_to_back_off_and_others_are_served() {
+    let spec_ = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 1, 1, 1);
+    let tuning = Tuning { tick_ms: 20, sync: false, caller_rate: 5, ..Tuning::default() };
+    let cluster = LocalCluster::builder(spec_).name("rate").tuning(tuning).start().await.expect("cluster");
+    cluster.client().expect("admin").wait_for_leader().await.expect("leader");
+    let raw = |sec: Security| {
+        let addr = cluster.addrs()[0].clone();
+        async move {
+            let ep = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+                .expect("endpoint")
+                .tls_config(sec.client_config().expect("TLS"))
+                .expect("TLS config");
+            v1::view_client::ViewClient::new(ep.connect().await.expect("connect"))
+        }
+    };
+    let mut alice = raw(cluster.security_for(Role::User, "alice", &["vision"]).expect("cert")).await;
+    let mut codes = Vec::new();
+    for _ in 0..8 {
+        codes.push(alice.status(v1::StatusRequest {}).await.err().map(|s| s.code()));
+    }
+    // A burst of 5 (a second's worth at 5 a second), then RESOURCE_EXHAUSTED: clients back off.
+    assert_eq!(&codes[..5], &[None; 5], "{codes:?}");
+    assert!(codes[5..].contains(&Some(Code::ResourceExhausted)), "{codes:?}");
+    // Another caller, and the admin, are served meanwhile.
+    let mut bob = raw(cluster.security_for(Role::User, "bob", &["vision"]).expect("cert")).await;
+    bob.status(v1::StatusRequest {}).await.expect("bob has his own bucket");
+    let mut admin = raw(cluster.security()).await;
+    for _ in 0..20 {
+        admin.status(v1::StatusRequest {}).await.expect("admins are not limited");
+    }
+    cluster.stop().await.expect("stop");
+}
