@@ -60,9 +60,35 @@ use utoipa::OpenApi;
 )]
 struct ApiDoc;
 
-/// The OpenAPI document of the API, served at `/v1/openapi.json`.
+/// The OpenAPI document of the API, served at `/v1/openapi.json`. Every operation but the
+/// open ones (probes, metrics, this document) also answers 401 (no client certificate or bearer
+/// token, with TLS) and 403 (the caller may not), added here once rather than on each handler.
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    let mut doc = ApiDoc::openapi();
+    let error = |what: &str| {
+        ResponseBuilder::new()
+            .description(what)
+            .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+            .build()
+    };
+    for (path, item) in doc.paths.paths.iter_mut() {
+        if super::open_route(path) {
+            continue;
+        }
+        for op in
+            [&mut item.get, &mut item.post, &mut item.delete, &mut item.put, &mut item.patch].into_iter().flatten()
+        {
+            op.responses.responses.entry("401".into()).or_insert_with(|| {
+                error("no client certificate and no valid bearer token (code `unauthenticated`)").into()
+            });
+            op.responses
+                .responses
+                .entry("403".into())
+                .or_insert_with(|| error("the caller may not do this (code `forbidden`; docs/SECURITY.md)").into());
+        }
+    }
+    doc
 }
 
 /// This document.
@@ -101,6 +127,10 @@ mod tests {
             doc["paths"]["/v1/jobs"]["post"]["responses"]["422"]["content"]["application/json"]["schema"]["$ref"],
             "#/components/schemas/ErrorBody"
         );
+        // With TLS every route but the open ones may answer 401 and 403.
+        assert!(doc["paths"]["/v1/jobs/{id}"]["delete"]["responses"]["403"].is_object());
+        assert!(doc["paths"]["/v1/servers/{name}/drain"]["post"]["responses"]["401"].is_object());
+        assert!(doc["paths"]["/healthz"]["get"]["responses"]["401"].is_null());
         let job = &doc["components"]["schemas"]["Job"];
         assert_eq!(job["properties"]["state"]["enum"][0], "pending", "{job}");
         assert!(job["required"].as_array().is_some_and(|r| r.contains(&"id".into())), "{job}");
