@@ -149,11 +149,7 @@ impl ViewClient {
     /// An endpoint at `addr` with this client's transport security.
     fn endpoint(&self, addr: &str) -> Result<Endpoint, ClientError> {
         let bad = |e: tonic::transport::Error| ClientError::BadAddress(addr.to_string(), e.to_string());
-        let ep = Endpoint::from_shared(format!("{}://{addr}", self.security.scheme())).map_err(bad)?;
-        match self.security.client_config() {
-            Some(tls) => ep.tls_config(tls).map_err(bad),
-            None => Ok(ep),
-        }
+        self.security.endpoint(addr).map_err(bad)
     }
 
     fn grpc(&mut self, addr: &str) -> Result<Grpc, ClientError> {

@@ -123,11 +123,7 @@ pub async fn channel(cluster: &ProcessCluster, role: Role, name: &str, addr: &st
         Some(p) => p.security(role, name, &[]).expect("certificate"),
         None => tessera_proto::tls::Security::Insecure,
     };
-    let mut ep = tonic::transport::Endpoint::from_shared(format!("{}://{addr}", sec.scheme())).expect("endpoint");
-    if let Some(t) = sec.client_config() {
-        ep = ep.tls_config(t).expect("TLS");
-    }
-    ep.connect().await.expect("connect")
+    sec.endpoint(addr).expect("endpoint").connect().await.expect("connect")
 }
 
 /// A client of `cluster` as its admin.

@@ -21,7 +21,6 @@ use tessera_proto::v1;
 use tessera_proto::v1::raft_client::RaftClient;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Largest raft batch accepted or sent (snapshots of big views travel in one message).
@@ -51,13 +50,7 @@ pub async fn run_peer(
                 None => return,
             },
         };
-        let endpoint = Endpoint::from_shared(format!("{}://{addr}", security.scheme())).and_then(|e| {
-            match security.client_config() {
-                Some(tls) => e.tls_config(tls),
-                None => Ok(e),
-            }
-        });
-        let endpoint = match endpoint {
+        let endpoint = match security.endpoint(&addr) {
             // HTTP/2 keepalive finds a silently dead peer in seconds, not at TCP's timeout.
             Ok(e) => e
                 .connect_timeout(Duration::from_millis(500))

@@ -121,6 +121,16 @@ impl Security {
         Some(c)
     }
 
+    /// An endpoint at `addr` (`host:port`) with this transport: the URL scheme and, with TLS,
+    /// the current files' client configuration.
+    pub fn endpoint(&self, addr: &str) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+        let ep = tonic::transport::Endpoint::from_shared(format!("{}://{addr}", self.scheme()))?;
+        match self.client_config() {
+            Some(tls) => ep.tls_config(tls),
+            None => Ok(ep),
+        }
+    }
+
     /// The generation of the current files (0 in plaintext): connections made with an older
     /// generation are made again.
     pub fn generation(&self) -> u64 {

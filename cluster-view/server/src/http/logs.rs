@@ -137,13 +137,7 @@ pub(super) async fn logs(
 /// One agent's answer to a log request, bounded by [`AGENT_TIMEOUT`].
 async fn agent_logs(addr: &str, req: v1::LogsRequest, security: &Security) -> Result<v1::LogsResponse, ApiError> {
     let unreachable = |source| ApiError::AgentUnreachable { addr: addr.to_string(), source };
-    let mut ep = tonic::transport::Endpoint::from_shared(format!("{}://{addr}", security.scheme()))
-        .map_err(unreachable)?
-        .connect_timeout(AGENT_TIMEOUT)
-        .timeout(AGENT_TIMEOUT);
-    if let Some(tls) = security.client_config() {
-        ep = ep.tls_config(tls).map_err(unreachable)?;
-    }
+    let ep = security.endpoint(addr).map_err(unreachable)?.connect_timeout(AGENT_TIMEOUT).timeout(AGENT_TIMEOUT);
     let work = async {
         let ch = ep.connect().await.map_err(unreachable)?;
         v1::agent_client::AgentClient::new(ch)
