@@ -98,6 +98,7 @@ fn dev_spec(args: &DevArgs) -> Result<ClusterSpec> {
         groups,
         quotas: Default::default(),
         priorities: Default::default(),
+        accounting: Default::default(),
     })
 }
 

@@ -148,6 +148,9 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
         request: None,
         preemptions: 0,
         service_queue: 0,
+        user: String::new(),
+        times: Default::default(),
+        held: Vec::new(),
     };
     let local = LocalView::of_view(&v);
     let overlay = Overlay::default();

@@ -379,6 +379,16 @@ pub struct Job {
     pub placement: Vec<Member>,
     /// Why it failed, was cancelled, re-queued or preempted.
     pub error: Option<String>,
+    /// Who submitted it (the authenticated caller; empty when unknown).
+    pub user: String,
+    /// When it was admitted, Unix ms (null: before the view kept times).
+    pub submitted_ms: Option<u64>,
+    /// When its current or last placement was approved, Unix ms (null: never placed).
+    pub placed_ms: Option<u64>,
+    /// When every member of its current or last placement had started, Unix ms.
+    pub started_ms: Option<u64>,
+    /// When it finished, failed or was cancelled, Unix ms.
+    pub ended_ms: Option<u64>,
 }
 
 impl Job {
@@ -418,6 +428,90 @@ impl Job {
             locality: j.placement.as_ref().map(|p| p.level),
             placement,
             error: j.error.clone(),
+            user: j.user.clone(),
+            submitted_ms: nonzero(j.times.submitted_ms),
+            placed_ms: nonzero(j.times.placed_ms),
+            started_ms: nonzero(j.times.started_ms),
+            ended_ms: nonzero(j.times.ended_ms),
+        }
+    }
+}
+
+/// `None` for 0 (a time not yet reached, or not kept).
+fn nonzero(ms: u64) -> Option<u64> {
+    (ms != 0).then_some(ms)
+}
+
+/// GPU and CPU-core time.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct UsageFigures {
+    /// GPU-hours.
+    pub gpu_hours: f64,
+    /// CPU-core-hours.
+    pub core_hours: f64,
+    /// GPU-milliseconds (exact).
+    pub gpu_ms: u64,
+    /// CPU-core-milliseconds (exact).
+    pub core_ms: u64,
+}
+
+impl UsageFigures {
+    fn of(gpu_ms: u64, core_ms: u64) -> UsageFigures {
+        let u = tessera_view::Usage { gpu_ms, core_ms };
+        UsageFigures { gpu_hours: u.gpu_hours(), core_hours: u.core_hours(), gpu_ms, core_ms }
+    }
+}
+
+/// One row of a usage report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct UsageLine {
+    /// The tenant.
+    pub tenant: String,
+    /// The user (empty when grouped by tenant, or unknown).
+    pub user: String,
+    /// The job, when grouped by job.
+    pub job: Option<u64>,
+    /// What it used within the range.
+    #[serde(flatten)]
+    pub usage: UsageFigures,
+}
+
+/// GPU and CPU-core time used over a range, by tenant, user or job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct UsageReport {
+    /// From, Unix ms (the ledger's hourly part starts at the hour).
+    pub from_ms: u64,
+    /// Until, Unix ms.
+    pub to_ms: u64,
+    /// The grouping: `tenant`, `user` or `job`.
+    pub by: String,
+    /// Rows, largest GPU time first.
+    pub rows: Vec<UsageLine>,
+    /// The sum over every row (also those past the limit).
+    pub total: UsageFigures,
+    /// The view version read.
+    pub version: u64,
+}
+
+impl UsageReport {
+    /// The answer of the `Usage` RPC.
+    pub fn of(r: &v1::UsageResponse) -> UsageReport {
+        UsageReport {
+            from_ms: r.from_ms,
+            to_ms: r.to_ms,
+            by: r.by.clone(),
+            rows: r
+                .rows
+                .iter()
+                .map(|row| UsageLine {
+                    tenant: row.tenant.clone(),
+                    user: row.user.clone(),
+                    job: row.job,
+                    usage: UsageFigures::of(row.gpu_ms, row.core_ms),
+                })
+                .collect(),
+            total: UsageFigures::of(r.total_gpu_ms, r.total_core_ms),
+            version: r.version,
         }
     }
 }

@@ -447,6 +447,15 @@ impl ViewClient {
         self.cancel_because(job, "").await
     }
 
+    /// GPU and CPU-core time used over a range (see `UsageRequest`), read from any replica.
+    pub async fn usage(&mut self, req: v1::UsageRequest) -> Result<v1::UsageResponse, ClientError> {
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.usage(req).await }
+        })
+        .await
+    }
+
     /// Cancels a job, recording `reason` as its error (empty: "cancelled").
     pub async fn cancel_because(&mut self, job: u64, reason: &str) -> Result<u64, ClientError> {
         let req = v1::CancelJobRequest { job, reason: reason.to_string() };

@@ -35,7 +35,7 @@ use tessera_view::{
     MemberPlacement, Predictor, Preemption, Priorities, Proposal, ProposalId, Rejection, RequestId, ServerId,
     ServerRecord, TaskState, Topology, ViewDelta, ViewError, ViewSnapshot, ViewVersion,
 };
-use tessera_view::{Cordon, HealthChange};
+use tessera_view::{Cordon, HealthChange, HeldSpan, JobTimes, Usage, UsageBy, UsageKey, UsageReport, UsageRow};
 
 // ---------------------------------------------------------------- helpers
 
@@ -524,9 +524,24 @@ impl From<&Job> for v1::Job {
             request_id: j.request.as_ref().map(|r| r.as_str().to_string()).unwrap_or_default(),
             preemptions: j.preemptions,
             service_queue: j.service_queue.into(),
+            user: j.user.clone(),
+            times: Some(v1::JobTimes {
+                submitted_ms: j.times.submitted_ms,
+                placed_ms: j.times.placed_ms,
+                started_ms: j.times.started_ms,
+                ended_ms: j.times.ended_ms,
+            }),
+            held: j
+                .held
+                .iter()
+                .map(|s| v1::HeldSpan { from_ms: s.from_ms, to_ms: s.to_ms, gpus: s.gpus, cores: s.cores })
+                .collect(),
         }
     }
 }
+
+/// Most held spans a job on the wire may carry.
+pub const MAX_HELD_SPANS: usize = 4096;
 
 /// Validated with [`validate::check_job`]: the placement is present exactly while the state
 /// holds resources, and whole.
@@ -552,6 +567,35 @@ impl TryFrom<v1::Job> for Job {
             service_queue: u8::try_from(w.service_queue).map_err(|_| {
                 WireError::invalid("Job", "service_queue", format!("0 to 255, got {}", w.service_queue))
             })?,
+            user: w.user,
+            times: w.times.map_or_else(JobTimes::default, |t| JobTimes {
+                submitted_ms: t.submitted_ms,
+                placed_ms: t.placed_ms,
+                started_ms: t.started_ms,
+                ended_ms: t.ended_ms,
+            }),
+            held: {
+                if w.held.len() > MAX_HELD_SPANS {
+                    return Err(WireError::invalid(
+                        "Job",
+                        "held",
+                        format!("at most {MAX_HELD_SPANS} spans, got {}", w.held.len()),
+                    ));
+                }
+                w.held
+                    .into_iter()
+                    .map(|s| {
+                        if s.to_ms < s.from_ms {
+                            return Err(WireError::invalid(
+                                "Job",
+                                "held",
+                                format!("a span ends ({}) before it starts ({})", s.to_ms, s.from_ms),
+                            ));
+                        }
+                        Ok(HeldSpan { from_ms: s.from_ms, to_ms: s.to_ms, gpus: s.gpus, cores: s.cores })
+                    })
+                    .collect::<Result<_, _>>()?
+            },
         };
         validate::check_job(&job)?;
         Ok(job)
@@ -774,6 +818,55 @@ impl TryFrom<v1::Decision> for RemoteDecision {
     }
 }
 
+// ---------------------------------------------------------------- usage
+
+/// A usage report on the wire (`version`: the view version read).
+pub fn usage_response(r: &UsageReport, version: u64) -> v1::UsageResponse {
+    v1::UsageResponse {
+        from_ms: r.from_ms,
+        to_ms: r.to_ms,
+        by: r.by.as_str().to_string(),
+        rows: r
+            .rows
+            .iter()
+            .map(|row| v1::UsageRow {
+                tenant: row.tenant.clone(),
+                user: row.user.clone(),
+                job: row.job.map(|j| j.0),
+                gpu_ms: row.usage.gpu_ms,
+                core_ms: row.usage.core_ms,
+            })
+            .collect(),
+        total_gpu_ms: r.total.gpu_ms,
+        total_core_ms: r.total.core_ms,
+        version,
+    }
+}
+
+/// A usage report from the wire; an unknown grouping is refused.
+impl TryFrom<v1::UsageResponse> for UsageReport {
+    type Error = WireError;
+    fn try_from(w: v1::UsageResponse) -> Result<Self, WireError> {
+        let by: UsageBy = w.by.parse().map_err(|e: String| WireError::invalid("UsageResponse", "by", e))?;
+        Ok(UsageReport {
+            from_ms: w.from_ms,
+            to_ms: w.to_ms,
+            by,
+            rows: w
+                .rows
+                .into_iter()
+                .map(|r| UsageRow {
+                    tenant: r.tenant,
+                    user: r.user,
+                    job: r.job.map(JobId),
+                    usage: Usage { gpu_ms: r.gpu_ms, core_ms: r.core_ms },
+                })
+                .collect(),
+            total: Usage { gpu_ms: w.total_gpu_ms, core_ms: w.total_core_ms },
+        })
+    }
+}
+
 // ---------------------------------------------------------------- snapshots and deltas
 
 impl From<&ViewSnapshot> for v1::ViewSnapshot {
@@ -798,6 +891,19 @@ impl From<&ViewSnapshot> for v1::ViewSnapshot {
                 .health_history
                 .iter()
                 .map(|(id, h)| v1::ServerHistory { server: id.0, changes: h.iter().map(Into::into).collect() })
+                .collect(),
+            now_ms: s.now_ms,
+            usage_retention_hours: s.usage_retention_hours,
+            usage: s
+                .usage
+                .iter()
+                .map(|(k, u)| v1::UsageBucket {
+                    hour: k.hour,
+                    tenant: k.tenant.clone(),
+                    user: k.user.clone(),
+                    gpu_ms: u.gpu_ms,
+                    core_ms: u.core_ms,
+                })
                 .collect(),
         }
     }
@@ -826,6 +932,22 @@ impl TryFrom<v1::ViewSnapshot> for ViewSnapshot {
             unhealthy: w.unhealthy,
             cordons: convert_all(w.cordons, "cordons")?,
             health_history: convert_all(w.health_history, "health_history")?,
+            now_ms: w.now_ms,
+            usage_retention_hours: if w.usage_retention_hours == 0 {
+                return Err(WireError::invalid("ViewSnapshot", "usage_retention_hours", "must be at least 1"));
+            } else {
+                w.usage_retention_hours
+            },
+            usage: w
+                .usage
+                .into_iter()
+                .map(|b| {
+                    (
+                        UsageKey { hour: b.hour, tenant: b.tenant, user: b.user },
+                        Usage { gpu_ms: b.gpu_ms, core_ms: b.core_ms },
+                    )
+                })
+                .collect(),
         };
         validate::check_snapshot(&s)?;
         Ok(s)

@@ -217,6 +217,7 @@ impl ClusterView {
         job.placement = Some(GangPlacement { proposal: p.id, members: p.members.clone(), level, placed_at: version });
         job.proposals.push(p.id);
         job.tasks = vec![TaskState::Starting; p.members.len()];
+        (job.times.placed_ms, job.times.started_ms) = (self.now_ms, 0);
         let (tenant, total) = (job.spec.tenant.clone(), job.spec.total_gpus());
         *self.tenant_used.entry(tenant).or_default() += total;
         self.applied.insert(p.id, p.job);

@@ -15,6 +15,9 @@
 //! [priorities]                   # optional; these are the defaults (see `priority`)
 //! classes = { production = 100, batch = 50, best-effort = 0 }
 //! max_preemptions = 3
+//!
+//! [accounting]                   # optional; the default
+//! retention_days = 92            # how long the usage ledger keeps hourly GPU/core time
 //! ```
 //!
 //! Each `[[racks]]` entry becomes one configuration set; several entries may share a rack name
@@ -58,7 +61,27 @@ pub struct ClusterSpec {
     pub quotas: BTreeMap<String, u32>,
     /// Priority classes and the preemption bound.
     pub priorities: Priorities,
+    /// Accounting settings.
+    pub accounting: Accounting,
 }
+
+/// Accounting settings of a cluster: the same on every replica, since the usage ledger they
+/// bound is replicated state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Accounting {
+    /// How many days the usage ledger keeps (hourly buckets per tenant and user), 1 to 3,660.
+    pub retention_days: u32,
+}
+
+impl Default for Accounting {
+    fn default() -> Accounting {
+        Accounting { retention_days: crate::usage::DEFAULT_USAGE_RETENTION_HOURS / 24 }
+    }
+}
+
+/// The longest usage retention a cluster spec may ask for: ten years.
+pub const MAX_RETENTION_DAYS: u32 = 3_660;
 
 /// The file format, read by [`ClusterSpec::from_toml`] and written by [`ClusterSpec::write_files`].
 #[derive(Deserialize, Serialize)]
@@ -70,6 +93,8 @@ struct RawSpec {
     quotas: BTreeMap<String, u32>,
     #[serde(default)]
     priorities: RawPriorities,
+    #[serde(default)]
+    accounting: Accounting,
 }
 
 #[derive(Default, Deserialize, Serialize)]
@@ -112,8 +137,21 @@ impl ClusterSpec {
         if let Err((field, message)) = priorities.validate() {
             return Err(SpecError::invalid(file, format!("priorities.{field}"), message));
         }
-        let mut spec =
-            ClusterSpec { name: raw.name, topologies: Vec::new(), groups: Vec::new(), quotas: raw.quotas, priorities };
+        if !(1..=MAX_RETENTION_DAYS).contains(&raw.accounting.retention_days) {
+            return Err(SpecError::invalid(
+                file,
+                "accounting.retention_days",
+                format!("1 to {MAX_RETENTION_DAYS} days, got {}", raw.accounting.retention_days),
+            ));
+        }
+        let mut spec = ClusterSpec {
+            name: raw.name,
+            topologies: Vec::new(),
+            groups: Vec::new(),
+            quotas: raw.quotas,
+            priorities,
+            accounting: raw.accounting,
+        };
         let mut ib_of_rack: BTreeMap<String, String> = BTreeMap::new();
         let mut seen_groups: std::collections::HashSet<(String, usize)> = std::collections::HashSet::new();
         let mut total: u64 = 0;
@@ -242,6 +280,7 @@ impl ClusterSpec {
             groups,
             quotas: BTreeMap::new(),
             priorities: Priorities::default(),
+            accounting: Accounting::default(),
         }
     }
 
@@ -282,6 +321,7 @@ impl ClusterSpec {
                 classes: Some(self.priorities.classes.clone()),
                 max_preemptions: Some(self.priorities.max_preemptions),
             },
+            accounting: self.accounting,
         };
         let text = toml::to_string(&raw)
             .map_err(|e| SpecError::Syntax { file: "cluster.toml".into(), message: e.to_string() })?;

@@ -605,6 +605,17 @@ pub struct Job {
     /// higher queue.
     #[serde(default)]
     pub service_queue: u8,
+    /// Who submitted it: the authenticated caller's name, never the request body's ("" when
+    /// submitted without an identity).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    /// Its wall-clock times, from the view's clock.
+    #[serde(default)]
+    pub times: crate::usage::JobTimes,
+    /// The spans it held placements, oldest first (one per placement released); the span of
+    /// the placement it holds now is not here until released.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<crate::usage::HeldSpan>,
 }
 
 impl Job {
@@ -617,6 +628,38 @@ impl Job {
     /// Its rank for preemption: priority, then the lower attained-service queue.
     pub fn rank(&self) -> (i32, std::cmp::Reverse<u8>) {
         (self.spec.priority, std::cmp::Reverse(self.service_queue))
+    }
+
+    /// GPUs and CPU cores its current placement holds (0, 0 without one).
+    pub fn holding(&self) -> (u32, u32) {
+        self.placement.as_ref().map_or((0, 0), |p| {
+            (p.members.iter().map(|m| m.gpus.count_ones()).sum(), p.members.iter().map(|m| m.cores.count()).sum())
+        })
+    }
+
+    /// Its usage within `[from_ms, to_ms)`: the spans it held, and the placement it holds now
+    /// up to `now_ms`.
+    pub fn usage_within(&self, from_ms: u64, to_ms: u64, now_ms: u64) -> crate::usage::Usage {
+        let mut u = crate::usage::Usage::default();
+        for s in &self.held {
+            u.add(s.usage_within(from_ms, to_ms));
+        }
+        if let Some(s) = self.holding_span(now_ms) {
+            u.add(s.usage_within(from_ms, to_ms));
+        }
+        u
+    }
+
+    /// The span of the placement it holds, up to `now_ms` (none without a placement, or when
+    /// it was placed before the log carried clocks).
+    pub fn holding_span(&self, now_ms: u64) -> Option<crate::usage::HeldSpan> {
+        let (gpus, cores) = self.holding();
+        (self.placement.is_some() && self.times.placed_ms > 0).then(|| crate::usage::HeldSpan {
+            from_ms: self.times.placed_ms,
+            to_ms: now_ms.max(self.times.placed_ms),
+            gpus,
+            cores,
+        })
     }
 }
 

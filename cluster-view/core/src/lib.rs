@@ -23,6 +23,7 @@
 //! | [`approver`] | atomic gang validation and apply, idempotent on the proposal id |
 //! | [`preemption`] | [`Preemption`], the approver's atomic take-over of lower-priority gangs, and the pure victim choice |
 //! | [`migration_planner`] | the migration planner: fewest moves of small jobs that free a group (the scheduler hosts' migration task and the simulator execute its plans) |
+//! | [`usage`] | accounting: the view's clock, jobs' wall-clock times, GPU and core time per tenant and user |
 //! | [`invariants`] | an independent checker of the view's invariants |
 //!
 //! Invariants, asserted in code and checked by `tests/`: a device or core is never allocated to
@@ -47,9 +48,10 @@ pub mod preemption;
 pub mod priority;
 pub mod server;
 pub mod topology;
+pub mod usage;
 pub mod view;
 
-pub use cluster_spec::ClusterSpec;
+pub use cluster_spec::{Accounting, ClusterSpec};
 pub use config_set::ConfigSet;
 pub use error::{FieldError, SpecError, ViewError};
 pub use ids::{ConfigSetId, JobId, ProposalId, RequestId, ServerId, ViewVersion};
@@ -61,4 +63,5 @@ pub use preemption::Preemption;
 pub use priority::Priorities;
 pub use server::{Cordon, Health, HealthChange, ServerRecord};
 pub use topology::Topology;
+pub use usage::{HeldSpan, JobTimes, Ledger, Usage, UsageBy, UsageKey, UsageReport, UsageRow};
 pub use view::{ClusterView, Command, Outcome, ViewDelta, ViewSnapshot};

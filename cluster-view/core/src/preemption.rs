@@ -304,8 +304,11 @@ mod tests {
         assert_eq!(v.submit_once(&batch, Some(&r)), Ok(b), "a retry is the same job");
         let e = v.submit(JobSpec { class: Some("urgent".into()), ..spec("k", 1, 1, 0) }).expect_err("unknown");
         assert!(e.to_string().contains("unknown priority class `urgent`"), "{e}");
-        let out =
-            v.apply(&Command::Submit { spec: JobSpec { class: Some("production".into()), ..batch }, request: None });
+        let out = v.apply(&Command::Submit {
+            spec: JobSpec { class: Some("production".into()), ..batch },
+            request: None,
+            user: None,
+        });
         let Outcome::Submitted(Ok(c)) = out else { panic!("{out:?}") };
         assert_eq!(v.job(c).expect("job").spec.priority, 100);
     }

@@ -18,6 +18,7 @@ use crate::placement::{Decision, Proposal};
 use crate::priority::Priorities;
 use crate::server::{Cordon, Health, HealthChange, ServerRecord};
 use crate::topology::Topology;
+use crate::usage::{JobTimes, Ledger, Usage, UsageBy, UsageKey, UsageReport, UsageRow};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -40,6 +41,17 @@ pub enum Command {
         /// The client's id for this submission, if it gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<RequestId>,
+        /// Who submits it: the authenticated caller's name, set by the leader (never taken
+        /// from the request body).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
+    },
+    /// The proposing leader's wall clock, Unix milliseconds, written first in every log entry.
+    /// The view's clock becomes the largest stamp applied (it never goes back); jobs' times
+    /// and the usage ledger read it (see [`crate::usage`]). Changes no version.
+    Clock {
+        /// Unix milliseconds on the proposing leader.
+        at_ms: u64,
     },
     /// A batch of proposals, each approved or rejected on its own, each atomic.
     Propose(Vec<Proposal>),
@@ -135,7 +147,7 @@ pub enum Command {
 impl Command {
     /// Admit `spec` with no request id (no deduplication of retries).
     pub fn submit(spec: JobSpec) -> Command {
-        Command::Submit { spec, request: None }
+        Command::Submit { spec, request: None, user: None }
     }
 }
 
@@ -154,6 +166,8 @@ pub enum Outcome {
     TaskReported(Result<JobState, ViewError>),
     /// Device health recorded.
     DevicesSet(Result<(), ViewError>),
+    /// The view's clock after a [`Command::Clock`], Unix milliseconds.
+    Clock(u64),
 }
 
 /// What changed at one version, for deltas.
@@ -215,6 +229,19 @@ pub struct ViewSnapshot {
     /// Each server's latest health changes, oldest first (servers without any are absent).
     #[serde(default)]
     pub health_history: Vec<(ServerId, Vec<HealthChange>)>,
+    /// The view's clock, Unix milliseconds (0: no clock applied yet).
+    #[serde(default)]
+    pub now_ms: u64,
+    /// How many hours the usage ledger keeps.
+    #[serde(default = "default_usage_retention")]
+    pub usage_retention_hours: u32,
+    /// The usage ledger's buckets, oldest hour first.
+    #[serde(default)]
+    pub usage: Vec<(UsageKey, Usage)>,
+}
+
+fn default_usage_retention() -> u32 {
+    crate::usage::DEFAULT_USAGE_RETENTION_HOURS
 }
 
 /// The cluster view. See the crate docs for its invariants.
@@ -235,6 +262,10 @@ pub struct ClusterView {
     pub(crate) cordons: BTreeMap<ServerId, Cordon>,
     /// Latest health changes per server, at most [`HEALTH_HISTORY`] each (cold).
     pub(crate) health_history: BTreeMap<ServerId, VecDeque<HealthChange>>,
+    /// The view's clock: the largest [`Command::Clock`] applied (Unix ms).
+    pub(crate) now_ms: u64,
+    /// Usage per hour, tenant and user (cold: written on release, read by reports).
+    pub(crate) ledger: Ledger,
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) ended: VecDeque<JobId>,
     pub(crate) ended_kept: usize,
@@ -340,6 +371,8 @@ impl ClusterView {
             unhealthy: vec![0; count],
             cordons: BTreeMap::new(),
             health_history: BTreeMap::new(),
+            now_ms: 0,
+            ledger: Ledger::with_retention(spec.accounting.retention_days.saturating_mul(24)),
             jobs: HashMap::new(),
             ended: VecDeque::new(),
             ended_kept: DEFAULT_ENDED_JOBS_KEPT,
@@ -469,7 +502,10 @@ impl ClusterView {
     /// Applies one command. Deterministic.
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
         match cmd {
-            Command::Submit { spec, request } => Outcome::Submitted(self.submit_once(spec, request.as_ref())),
+            Command::Submit { spec, request, user } => {
+                Outcome::Submitted(self.submit_as(spec, request.as_ref(), user.as_deref()))
+            }
+            Command::Clock { at_ms } => Outcome::Clock(self.advance_clock(*at_ms)),
             Command::Propose(ps) => Outcome::Decided(ps.iter().map(|p| self.propose(p)).collect()),
             Command::Migrate(ps) => Outcome::Decided(ps.iter().map(|p| self.migrate(p)).collect()),
             Command::Preempt(p) => Outcome::Decided(vec![self.preempt(p)]),
@@ -489,6 +525,82 @@ impl ClusterView {
                 Outcome::DevicesSet(self.set_unhealthy_devices(*server, *devices))
             }
         }
+    }
+
+    /// The view's clock: the largest leader clock applied, Unix milliseconds (0 before any).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Moves the view's clock to `at_ms` unless it is already later, and drops the usage
+    /// buckets the retention no longer keeps; returns the clock. A simulator calls it with
+    /// virtual time.
+    pub fn advance_clock(&mut self, at_ms: u64) -> u64 {
+        if at_ms > self.now_ms {
+            self.now_ms = at_ms;
+            self.ledger.prune(at_ms);
+        }
+        self.now_ms
+    }
+
+    /// The usage ledger.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// This view with a usage ledger keeping `hours` (at least 1).
+    pub fn with_usage_retention(mut self, hours: u32) -> ClusterView {
+        let buckets: Vec<(UsageKey, Usage)> = self.ledger.buckets().map(|(k, u)| (k.clone(), *u)).collect();
+        self.ledger = Ledger::from_buckets(hours, buckets);
+        self.ledger.prune(self.now_ms);
+        self
+    }
+
+    /// GPU and CPU-core time used within `[from_ms, to_ms)`, grouped `by` tenant, user or
+    /// job, at most `limit` rows (the total counts every row). Placements still held are
+    /// charged up to `now_ms` (the caller's present; the view's clock if later). Tenant and
+    /// user rows come from the ledger (whole hours: `from_ms` rounds down, `to_ms` up) plus
+    /// the placements held now; job rows come from the jobs still in the view, exact to the
+    /// millisecond. With `tenants`, only those tenants' usage.
+    pub fn usage_report(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        by: UsageBy,
+        now_ms: u64,
+        tenants: Option<&[String]>,
+        limit: usize,
+    ) -> UsageReport {
+        let now_ms = now_ms.max(self.now_ms);
+        let wanted = |t: &str| tenants.is_none_or(|ts| ts.iter().any(|x| x == t));
+        let mut rows: BTreeMap<(String, String, Option<JobId>), Usage> = BTreeMap::new();
+        let user_of = |u: &str| if by == UsageBy::Tenant { String::new() } else { u.to_string() };
+        match by {
+            UsageBy::Job => {
+                for j in self.jobs.values().filter(|j| wanted(&j.spec.tenant)) {
+                    let u = j.usage_within(from_ms, to_ms, now_ms);
+                    rows.entry((j.spec.tenant.clone(), j.user.clone(), Some(j.id))).or_default().add(u);
+                }
+            }
+            UsageBy::Tenant | UsageBy::User => {
+                for (k, u) in self.ledger.within(from_ms, to_ms).filter(|(k, _)| wanted(&k.tenant)) {
+                    rows.entry((k.tenant.clone(), user_of(&k.user), None)).or_default().add(*u);
+                }
+                // Placements held now are charged to the ledger only when released: add them
+                // over the same whole hours.
+                let hour = crate::usage::HOUR_MS;
+                let (lo, hi) = (from_ms / hour * hour, to_ms.div_ceil(hour).saturating_mul(hour));
+                for j in self.jobs.values().filter(|j| wanted(&j.spec.tenant)) {
+                    if let Some(s) = j.holding_span(now_ms) {
+                        rows.entry((j.spec.tenant.clone(), user_of(&j.user), None))
+                            .or_default()
+                            .add(s.usage_within(lo, hi));
+                    }
+                }
+            }
+        }
+        let rows = rows.into_iter().map(|((tenant, user, job), usage)| UsageRow { tenant, user, job, usage }).collect();
+        UsageReport::new(from_ms, to_ms, by, rows, limit)
     }
 
     /// Unhealthy devices of a server (bit `i` = device `i`).
@@ -545,6 +657,7 @@ impl ClusterView {
             && j.tasks.iter().all(|t| *t != TaskState::Starting)
         {
             j.state = JobState::Running;
+            j.times.started_ms = self.now_ms;
         }
         let state = j.state;
         self.note(Change::Job(job));
@@ -604,13 +717,23 @@ impl ClusterView {
 
     /// Admits a job as pending, or refuses it with the reason it can never fit.
     pub fn submit(&mut self, spec: JobSpec) -> Result<JobId, ViewError> {
-        self.admit(spec, None)
+        self.admit(spec, None, "")
     }
 
     /// Admits a job at most once per request id: a retry under an id the view remembers (its
     /// job is live or among the ended jobs kept) is answered with that job and changes nothing;
     /// the same id with another spec is refused ([`ViewError::RequestReused`]).
     pub fn submit_once(&mut self, spec: &JobSpec, request: Option<&RequestId>) -> Result<JobId, ViewError> {
+        self.submit_as(spec, request, None)
+    }
+
+    /// [`ClusterView::submit_once`] on behalf of `user` (kept as [`Job::user`]).
+    pub fn submit_as(
+        &mut self,
+        spec: &JobSpec,
+        request: Option<&RequestId>,
+        user: Option<&str>,
+    ) -> Result<JobId, ViewError> {
         let spec = self.with_class_resolved(spec.clone())?;
         if let Some(r) = request
             && let Some(&job) = self.requests.get(r)
@@ -620,7 +743,7 @@ impl ClusterView {
                 _ => Err(ViewError::RequestReused { request: r.to_string(), job }),
             };
         }
-        self.admit(spec, request.cloned())
+        self.admit(spec, request.cloned(), user.unwrap_or(""))
     }
 
     /// Whether a job was admitted under `request` (and is still remembered).
@@ -636,7 +759,7 @@ impl ClusterView {
         Ok(spec)
     }
 
-    fn admit(&mut self, spec: JobSpec, request: Option<RequestId>) -> Result<JobId, ViewError> {
+    fn admit(&mut self, spec: JobSpec, request: Option<RequestId>, user: &str) -> Result<JobId, ViewError> {
         let spec = self.with_class_resolved(spec)?;
         spec.validate().map_err(ViewError::InvalidSpec)?;
         let key = ShapeKey::of(&spec);
@@ -671,6 +794,9 @@ impl ClusterView {
                 request: request.clone(),
                 preemptions: 0,
                 service_queue: 0,
+                user: user.to_string(),
+                times: JobTimes { submitted_ms: self.now_ms, ..JobTimes::default() },
+                held: Vec::new(),
             },
         );
         if let Some(r) = request {
@@ -886,6 +1012,9 @@ impl ClusterView {
             unhealthy: if self.unhealthy.iter().any(|u| *u != 0) { self.unhealthy.clone() } else { Vec::new() },
             cordons: self.cordons.iter().map(|(s, c)| (*s, c.clone())).collect(),
             health_history: self.health_history.iter().map(|(s, h)| (*s, h.iter().cloned().collect())).collect(),
+            now_ms: self.now_ms,
+            usage_retention_hours: self.ledger.retention_hours(),
+            usage: self.ledger.buckets().map(|(k, u)| (k.clone(), *u)).collect(),
         }
     }
 
@@ -923,6 +1052,8 @@ impl ClusterView {
             unhealthy,
             cordons: s.cordons.into_iter().collect(),
             health_history: s.health_history.into_iter().map(|(id, h)| (id, h.into_iter().collect())).collect(),
+            now_ms: s.now_ms,
+            ledger: Ledger::from_buckets(s.usage_retention_hours, s.usage),
             jobs: s.jobs.into_iter().map(|j| (j.id, j)).collect(),
             ended,
             ended_kept: s.ended_jobs_kept.min(usize::MAX as u64) as usize,
@@ -980,6 +1111,15 @@ impl ClusterView {
                 h.str(&c.why);
             }
         }
+        h.u64(self.now_ms);
+        h.u64(self.ledger.retention_hours() as u64);
+        for (k, u) in self.ledger.buckets() {
+            h.u64(k.hour);
+            h.str(&k.tenant);
+            h.str(&k.user);
+            h.u64(u.gpu_ms);
+            h.u64(u.core_ms);
+        }
         h.u64(self.ended_kept as u64);
         for j in &self.ended {
             h.u64(j.0);
@@ -999,6 +1139,15 @@ impl ClusterView {
             h.u64(j.preemptions as u64);
             h.u64(j.service_queue as u64);
             h.u64(j.spec.priority as u32 as u64);
+            h.str(&j.user);
+            for t in [j.times.submitted_ms, j.times.placed_ms, j.times.started_ms, j.times.ended_ms] {
+                h.u64(t);
+            }
+            for s in &j.held {
+                for x in [s.from_ms, s.to_ms, s.gpus as u64, s.cores as u64] {
+                    h.u64(x);
+                }
+            }
             if let Some(p) = &j.placement {
                 h.u64(p.proposal.0);
                 h.u64(p.placed_at.0);
@@ -1037,6 +1186,20 @@ impl ClusterView {
 
     /// Returns a job's resources to its servers; asserts they were held.
     pub(crate) fn free_placement(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let Some(span) = j.holding_span(self.now_ms) else {
+            return self.free_members(job);
+        };
+        j.held.push(span);
+        let (tenant, user) = (j.spec.tenant.clone(), j.user.clone());
+        self.ledger.charge(&tenant, &user, &span);
+        self.free_members(job);
+    }
+
+    /// Returns a job's placement's resources to its servers (no accounting).
+    fn free_members(&mut self, job: JobId) {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -1090,6 +1253,7 @@ impl ClusterView {
     fn end_job(&mut self, job: JobId, state: JobState) {
         if let Some(j) = self.jobs.get_mut(&job) {
             j.state = state;
+            j.times.ended_ms = self.now_ms;
         }
         self.note(Change::Job(job));
         self.ended.push_back(job);

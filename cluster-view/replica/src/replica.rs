@@ -656,7 +656,10 @@ impl<B: Backend> Replica<B> {
                     }
                 }
             }
-            let mut cmds = Vec::with_capacity(others.len() + 1);
+            // Every entry starts with this leader's clock: the view's times and usage ledger
+            // read it, the same on every replica (see `tessera_view::usage`).
+            let mut cmds = Vec::with_capacity(others.len() + 2);
+            cmds.push(Command::Clock { at_ms: unix_ms() });
             if !gangs.is_empty() {
                 cmds.push(Command::Propose(gangs));
             }
@@ -821,6 +824,10 @@ impl<B: Backend> Replica<B> {
                     let mut tickets = self.own_tickets(&e.context, ours).into_iter();
                     for cmd in &cmds {
                         let outcome = self.view.apply(cmd);
+                        if matches!(cmd, Command::Clock { .. }) {
+                            // Written by the leader itself: no client waits on it.
+                            continue;
+                        }
                         match (cmd, outcome) {
                             // A batch of single gangs: one ticket per decision.
                             (Command::Propose(ps), Outcome::Decided(ds)) if ps.len() == ds.len() && ps.len() > 1 => {
@@ -904,4 +911,9 @@ impl<B: Backend> Replica<B> {
         tracing::info!(replica = self.cfg.id, index = applied, "snapshot taken, log compacted");
         Ok(())
     }
+}
+
+/// Unix milliseconds of this machine's clock (0 if it is before 1970).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -69,6 +69,11 @@ pub enum Action<'a> {
         /// The server's name.
         server: &'a str,
     },
+    /// Read GPU and core usage of these tenants (empty: of every tenant).
+    ReadUsage {
+        /// The tenants asked about.
+        tenants: Vec<&'a str>,
+    },
     /// Cordon, drain, uncordon a server.
     Cordon,
     /// Add or remove a replica.
@@ -95,6 +100,15 @@ pub fn check(who: &Identity, action: &Action<'_>) -> Result<(), String> {
             deny("read the whole view (a user reads its tenants' jobs: GetJob, or the HTTP API's /v1/jobs)".into())
         }
         (Role::Scheduler | Role::Agent, Action::ReadJob { .. }) => Ok(()),
+        (Role::Scheduler, Action::ReadUsage { .. }) => Ok(()),
+        (Role::User, Action::ReadUsage { tenants }) if tenants.is_empty() => {
+            deny("read every tenant's usage (a user reads its own tenants')".into())
+        }
+        (Role::User, Action::ReadUsage { tenants }) => match tenants.iter().find(|t| !who.acts_for(t)) {
+            None => Ok(()),
+            Some(t) => deny(format!("read the usage of tenant `{t}`")),
+        },
+        (Role::Agent, Action::ReadUsage { .. }) => deny("read usage (users, scheduler hosts and admins do)".into()),
         (Role::User, Action::ReadJob { tenant } | Action::Cancel { tenant }) => {
             if who.acts_for(tenant) {
                 Ok(())

@@ -25,6 +25,7 @@ pub mod http;
 pub mod node;
 pub mod service;
 pub mod transport;
+pub mod usage;
 
 pub use config::{ListenAddrs, Listeners, ServeConfig, ServeFile, Tuning};
 pub use error::{LEADER_KEY, ViewServerError};

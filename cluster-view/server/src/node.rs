@@ -36,6 +36,8 @@ pub enum ReadTarget {
     Snapshot,
     /// One job.
     Job(JobId),
+    /// A usage report.
+    Usage(Box<crate::usage::UsageQuery>),
 }
 
 /// What a read returns.
@@ -45,6 +47,8 @@ pub enum ReadOut {
     Snapshot(Box<v1::ViewSnapshot>, u64),
     /// The job (if known) and the view version.
     Job(Option<Box<v1::Job>>, u64),
+    /// A usage report.
+    Usage(Box<v1::UsageResponse>),
 }
 
 /// A step of a watch.
@@ -554,6 +558,7 @@ impl Driver {
                 ReadOut::Snapshot(Box::new(v1::ViewSnapshot::from(&view.snapshot())), self.replica.applied_index())
             }
             ReadTarget::Job(id) => ReadOut::Job(view.job(*id).map(|j| Box::new(v1::Job::from(j))), view.version().0),
+            ReadTarget::Usage(q) => ReadOut::Usage(Box::new(q.answer(view))),
         }
     }
 

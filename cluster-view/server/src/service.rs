@@ -127,6 +127,15 @@ fn check_agent_addr(a: &str) -> Result<(), ViewServerError> {
     if ok { Ok(()) } else { Err(ViewServerError::Invalid(format!("agent_addr `{a}` is not host:port"))) }
 }
 
+/// The name a job's submitter is kept and charged under: a user's own name, any other
+/// caller's role and name (`admin/root`, `scheduler/host-1`).
+pub fn user_name(who: &Identity) -> String {
+    match who.role {
+        Role::User => who.name.clone(),
+        role => format!("{role}/{}", who.name),
+    }
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + Send>>;
 
 impl ViewService {
@@ -196,7 +205,7 @@ impl ViewService {
         let what = ReadTarget::Job(JobId(job));
         match self.node.ask(|reply| NodeRequest::Read { linearizable: false, what, reply }).await? {
             ReadOut::Job(j, _) => Ok(j.and_then(|j| j.spec.map(|s| s.tenant))),
-            ReadOut::Snapshot(..) => Err(ViewServerError::Internal("wrong read answer".into()).into()),
+            _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
         }
     }
 
@@ -253,7 +262,7 @@ impl v1::view_server::View for ViewService {
             ReadOut::Snapshot(s, applied) => {
                 Ok(Response::new(v1::SnapshotResponse { snapshot: Some(*s), applied_index: applied }))
             }
-            ReadOut::Job(..) => Err(ViewServerError::Internal("wrong read answer".into()).into()),
+            _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
         }
     }
 
@@ -466,6 +475,7 @@ impl v1::view_server::View for ViewService {
             specs.push(spec);
         }
         let tenants = specs.iter().map(|s| s.tenant.as_str()).collect();
+        let user = user_name(&who);
         self.allow(&who, "SubmitJob", String::new, Action::Submit { tenants })?;
         for (i, spec) in specs.into_iter().enumerate() {
             let request = match &request {
@@ -473,7 +483,7 @@ impl v1::view_server::View for ViewService {
                 None => None,
             };
             let (tx, rx) = tokio::sync::oneshot::channel();
-            items.push((Command::Submit { spec, request }, tx));
+            items.push((Command::Submit { spec, request, user: Some(user.clone()) }, tx));
             waits.push(rx);
         }
         // One queue slot for all: either every spec reaches the driver or none does.
@@ -568,7 +578,7 @@ impl v1::view_server::View for ViewService {
                 r.job
             ))
             .into()),
-            ReadOut::Snapshot(..) => Err(ViewServerError::Internal("wrong read answer".into()).into()),
+            _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
         }
     }
 
@@ -688,6 +698,21 @@ impl v1::view_server::View for ViewService {
     }
 
     #[instrument(level = "debug", skip_all)]
+    #[instrument(level = "debug", skip_all, fields(by = %req.get_ref().by))]
+    async fn usage(&self, req: Request<v1::UsageRequest>) -> Result<Response<v1::UsageResponse>, Status> {
+        let who = self.caller(&req, "Usage")?;
+        let r = req.into_inner();
+        let linearizable = r.linearizable;
+        let query = crate::usage::UsageQuery::new(&who, r, crate::node::unix_ms())?;
+        let tenants: Vec<&str> = query.tenants.iter().flatten().map(String::as_str).collect();
+        self.allow(&who, "Usage", || format!("tenants {tenants:?}"), Action::ReadUsage { tenants: tenants.clone() })?;
+        let what = ReadTarget::Usage(Box::new(query.clone()));
+        match self.node.ask(|reply| NodeRequest::Read { linearizable, what, reply }).await? {
+            ReadOut::Usage(r) => Ok(Response::new(*r)),
+            _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
+        }
+    }
+
     async fn agents(&self, req: Request<v1::AgentsRequest>) -> Result<Response<v1::AgentsResponse>, Status> {
         self.admit(&req, "Agents", Action::ReadView)?;
         let list = self.node.ask(NodeRequest::Agents).await?;

@@ -97,7 +97,7 @@ fn watch_falls_back_to_snapshot_and_reads_wait_for_commit() {
             .expect("linearizable read");
         match read {
             ReadOut::Snapshot(s, _) => assert_eq!(s.version, last),
-            ReadOut::Job(..) => panic!("wrong read"),
+            other => panic!("wrong read: {other:?}"),
         }
     });
     stop(running);

@@ -332,6 +332,7 @@ fn alibaba_nodes(mut tab: Table) -> Result<NodeCluster, SchedulerError> {
         groups: Vec::new(),
         quotas: BTreeMap::new(),
         priorities: Default::default(),
+        accounting: Default::default(),
     };
     for ((model, g, cores, memory), n) in kinds {
         let topo = node_topology(&model, g, cores, memory)

@@ -359,6 +359,9 @@ fn the_members_wanted_here() {
                     request: None,
                     preemptions: 0,
                     service_queue: 0,
+                    user: String::new(),
+                    times: Default::default(),
+                    held: Vec::new(),
                 };
                 let got = desired([&job], server);
                 let holds = matches!(state, JobState::Placed | JobState::Running | JobState::Migrating);

@@ -34,6 +34,10 @@ struct Stats {
     request_reused: u64,
     /// A retried request id whose job was forgotten (admitted afresh).
     resubmit_forgotten: u64,
+    /// Clock stamps applied, and how many were behind the view's clock (a leader with a
+    /// slower clock).
+    clocks: u64,
+    clocks_behind: u64,
     /// Preemptions applied, and victims they re-queued.
     preempted: u64,
     preempted_victims: u64,
@@ -78,6 +82,8 @@ impl Stats {
         self.resubmitted += o.resubmitted;
         self.request_reused += o.request_reused;
         self.resubmit_forgotten += o.resubmit_forgotten;
+        self.clocks += o.clocks;
+        self.clocks_behind += o.clocks_behind;
         self.preempted += o.preempted;
         self.preempted_victims += o.preempted_victims;
         for (k, v) in &o.preempt_refused {
@@ -111,6 +117,10 @@ struct World {
     requests: Vec<(RequestId, JobId, JobSpec)>,
     /// A view rebuilt from a (JSON round-tripped) snapshot mid-run, fed the same commands.
     replica: Option<ClusterView>,
+    /// The leader clock the next [`Command::Clock`] carries (Unix ms).
+    clock: u64,
+    /// The clock's own random stream: clock steps leave the scenario's draws as they were.
+    clock_rng: SmallRng,
     stats: Stats,
 }
 
@@ -136,6 +146,8 @@ impl World {
             checkpoints: Vec::new(),
             requests: Vec::new(),
             replica: None,
+            clock: 1_700_000_000_000 + p.seed % 1000 * 3_600_000,
+            clock_rng: SmallRng::seed_from_u64(p.seed ^ 0xc10c),
             stats: Stats::default(),
         }
     }
@@ -155,8 +167,32 @@ impl World {
             Command::Submit { request: Some(r), .. } => self.view.job_of_request(r).is_some(),
             _ => false,
         };
+        let held0: HashMap<JobId, usize> = self.view.jobs().iter().map(|j| (j.id, j.held.len())).collect();
+        let ledger0 = ledger_total(&self.view);
         let out = self.view.apply(&cmd);
         let (v1, h1) = (self.view.version(), self.view.state_hash());
+        // Accounting conserves time: what the ledger gained is exactly the spans jobs gained
+        // (unless a job with new spans was forgotten in the same command).
+        let forgot = held0.keys().any(|j| self.view.job(*j).is_none());
+        if !forgot && !matches!(cmd, Command::Clock { .. }) {
+            let mut spans = Usage::default();
+            for j in self.view.jobs() {
+                for s in &j.held[held0.get(&j.id).copied().unwrap_or(0).min(j.held.len())..] {
+                    ensure!(
+                        s.from_ms <= s.to_ms && s.to_ms <= self.view.now_ms(),
+                        "{}: span {s:?} after the clock",
+                        j.id
+                    );
+                    spans.add(s.usage_within(0, u64::MAX));
+                }
+            }
+            let ledger1 = ledger_total(&self.view);
+            ensure!(
+                ledger1.gpu_ms - ledger0.gpu_ms == spans.gpu_ms && ledger1.core_ms - ledger0.core_ms == spans.core_ms,
+                "the ledger gained {:?} -> {ledger1:?}, the jobs' spans {spans:?}, on {cmd:?}",
+                ledger0
+            );
+        }
         // A command bumps the version once when it changes state; a batch once per accepted gang
         // (`op_health` checks that a health change bumps it and a no-op does not).
         let bumps = match &out {
@@ -166,9 +202,14 @@ impl World {
             Outcome::HealthSet(r) => (r.is_ok() && v1 != v0) as u64,
             Outcome::TaskReported(r) => (r.is_ok() && v1 != v0) as u64,
             Outcome::DevicesSet(r) => (r.is_ok() && v1 != v0) as u64,
+            // The clock is the one command that changes state (the clock, the ledger's
+            // retention) without a version: versions count what readers see in deltas.
+            Outcome::Clock(_) => 0,
         };
         ensure!(v1.0 == v0.0 + bumps, "version went {v0} -> {v1} on {cmd:?} -> {out:?}");
-        if v1 == v0 {
+        if matches!(cmd, Command::Clock { .. }) {
+            // Checked above: no version. The hash changes with the clock.
+        } else if v1 == v0 {
             ensure!(h1 == h0, "state hash changed without a version bump on {cmd:?} -> {out:?}");
         } else {
             ensure!(h1 != h0, "version bumped but state hash unchanged on {cmd:?}");
@@ -191,6 +232,24 @@ impl World {
 
     /// What must hold after every command.
     fn check_global(&self) -> Result<()> {
+        let now = self.view.now_ms();
+        for j in self.view.jobs() {
+            let t = j.times;
+            ensure!(
+                t.submitted_ms <= now && t.placed_ms <= now && t.ended_ms <= now,
+                "{}: times {t:?} after the clock {now}",
+                j.id
+            );
+            if j.placement.is_some() {
+                ensure!(t.placed_ms >= t.submitted_ms, "{}: placed before submitted: {t:?}", j.id);
+            }
+            if t.started_ms > 0 {
+                ensure!(t.started_ms >= t.placed_ms, "{}: started before placed: {t:?}", j.id);
+            }
+            if matches!(j.state, JobState::Finished | JobState::Failed) {
+                ensure!(t.ended_ms >= t.submitted_ms && j.placement.is_none(), "{}: ended {t:?}", j.id);
+            }
+        }
         let rep = invariants::check(&self.view);
         ensure!(rep.is_clean(), "invariant violations: {:#?}", rep.violations);
         for t in TENANTS {
@@ -339,7 +398,7 @@ impl World {
             return self.submit_checked(rng, sent, Some(request));
         }
         let before = self.view.clone();
-        let out = self.exec(Command::Submit { spec: sent.clone(), request: Some(request.clone()) })?;
+        let out = self.exec(Command::Submit { spec: sent.clone(), request: Some(request.clone()), user: None })?;
         ensure!(self.view.state_hash() == before.state_hash(), "a retried submission changed the state");
         ensure!(self.view.version() == before.version(), "a retried submission changed the version");
         match out {
@@ -359,7 +418,7 @@ impl World {
     fn submit_checked(&mut self, rng: &mut SmallRng, spec: JobSpec, request: Option<RequestId>) -> Result<()> {
         let before = self.view.clone();
         let never = before.never_fits(&spec);
-        let out = self.exec(Command::Submit { spec: spec.clone(), request: request.clone() })?;
+        let out = self.exec(Command::Submit { spec: spec.clone(), request: request.clone(), user: None })?;
         match out {
             Outcome::Submitted(Ok(id)) => {
                 ensure!(never.is_none(), "admitted {id} though never_fits says {never:?}");
@@ -1102,7 +1161,30 @@ impl World {
         Ok(())
     }
 
+    /// The leader's clock: usually forward by up to half an hour, sometimes behind the view's
+    /// (a new leader with a slower clock), which must not move the view's clock back.
+    fn op_clock(&mut self) -> Result<()> {
+        let at_ms = if self.clock_rng.random_range(0..8) == 0 {
+            self.clock.saturating_sub(self.clock_rng.random_range(0..600_000))
+        } else {
+            self.clock += self.clock_rng.random_range(0..1_800_000);
+            self.clock
+        };
+        let before = self.view.now_ms();
+        let out = self.exec(Command::Clock { at_ms })?;
+        ensure!(
+            matches!(out, Outcome::Clock(c) if c == before.max(at_ms)),
+            "clock {at_ms} after {before} answered {out:?}"
+        );
+        self.stats.clocks += 1;
+        self.stats.clocks_behind += (at_ms < before) as u64;
+        Ok(())
+    }
+
     fn step(&mut self, rng: &mut SmallRng) -> Result<()> {
+        if self.clock_rng.random_range(0..4) == 0 {
+            self.op_clock()?;
+        }
         match rng.random_range(0..100) {
             0..=13 => self.op_submit(rng),
             14..=39 => self.op_propose(rng, true),
@@ -1278,6 +1360,8 @@ fn scenarios_exercise_every_path() {
         ("resubmitted", t.resubmitted),
         ("request_reused", t.request_reused),
         ("resubmit_forgotten", t.resubmit_forgotten),
+        ("clocks", t.clocks),
+        ("clocks_behind", t.clocks_behind),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }
@@ -1306,4 +1390,13 @@ fn problem_code(p: &VictimProblem) -> &'static str {
         VictimProblem::Exhausted { .. } => "exhausted",
         VictimProblem::NotNeeded => "not_needed",
     }
+}
+
+/// The sum of every bucket of the view's usage ledger.
+fn ledger_total(v: &ClusterView) -> Usage {
+    let mut total = Usage::default();
+    for (_, u) in v.ledger().buckets() {
+        total.add(*u);
+    }
+    total
 }

@@ -17,6 +17,7 @@
 //! | `GET /v1/jobs`, `POST /v1/jobs` | every job; submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
 //! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
 //! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
+//! | `GET /v1/usage` | GPU and CPU-core time over a range, by tenant, user or job | [`usage`] |
 //! | `GET /v1/openapi.json` | the OpenAPI 3.1 document, derived from the types | [`openapi`] |
 //! | `GET /metrics` | Prometheus text: replica, jobs, GPUs, HTTP requests and latency | [`metrics`] |
 //!
@@ -41,6 +42,7 @@ pub mod openapi;
 pub mod probes;
 pub mod servers;
 pub mod spec;
+pub mod usage;
 
 pub use error::{ApiError, Place, http_of_grpc};
 pub use openapi::openapi_document;
@@ -377,6 +379,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/servers/{name}/cordon", "POST").route(web::post().to(servers::cordon)))
         .service(resource("/v1/servers/{name}/drain", "POST").route(web::post().to(servers::drain)))
         .service(resource("/v1/servers/{name}/uncordon", "POST").route(web::post().to(servers::uncordon)))
+        .service(resource("/v1/usage", GET).route(web::get().to(usage::usage)))
         .service(resource("/v1/openapi.json", GET).route(web::get().to(openapi::openapi)))
         .service(resource("/metrics", GET).route(web::get().to(metrics::metrics)));
 }

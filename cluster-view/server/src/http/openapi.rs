@@ -31,6 +31,7 @@ use utoipa::OpenApi;
         super::jobs::cancel,
         super::logs::logs,
         super::metrics::metrics,
+        super::usage::usage,
         openapi,
     ),
     components(schemas(
@@ -53,6 +54,9 @@ use utoipa::OpenApi;
         api::Submitted,
         api::Cancelled,
         api::Logs,
+        api::UsageFigures,
+        api::UsageLine,
+        api::UsageReport,
         super::spec::JobFileBody,
         super::logs::LogStream,
         super::probes::NotReady,

@@ -1,0 +1,72 @@
+//! `GET /v1/usage`: GPU and CPU-core time over a range, by tenant, user or job (the `Usage`
+//! RPC, as the caller), as the [`UsageReport`] the CLI's `tessera usage --json` prints too.
+
+use super::{Api, ApiError, query};
+use crate::usage::{MAX_USAGE_ROWS, MAX_USAGE_TENANTS};
+use actix_web::{HttpRequest, HttpResponse, web};
+use tessera_proto::api::{ErrorBody, UsageReport};
+use tessera_proto::v1;
+
+/// A number parameter of the query, or 400 naming it.
+fn number<T: std::str::FromStr>(
+    q: &std::collections::HashMap<String, String>,
+    key: &str,
+    what: &str,
+) -> Result<Option<T>, ApiError> {
+    q.get(key)
+        .map(|v| v.parse::<T>().map_err(|_| ApiError::bad("bad_query", key, format!("`{v}` is not {what}"))))
+        .transpose()
+}
+
+/// GPU and CPU-core time used within `[from_ms, to_ms)`. Tenant and user rows come from the
+/// replicated hourly ledger (whole hours) plus the placements held now; job rows are exact, for
+/// the jobs still in the view. A user sees only its own tenants.
+#[utoipa::path(
+    get,
+    path = "/v1/usage",
+    tag = "accounting",
+    params(
+        ("from_ms" = Option<u64>, Query, description = "from, Unix ms (default 0: everything the ledger keeps)"),
+        ("to_ms" = Option<u64>, Query, description = "until, Unix ms (default: now)"),
+        ("by" = Option<String>, Query, description = "`tenant` (default), `user` or `job`"),
+        ("tenants" = Option<String>, Query, description = "only these tenants, comma-separated (at most 64)"),
+        ("limit" = Option<u32>, Query, maximum = 10000, description = "at most this many rows (default 1,000); the total counts every row"),
+    ),
+    responses(
+        (status = 200, description = "the report", body = UsageReport),
+        (status = 400, description = "a bad query (codes `bad_query`, `invalid`)", body = ErrorBody),
+        (status = 503, description = "no replica answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn usage(api: web::Data<Api>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let q = query(&req, &["from_ms", "to_ms", "by", "tenants", "limit"])?;
+    let tenants: Vec<String> = q
+        .get("tenants")
+        .map(|t| t.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    if tenants.len() > MAX_USAGE_TENANTS {
+        return Err(ApiError::bad("bad_query", "tenants", format!("at most {MAX_USAGE_TENANTS} tenants")));
+    }
+    let limit: u32 = number(&q, "limit", "a row count")?.unwrap_or(0);
+    if limit as usize > MAX_USAGE_ROWS {
+        return Err(ApiError::bad("bad_query", "limit", format!("at most {MAX_USAGE_ROWS} rows")));
+    }
+    let by = q.get("by").cloned().unwrap_or_default();
+    if !by.is_empty() && by.parse::<tessera_view::UsageBy>().is_err() {
+        return Err(ApiError::bad("bad_query", "by", format!("`{by}`: tenant, user or job")));
+    }
+    let from_ms: u64 = number(&q, "from_ms", "Unix milliseconds")?.unwrap_or(0);
+    let to_ms: u64 = number(&q, "to_ms", "Unix milliseconds")?.unwrap_or(0);
+    if to_ms != 0 && from_ms > to_ms {
+        return Err(ApiError::bad("bad_query", "from_ms", format!("from_ms {from_ms} is after to_ms {to_ms}")));
+    }
+    let r = v1::UsageRequest { from_ms, to_ms, by, tenants, limit, linearizable: false };
+    let answer = api
+        .call(move |mut c| async move {
+            let out = c.usage(r).await.map_err(ApiError::from);
+            (c, out)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(UsageReport::of(&answer)))
+}
