@@ -18,6 +18,7 @@ use tessera_scheduler::ViewCache;
 use tessera_view::mask::format_indices;
 use tessera_view::{Health, Job, JobId, JobSpec, JobState, ViewSnapshot};
 use tessera_view_server::ViewClient;
+use tessera_view_server::client::ClientError;
 
 /// Where the view is.
 #[derive(Args, Clone)]
@@ -254,16 +255,61 @@ fn placement_text(j: &Job, s: &ViewSnapshot) -> String {
     }
 }
 
+/// A job's times, as `status` prints them: submitted, placed (with the wait), started, ended
+/// (with the run time), and the GPU time its placements held.
+fn time_lines(j: &Job, now_ms: u64) -> Vec<String> {
+    use crate::usage::{format_ms, format_span};
+    let t = j.times;
+    let mut out = Vec::new();
+    if t.submitted_ms == 0 {
+        return out;
+    }
+    out.push(format!("submitted {}", format_ms(t.submitted_ms)));
+    if t.placed_ms != 0 {
+        let first = j.held.first().map_or(t.placed_ms, |s| s.from_ms);
+        out.push(format!(
+            "placed    {} (waited {})",
+            format_ms(t.placed_ms),
+            format_span(first.saturating_sub(t.submitted_ms))
+        ));
+    }
+    if t.started_ms != 0 {
+        out.push(format!("started   {}", format_ms(t.started_ms)));
+    }
+    if t.ended_ms != 0 {
+        out.push(format!(
+            "ended     {} (after {} in all)",
+            format_ms(t.ended_ms),
+            format_span(t.ended_ms.saturating_sub(t.submitted_ms))
+        ));
+    }
+    let used = j.usage_within(0, u64::MAX, if t.ended_ms != 0 { t.ended_ms } else { now_ms });
+    if !used.is_zero() {
+        out.push(format!("used      {:.2} GPU-hours, {:.2} core-hours", used.gpu_hours(), used.core_hours()));
+    }
+    out
+}
+
 pub fn status(args: StatusArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
         let mut c = args.view.client()?;
-        let (s, _) = snapshot(&mut c).await?;
         if let Some(id) = args.job {
-            let Some(j) = s.jobs.iter().find(|j| j.id.0 == id) else {
-                bail!("no job {id} in the view (never submitted, or ended long ago)");
+            // GetJob: a user may read its tenants' jobs, not the whole view. Server names come
+            // from the view when the caller may read it (else `#id`).
+            let j = match c.job(id, false).await {
+                Ok(r) => Job::try_from(r.job.context("the view sent no job")?)?,
+                Err(ClientError::Status { status, .. }) if status.code() == tonic::Code::NotFound => {
+                    bail!("no job {id} in the view (never submitted, or ended long ago)")
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let j = &j;
+            let server_names = match snapshot(&mut c).await {
+                Ok((s, _)) => s.server_names,
+                Err(_) => Vec::new(),
             };
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&JobDetail::of(j, &s.server_names))?);
+                println!("{}", serde_json::to_string_pretty(&JobDetail::of(j, &server_names))?);
                 return Ok(ExitCode::SUCCESS);
             }
             let spec = &j.spec;
@@ -278,6 +324,12 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
                 spec.relax_after_s.map(|r| format!(" (relax every {r} s)")).unwrap_or_default()
             );
             println!("  scheduler {}", spec.scheduler.as_deref().unwrap_or("(the host's default)"));
+            if !j.user.is_empty() {
+                println!("  user     {} (tenant {})", j.user, spec.tenant);
+            }
+            for line in time_lines(j, crate::usage::now_ms()) {
+                println!("  {line}");
+            }
             println!(
                 "  priority {}{}{}{}",
                 spec.priority,
@@ -288,7 +340,7 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
             if let Some(p) = &j.placement {
                 println!("  placed   at {} (proposal {:x})", p.level, p.proposal.0);
                 for (rank, m) in p.members.iter().enumerate() {
-                    let n = s.server_names.get(m.server.index()).cloned().unwrap_or_default();
+                    let n = api::server_name(&server_names, m.server.0);
                     let task = j.tasks.get(rank).map(|t| format!("{t:?}").to_lowercase()).unwrap_or_default();
                     println!(
                         "    rank {rank}: {n} GPUs {} cores {} memory {} MiB  {task}",
@@ -303,6 +355,7 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
+        let (s, _) = snapshot(&mut c).await?;
         let gpus = GpuCounts::of(&s);
         let up = s.servers.iter().filter(|r| r.health == Health::Up).count();
         let mut st = c.status().await?;
@@ -342,14 +395,23 @@ pub fn jobs(args: ListArgs) -> Result<ExitCode> {
         }
         let mut jobs: Vec<&Job> = s.jobs.iter().collect();
         jobs.sort_by_key(|j| j.id);
-        println!("{:>6} {:<9} {:>5} {:<24} PLACEMENT", "ID", "STATE", "GPUS", "NAME");
+        let now = crate::usage::now_ms();
+        println!("{:>6} {:<9} {:>5} {:<24} {:<12} {:>12} PLACEMENT", "ID", "STATE", "GPUS", "NAME", "TENANT", "AGE");
         for j in jobs {
+            // Since submission, until now or the end.
+            let age = match j.times {
+                t if t.submitted_ms == 0 => "-".to_string(),
+                t if t.ended_ms != 0 => crate::usage::format_span(t.ended_ms.saturating_sub(t.submitted_ms)),
+                t => crate::usage::format_span(now.saturating_sub(t.submitted_ms)),
+            };
             println!(
-                "{:>6} {:<9} {:>5} {:<24} {}",
+                "{:>6} {:<9} {:>5} {:<24} {:<12} {:>12} {}",
                 j.id.0,
                 j.state.as_str(),
                 j.spec.total_gpus(),
                 j.spec.name,
+                j.spec.tenant,
+                age,
                 placement_text(j, &s)
             );
         }

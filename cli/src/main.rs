@@ -17,6 +17,7 @@ mod scheduler;
 mod servers;
 mod sim;
 mod tls;
+mod usage;
 mod view;
 
 use clap::{Parser, Subcommand};
@@ -65,6 +66,8 @@ enum Command {
     Servers(servers::ServersArgs),
     /// Cancel a job.
     Cancel(jobs::CancelArgs),
+    /// GPU-hours and CPU-core-hours per tenant, user or job over a time range.
+    Usage(usage::UsageArgs),
     /// The tail of a job member's stdout or stderr.
     Logs(jobs::LogsArgs),
     /// Replay a job trace (Philly, Alibaba) on a simulated cluster under several placement
@@ -103,6 +106,7 @@ fn main() -> ExitCode {
         Command::Jobs(args) => jobs::jobs(args),
         Command::Servers(args) => servers::run(args),
         Command::Cancel(args) => jobs::cancel(args),
+        Command::Usage(args) => usage::run(args),
         Command::Logs(args) => jobs::logs(args),
         Command::Sim(args) => sim::run(args),
         Command::Tls(args) => tls::run(args),
