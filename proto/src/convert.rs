@@ -27,6 +27,7 @@ use crate::validate;
 use std::collections::BTreeMap;
 use std::fmt;
 use tessera_view::job::MAX_MEMBERS;
+use tessera_view::job::RunSettings;
 use tessera_view::placement::GangPlacement;
 use tessera_view::preemption;
 use tessera_view::server::{HEALTH_HISTORY, MAX_CORDON_REASON_CHARS, MAX_HEALTH_WHY_CHARS};
@@ -422,6 +423,9 @@ impl From<&JobSpec> for v1::JobSpec {
             command: s.command.clone(),
             scheduler: s.scheduler.clone(),
             class: s.class.clone(),
+            env: s.run.env.clone().into_iter().collect(),
+            workdir: s.run.workdir.clone(),
+            time_limit_s: s.run.time_limit_s,
         }
     }
 }
@@ -454,6 +458,7 @@ impl TryFrom<v1::JobSpec> for JobSpec {
             command: w.command,
             scheduler: w.scheduler,
             class: w.class,
+            run: RunSettings { env: w.env.into_iter().collect(), workdir: w.workdir, time_limit_s: w.time_limit_s },
         };
         validate::check_job_spec(&spec)?;
         Ok(spec)

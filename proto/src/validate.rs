@@ -37,6 +37,9 @@ const JOB_SPEC_FIELDS: &[&str] = &[
     "memory_mib_per_gpu",
     "priority",
     "command",
+    "env",
+    "workdir",
+    "time_limit_s",
 ];
 const CPU_DEMAND_FIELDS: &[&str] = &["fixed.cores_per_gpu", "predicted.predictor", "predicted.min_cores_per_gpu"];
 const PREDICTOR_FIELDS: &[&str] = &["p0", "p1", "p2", "theta"];
@@ -95,6 +98,7 @@ pub fn check_job_spec(s: &JobSpec) -> Result<(), WireError> {
             "gpus_per_member" => Some(s.gpus_per_member.into()),
             "relax_after_s" => s.relax_after_s,
             "memory_mib_per_gpu" => s.memory_mib_per_gpu.map(u64::from),
+            "time_limit_s" => s.run.time_limit_s,
             _ => None,
         })
     })

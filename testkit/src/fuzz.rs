@@ -148,7 +148,7 @@ fn request_commands(kind: u8, body: &[u8]) -> Vec<Command> {
                     },
                     None => None,
                 };
-                cmds.push(Command::Submit { spec, request, user: None });
+                cmds.push(Command::Submit { spec: Box::new(spec), request, user: None });
             }
             cmds
         }

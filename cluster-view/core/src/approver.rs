@@ -218,6 +218,9 @@ impl ClusterView {
         job.proposals.push(p.id);
         job.tasks = vec![TaskState::Starting; p.members.len()];
         (job.times.placed_ms, job.times.started_ms) = (self.now_ms, 0);
+        if let Some(d) = job.deadline_ms() {
+            self.deadlines.insert((d, p.job));
+        }
         let (tenant, total) = (job.spec.tenant.clone(), job.spec.total_gpus());
         *self.tenant_used.entry(tenant).or_default() += total;
         self.applied.insert(p.id, p.job);

@@ -170,6 +170,94 @@ pub struct JobSpec {
     /// name of `locality-tolerant`); the host's default when `None`.
     #[serde(default)]
     pub scheduler: Option<String>,
+    /// How each member's task runs: environment, working directory, time limit.
+    #[serde(default, skip_serializing_if = "RunSettings::is_default")]
+    pub run: RunSettings,
+}
+
+/// The most environment variables a job sets.
+pub const MAX_ENV_VARS: usize = 128;
+/// The longest environment value or working directory, bytes.
+pub const MAX_ENV_VALUE_BYTES: usize = 4096;
+/// The longest time limit: one year.
+pub const MAX_TIME_LIMIT_S: u64 = 366 * 86_400;
+/// Variables the node agent sets for every task; a job may not set them itself.
+pub const RESERVED_ENV: [&str; 11] = [
+    "CUDA_VISIBLE_DEVICES",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMP_NUM_THREADS",
+    "PATH",
+    "HOME",
+    "USER",
+];
+
+/// How a job's tasks run, beyond the command: what a batch system lets a job set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    /// Environment variables added to each task's (not the agent's own: `TESSERA_*` and
+    /// [`RESERVED_ENV`] are refused).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The absolute directory each task starts in (the agent's own when `None`); a task whose
+    /// directory does not exist on its server fails, saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// The longest a placement may be held, in seconds from its approval; past it the view
+    /// fails the job ("time limit reached") and its agents stop its tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
+}
+
+impl RunSettings {
+    /// Whether nothing is set.
+    pub fn is_default(&self) -> bool {
+        *self == RunSettings::default()
+    }
+
+    /// Checks names, sizes and ranges; fields are named as in job files (`env.NAME`,
+    /// `workdir`, `time_limit_s`).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.env.len() > MAX_ENV_VARS {
+            return Err(FieldError::new("env", format!("at most {MAX_ENV_VARS} variables, got {}", self.env.len())));
+        }
+        for (k, v) in &self.env {
+            let name_ok = k.len() <= 256
+                && k.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !name_ok {
+                return Err(FieldError::new("env", format!("`{k}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")));
+            }
+            if k.starts_with("TESSERA_") || RESERVED_ENV.contains(&k.as_str()) {
+                return Err(FieldError::new(format!("env.{k}"), "is set by the node agent; a job may not set it"));
+            }
+            if v.len() > MAX_ENV_VALUE_BYTES || v.contains('\0') {
+                return Err(FieldError::new(
+                    format!("env.{k}"),
+                    format!("must be at most {MAX_ENV_VALUE_BYTES} bytes without NUL"),
+                ));
+            }
+        }
+        if let Some(w) = &self.workdir
+            && (!w.starts_with('/') || w.len() > MAX_ENV_VALUE_BYTES || w.contains('\0'))
+        {
+            return Err(FieldError::new(
+                "workdir",
+                format!("`{w}` must be an absolute path (at most {MAX_ENV_VALUE_BYTES} bytes)"),
+            ));
+        }
+        if let Some(t) = self.time_limit_s
+            && !(1..=MAX_TIME_LIMIT_S).contains(&t)
+        {
+            return Err(FieldError::new("time_limit_s", format!("must be 1..={MAX_TIME_LIMIT_S} seconds, got {t}")));
+        }
+        Ok(())
+    }
 }
 
 /// A job file as written (TOML, or the same shape in JSON): `gpus` or `gpus_per_member`, and
@@ -204,6 +292,12 @@ pub struct JobFile {
     locality: Option<RawLocality>,
     #[serde(default)]
     cpu: Option<RawCpu>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    workdir: Option<String>,
+    #[serde(default)]
+    time_limit_s: Option<u64>,
 }
 
 /// `priority = 10` or `priority = "batch"` (a class name).
@@ -335,6 +429,7 @@ impl JobFile {
             class,
             command: self.command,
             scheduler: self.scheduler,
+            run: RunSettings { env: self.env, workdir: self.workdir, time_limit_s: self.time_limit_s },
         };
         spec.validate()?;
         Ok(spec)
@@ -361,6 +456,7 @@ impl JobSpec {
             class: None,
             command: Vec::new(),
             scheduler: None,
+            run: RunSettings::default(),
         }
     }
 
@@ -462,6 +558,7 @@ impl JobSpec {
         if self.command.first().is_some_and(|c| c.trim().is_empty()) {
             return bad("command", "the program name must not be empty".into());
         }
+        self.run.validate()?;
         if let Some(name) = &self.scheduler
             && (name.is_empty()
                 || name.len() > 64
@@ -630,6 +727,14 @@ impl Job {
         (self.spec.priority, std::cmp::Reverse(self.service_queue))
     }
 
+    /// When its current placement's time limit runs out (Unix ms): none without a placement,
+    /// a limit, or a placement time (placed before the log carried clocks).
+    pub fn deadline_ms(&self) -> Option<u64> {
+        let limit = self.spec.run.time_limit_s?;
+        (self.placement.is_some() && self.times.placed_ms > 0)
+            .then(|| self.times.placed_ms.saturating_add(limit.saturating_mul(1000)))
+    }
+
     /// GPUs and CPU cores its current placement holds (0, 0 without one).
     pub fn holding(&self) -> (u32, u32) {
         self.placement.as_ref().map_or((0, 0), |p| {
@@ -702,6 +807,24 @@ mod tests {
         s.relax_after_s = None;
         s.slowdown.clear();
         assert_eq!(s.allowed_level(0), LocalityLevel::Rack);
+    }
+
+    #[test]
+    fn run_settings_parse_and_bad_ones_name_the_field() {
+        let j = JobSpec::from_toml(
+            "j.toml",
+            "name='r'\ngpus=1\nenv={NCCL_DEBUG='INFO', _X1='a b'}\nworkdir='/data/r'\ntime_limit_s=3600\n",
+        )
+        .expect("valid");
+        assert_eq!(j.run.env.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
+        assert_eq!((j.run.workdir.as_deref(), j.run.time_limit_s), (Some("/data/r"), Some(3600)));
+        assert!(err("name='r'\ngpus=1\nenv={RANK='3'}\n").contains("env.RANK"));
+        assert!(err("name='r'\ngpus=1\nenv={TESSERA_JOB_ID='3'}\n").contains("set by the node agent"));
+        assert!(err("name='r'\ngpus=1\nenv={'1X'='3'}\n").contains("not a variable name"));
+        assert!(err("name='r'\ngpus=1\nworkdir='data'\n").contains("absolute path"));
+        assert!(err("name='r'\ngpus=1\ntime_limit_s=0\n").contains("time_limit_s"));
+        let big: String = (0..129).map(|i| format!("V{i}='x',")).collect();
+        assert!(err(&format!("name='r'\ngpus=1\nenv={{{}}}\n", big.trim_end_matches(','))).contains("at most 128"));
     }
 
     fn err(text: &str) -> String {

@@ -305,7 +305,7 @@ mod tests {
         let e = v.submit(JobSpec { class: Some("urgent".into()), ..spec("k", 1, 1, 0) }).expect_err("unknown");
         assert!(e.to_string().contains("unknown priority class `urgent`"), "{e}");
         let out = v.apply(&Command::Submit {
-            spec: JobSpec { class: Some("production".into()), ..batch },
+            spec: Box::new(JobSpec { class: Some("production".into()), ..batch }),
             request: None,
             user: None,
         });

@@ -20,7 +20,7 @@ use crate::server::{Cordon, Health, HealthChange, ServerRecord};
 use crate::topology::Topology;
 use crate::usage::{JobTimes, Ledger, Usage, UsageBy, UsageKey, UsageReport, UsageRow};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 /// Most characters of a task's exit message kept in [`Job::error`].
 pub const MAX_ERROR_CHARS: usize = 512;
@@ -36,8 +36,8 @@ pub enum Command {
     /// Admit a job (refused if it could never fit). With a request id, admitted at most once:
     /// a retry under an id the view remembers is answered with the job it admitted.
     Submit {
-        /// What the job asks for.
-        spec: JobSpec,
+        /// What the job asks for (boxed: the largest command by far).
+        spec: Box<JobSpec>,
         /// The client's id for this submission, if it gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<RequestId>,
@@ -147,7 +147,7 @@ pub enum Command {
 impl Command {
     /// Admit `spec` with no request id (no deduplication of retries).
     pub fn submit(spec: JobSpec) -> Command {
-        Command::Submit { spec, request: None, user: None }
+        Command::Submit { spec: Box::new(spec), request: None, user: None }
     }
 }
 
@@ -166,8 +166,14 @@ pub enum Outcome {
     TaskReported(Result<JobState, ViewError>),
     /// Device health recorded.
     DevicesSet(Result<(), ViewError>),
-    /// The view's clock after a [`Command::Clock`], Unix milliseconds.
-    Clock(u64),
+    /// The view's clock after a [`Command::Clock`] (Unix ms), and the jobs it failed because
+    /// their time limit passed.
+    Clock {
+        /// The view's clock.
+        now_ms: u64,
+        /// Jobs failed by their time limit, one version each.
+        expired: Vec<JobId>,
+    },
 }
 
 /// What changed at one version, for deltas.
@@ -266,6 +272,8 @@ pub struct ClusterView {
     pub(crate) now_ms: u64,
     /// Usage per hour, tenant and user (cold: written on release, read by reports).
     pub(crate) ledger: Ledger,
+    /// When placements with a time limit run out: (deadline ms, job), derived from the jobs.
+    pub(crate) deadlines: BTreeSet<(u64, JobId)>,
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) ended: VecDeque<JobId>,
     pub(crate) ended_kept: usize,
@@ -387,6 +395,7 @@ impl ClusterView {
             log_floor: ViewVersion(0),
             cs_servers: Vec::new(),
             fit_memo: HashMap::new(),
+            deadlines: BTreeSet::new(),
         }
         .with_derived()
     }
@@ -397,6 +406,7 @@ impl ClusterView {
             counts[r.config_set.index()] += 1;
         }
         self.cs_servers = counts;
+        self.deadlines = self.jobs.values().filter_map(|j| j.deadline_ms().map(|d| (d, j.id))).collect();
         self
     }
 
@@ -505,7 +515,10 @@ impl ClusterView {
             Command::Submit { spec, request, user } => {
                 Outcome::Submitted(self.submit_as(spec, request.as_ref(), user.as_deref()))
             }
-            Command::Clock { at_ms } => Outcome::Clock(self.advance_clock(*at_ms)),
+            Command::Clock { at_ms } => {
+                let (now_ms, expired) = self.advance_clock_expiring(*at_ms);
+                Outcome::Clock { now_ms, expired }
+            }
             Command::Propose(ps) => Outcome::Decided(ps.iter().map(|p| self.propose(p)).collect()),
             Command::Migrate(ps) => Outcome::Decided(ps.iter().map(|p| self.migrate(p)).collect()),
             Command::Preempt(p) => Outcome::Decided(vec![self.preempt(p)]),
@@ -536,11 +549,45 @@ impl ClusterView {
     /// buckets the retention no longer keeps; returns the clock. A simulator calls it with
     /// virtual time.
     pub fn advance_clock(&mut self, at_ms: u64) -> u64 {
-        if at_ms > self.now_ms {
-            self.now_ms = at_ms;
-            self.ledger.prune(at_ms);
+        self.advance_clock_expiring(at_ms).0
+    }
+
+    /// [`ClusterView::advance_clock`], and fails every job whose placement's time limit
+    /// ([`crate::job::RunSettings::time_limit_s`]) the new clock reached (one version each);
+    /// returns the clock and those jobs.
+    pub fn advance_clock_expiring(&mut self, at_ms: u64) -> (u64, Vec<JobId>) {
+        if at_ms <= self.now_ms {
+            return (self.now_ms, Vec::new());
         }
-        self.now_ms
+        self.now_ms = at_ms;
+        self.ledger.prune(at_ms);
+        let mut expired = Vec::new();
+        while let Some(&(deadline, job)) = self.deadlines.first()
+            && deadline <= at_ms
+        {
+            let Some(j) = self.jobs.get(&job) else {
+                self.deadlines.remove(&(deadline, job));
+                continue;
+            };
+            let limit = j.spec.run.time_limit_s.unwrap_or(0);
+            let why = format!("time limit of {limit} s reached (placed at {} ms, clock {at_ms} ms)", j.times.placed_ms);
+            self.bump();
+            self.free_placement(job);
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.error = Some(why);
+            }
+            self.end_job(job, JobState::Failed);
+            // free_placement dropped its deadline; a stale entry must not loop.
+            self.deadlines.remove(&(deadline, job));
+            expired.push(job);
+        }
+        (self.now_ms, expired)
+    }
+
+    /// The earliest time limit of a placement held now (Unix ms), if any: the leader writes a
+    /// clock entry when it passes on an otherwise idle log.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.deadlines.first().map(|(d, _)| *d)
     }
 
     /// The usage ledger.
@@ -1068,6 +1115,7 @@ impl ClusterView {
             log_floor: s.version,
             cs_servers: Vec::new(),
             fit_memo: HashMap::new(),
+            deadlines: BTreeSet::new(),
         }
         .with_derived()
     }
@@ -1203,6 +1251,9 @@ impl ClusterView {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
+        if let Some(d) = j.deadline_ms() {
+            self.deadlines.remove(&(d, job));
+        }
         let Some(p) = j.placement.take() else { return };
         j.tasks.clear();
         let total = j.spec.total_gpus();
@@ -1319,6 +1370,85 @@ mod tests {
 
     fn exited(code: i32, message: &str) -> TaskEvent {
         TaskEvent::Exited { code, message: message.into() }
+    }
+
+    fn clock(view: &mut ClusterView, at_ms: u64) -> Vec<JobId> {
+        match view.apply(&Command::Clock { at_ms }) {
+            Outcome::Clock { now_ms, expired } => {
+                assert_eq!(now_ms, view.now_ms());
+                expired
+            }
+            o => panic!("unexpected outcome {o:?}"),
+        }
+    }
+
+    #[test]
+    fn times_and_usage_follow_the_clock_and_a_time_limit_fails_the_job_at_its_deadline() {
+        let t0 = 1_800_000_000_000;
+        let mut view = seed_view(2);
+        clock(&mut view, t0);
+        let mut spec = gang(2);
+        spec.run.time_limit_s = Some(10);
+        spec.tenant = "vision".into();
+        let job = view.submit_as(&spec, None, Some("ana")).expect("submit");
+        clock(&mut view, t0 + 2_000);
+        let ms: Vec<MemberPlacement> = (0..2)
+            .map(|k| MemberPlacement { server: ServerId(k), gpus: 1, cores: CoreMask::range(0, 4), memory_mib: 1024 })
+            .collect();
+        let d = view.apply(&Command::Propose(vec![Proposal {
+            id: ProposalId(9),
+            job,
+            members: ms,
+            based_on: view.version(),
+        }]));
+        assert!(matches!(&d, Outcome::Decided(v) if v[0].is_placed()), "{d:?}");
+        assert_eq!(view.next_deadline_ms(), Some(t0 + 12_000));
+        for m in 0..2 {
+            report(&mut view, job, 9, m, TaskEvent::Started).expect("started");
+        }
+        let j = view.job(job).expect("job");
+        assert_eq!((j.times.submitted_ms, j.times.placed_ms, j.times.started_ms), (t0, t0 + 2_000, t0 + 2_000));
+        // A clock behind the view's changes nothing; one before the deadline neither.
+        assert!(clock(&mut view, t0).is_empty());
+        assert!(clock(&mut view, t0 + 11_999).is_empty());
+        let v = view.version();
+        // The deadline: failed, released, charged 10.5 s × 2 GPUs and 8 cores, one version.
+        assert_eq!(clock(&mut view, t0 + 12_500), vec![job]);
+        assert_eq!(view.version().0, v.0 + 1);
+        let j = view.job(job).expect("job");
+        assert_eq!(j.state, JobState::Failed);
+        assert!(j.error.as_deref().is_some_and(|e| e.contains("time limit of 10 s")), "{:?}", j.error);
+        assert_eq!(j.times.ended_ms, t0 + 12_500);
+        assert_eq!(j.held, vec![crate::HeldSpan { from_ms: t0 + 2_000, to_ms: t0 + 12_500, gpus: 2, cores: 8 }]);
+        assert_eq!(view.next_deadline_ms(), None);
+        let r = view.usage_report(0, u64::MAX / 2, UsageBy::User, t0 + 20_000, None, 10);
+        assert_eq!(r.rows.len(), 1);
+        assert_eq!((r.rows[0].tenant.as_str(), r.rows[0].user.as_str()), ("vision", "ana"));
+        assert_eq!(r.rows[0].usage, Usage { gpu_ms: 2 * 10_500, core_ms: 8 * 10_500 });
+        // Another tenant's filter sees none of it; the snapshot keeps the ledger, times and
+        // (for a job still placed) its deadline.
+        let none = view.usage_report(0, u64::MAX / 2, UsageBy::Tenant, t0, Some(&["nlp".to_string()]), 10);
+        assert_eq!(none.total, Usage::default());
+        let again = placed(&mut view, 1, 10);
+        let mut s = view.job(again).expect("job").spec.clone();
+        s.run.time_limit_s = Some(1);
+        let limited = view.submit(s).expect("submit");
+        let p = Proposal {
+            id: ProposalId(11),
+            job: limited,
+            members: vec![MemberPlacement {
+                server: ServerId(1),
+                gpus: 1,
+                cores: CoreMask::range(0, 4),
+                memory_mib: 1024,
+            }],
+            based_on: view.version(),
+        };
+        assert!(matches!(view.apply(&Command::Propose(vec![p])), Outcome::Decided(v) if v[0].is_placed()));
+        let back = ClusterView::from_snapshot(view.snapshot());
+        assert_eq!(back.state_hash(), view.state_hash());
+        assert_eq!(back.next_deadline_ms(), Some(t0 + 13_500));
+        assert_eq!(back.ledger(), view.ledger());
     }
 
     #[test]

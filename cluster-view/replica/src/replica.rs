@@ -822,10 +822,10 @@ impl<B: Backend> Replica<B> {
                         }
                     };
                     let mut tickets = self.own_tickets(&e.context, ours).into_iter();
-                    for cmd in &cmds {
+                    for (i, cmd) in cmds.iter().enumerate() {
                         let outcome = self.view.apply(cmd);
-                        if matches!(cmd, Command::Clock { .. }) {
-                            // Written by the leader itself: no client waits on it.
+                        if i == 0 && matches!(cmd, Command::Clock { .. }) {
+                            // The entry's stamp, written by the leader itself: no ticket.
                             continue;
                         }
                         match (cmd, outcome) {

@@ -274,6 +274,8 @@ pub struct Driver {
     hash_at: Option<(u64, u64)>,
     /// Drained servers whose eviction this leader proposed, and when (one try a second).
     evicting: HashMap<ServerId, Instant>,
+    /// When this leader last wrote a clock entry for a time limit that passed.
+    clock_tick: Option<Instant>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -329,6 +331,7 @@ impl Driver {
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             hash_at: None,
             evicting: HashMap::new(),
+            clock_tick: None,
         };
         (d, handle)
     }
@@ -665,6 +668,24 @@ impl Driver {
         }
     }
 
+    /// Writes a clock entry when a placement's time limit has passed (leader only, at most once
+    /// a second): the view fails such jobs as its clock reaches their deadline, and on a busy
+    /// cluster every entry moves the clock anyway, but an idle log would hold them forever.
+    fn expire_time_limits(&mut self, now: Instant) {
+        let now_ms = unix_ms();
+        if self.replica.view().next_deadline_ms().is_none_or(|d| d > now_ms)
+            || self.clock_tick.is_some_and(|at| now.duration_since(at) < Duration::from_secs(1))
+        {
+            return;
+        }
+        let r = self.replica.propose(Command::Clock { at_ms: now_ms });
+        if r.is_ok() {
+            tracing::info!("a time limit passed: writing the clock");
+            self.clock_tick = Some(now);
+        }
+        let _ = self.track(r, Pending::Internal, now);
+    }
+
     /// Expired requests and leases.
     fn housekeeping(&mut self, now: Instant) {
         let limit = self.cfg.timeout * 2;
@@ -679,6 +700,7 @@ impl Driver {
             return;
         }
         self.evict_drained(now);
+        self.expire_time_limits(now);
         for s in self.leases.expired(now) {
             let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down, at_ms: unix_ms() });
             if r.is_ok() {

@@ -483,7 +483,7 @@ impl v1::view_server::View for ViewService {
                 None => None,
             };
             let (tx, rx) = tokio::sync::oneshot::channel();
-            items.push((Command::Submit { spec, request, user: Some(user.clone()) }, tx));
+            items.push((Command::Submit { spec: Box::new(spec), request, user: Some(user.clone()) }, tx));
             waits.push(rx);
         }
         // One queue slot for all: either every spec reaches the driver or none does.

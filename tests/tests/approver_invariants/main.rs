@@ -686,6 +686,11 @@ fn random_job(rng: &mut SmallRng, layout: &Layout, servers: usize, n: u64) -> Jo
     // Three priorities, so that preemptions find victims and refusals (from the job's number,
     // leaving the generator's random stream as it was).
     s.priority = (n % 3) as i32;
+    // A time limit on every eighth job, one to three hours of the world's clock (from the
+    // number too): some run out, most jobs end or are preempted first.
+    if n.is_multiple_of(8) {
+        s.run.time_limit_s = Some(3600 + n * 977 % 7200);
+    }
     // The quota tenant often, so that its jobs compete for the quota.
     s.tenant = if rng.random_bool(0.4) { QUOTA_TENANT } else { TENANTS.choose(rng).expect("tenants") }.to_string();
     let types = layout.topologies.len() > 1;

@@ -38,6 +38,8 @@ struct Stats {
     /// slower clock).
     clocks: u64,
     clocks_behind: u64,
+    /// Jobs failed by their time limit.
+    timed_out: u64,
     /// Preemptions applied, and victims they re-queued.
     preempted: u64,
     preempted_victims: u64,
@@ -84,6 +86,7 @@ impl Stats {
         self.resubmit_forgotten += o.resubmit_forgotten;
         self.clocks += o.clocks;
         self.clocks_behind += o.clocks_behind;
+        self.timed_out += o.timed_out;
         self.preempted += o.preempted;
         self.preempted_victims += o.preempted_victims;
         for (k, v) in &o.preempt_refused {
@@ -174,7 +177,8 @@ impl World {
         // Accounting conserves time: what the ledger gained is exactly the spans jobs gained
         // (unless a job with new spans was forgotten in the same command).
         let forgot = held0.keys().any(|j| self.view.job(*j).is_none());
-        if !forgot && !matches!(cmd, Command::Clock { .. }) {
+        // (The world's clock never runs past the ledger's retention, so nothing is pruned.)
+        if !forgot {
             let mut spans = Usage::default();
             for j in self.view.jobs() {
                 for s in &j.held[held0.get(&j.id).copied().unwrap_or(0).min(j.held.len())..] {
@@ -188,7 +192,8 @@ impl World {
             }
             let ledger1 = ledger_total(&self.view);
             ensure!(
-                ledger1.gpu_ms - ledger0.gpu_ms == spans.gpu_ms && ledger1.core_ms - ledger0.core_ms == spans.core_ms,
+                ledger1.gpu_ms.checked_sub(ledger0.gpu_ms) == Some(spans.gpu_ms)
+                    && ledger1.core_ms.checked_sub(ledger0.core_ms) == Some(spans.core_ms),
                 "the ledger gained {:?} -> {ledger1:?}, the jobs' spans {spans:?}, on {cmd:?}",
                 ledger0
             );
@@ -204,11 +209,11 @@ impl World {
             Outcome::DevicesSet(r) => (r.is_ok() && v1 != v0) as u64,
             // The clock is the one command that changes state (the clock, the ledger's
             // retention) without a version: versions count what readers see in deltas.
-            Outcome::Clock(_) => 0,
+            Outcome::Clock { expired, .. } => expired.len() as u64,
         };
         ensure!(v1.0 == v0.0 + bumps, "version went {v0} -> {v1} on {cmd:?} -> {out:?}");
         if matches!(cmd, Command::Clock { .. }) {
-            // Checked above: no version. The hash changes with the clock.
+            // Checked above: a version per job timed out. The hash changes with the clock.
         } else if v1 == v0 {
             ensure!(h1 == h0, "state hash changed without a version bump on {cmd:?} -> {out:?}");
         } else {
@@ -234,6 +239,9 @@ impl World {
     fn check_global(&self) -> Result<()> {
         let now = self.view.now_ms();
         for j in self.view.jobs() {
+            if let Some(d) = j.deadline_ms() {
+                ensure!(d > now, "{} holds a placement past its time limit ({d} <= clock {now})", j.id);
+            }
             let t = j.times;
             ensure!(
                 t.submitted_ms <= now && t.placed_ms <= now && t.ended_ms <= now,
@@ -398,7 +406,8 @@ impl World {
             return self.submit_checked(rng, sent, Some(request));
         }
         let before = self.view.clone();
-        let out = self.exec(Command::Submit { spec: sent.clone(), request: Some(request.clone()), user: None })?;
+        let out =
+            self.exec(Command::Submit { spec: Box::new(sent.clone()), request: Some(request.clone()), user: None })?;
         ensure!(self.view.state_hash() == before.state_hash(), "a retried submission changed the state");
         ensure!(self.view.version() == before.version(), "a retried submission changed the version");
         match out {
@@ -418,7 +427,7 @@ impl World {
     fn submit_checked(&mut self, rng: &mut SmallRng, spec: JobSpec, request: Option<RequestId>) -> Result<()> {
         let before = self.view.clone();
         let never = before.never_fits(&spec);
-        let out = self.exec(Command::Submit { spec: spec.clone(), request: request.clone(), user: None })?;
+        let out = self.exec(Command::Submit { spec: Box::new(spec.clone()), request: request.clone(), user: None })?;
         match out {
             Outcome::Submitted(Ok(id)) => {
                 ensure!(never.is_none(), "admitted {id} though never_fits says {never:?}");
@@ -1172,10 +1181,17 @@ impl World {
         };
         let before = self.view.now_ms();
         let out = self.exec(Command::Clock { at_ms })?;
-        ensure!(
-            matches!(out, Outcome::Clock(c) if c == before.max(at_ms)),
-            "clock {at_ms} after {before} answered {out:?}"
-        );
+        let Outcome::Clock { now_ms, expired } = &out else { bail!("clock {at_ms} answered {out:?}") };
+        ensure!(*now_ms == before.max(at_ms), "clock {at_ms} after {before} answered {out:?}");
+        for j in expired {
+            let job = self.view.job(*j);
+            ensure!(
+                job.is_none_or(|j| j.state == JobState::Failed && j.placement.is_none()),
+                "{j} timed out but is {:?}",
+                job.map(|j| j.state)
+            );
+        }
+        self.stats.timed_out += expired.len() as u64;
         self.stats.clocks += 1;
         self.stats.clocks_behind += (at_ms < before) as u64;
         Ok(())
@@ -1362,6 +1378,7 @@ fn scenarios_exercise_every_path() {
         ("resubmit_forgotten", t.resubmit_forgotten),
         ("clocks", t.clocks),
         ("clocks_behind", t.clocks_behind),
+        ("timed_out", t.timed_out),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }

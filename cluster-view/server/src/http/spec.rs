@@ -169,6 +169,15 @@ pub struct JobFileBody {
     pub locality: Option<LocalityBody>,
     /// CPU demand (default: the server's share per GPU).
     pub cpu: Option<CpuBody>,
+    /// Environment variables added to each task's (at most 128; not `TESSERA_*` nor one the
+    /// agent sets, such as `RANK` or `CUDA_VISIBLE_DEVICES`).
+    pub env: Option<BTreeMap<String, String>>,
+    /// The absolute directory each task starts in.
+    #[schema(pattern = "^/")]
+    pub workdir: Option<String>,
+    /// The longest a placement may be held, seconds; past it the job fails.
+    #[schema(minimum = 1, maximum = 31622400)]
+    pub time_limit_s: Option<u64>,
 }
 
 /// The `[locality]` table of a job file.
@@ -303,9 +312,14 @@ mod tests {
                 predictor: Some(PredictorBody { p0: 1.0, p1: 0.02, p2: 2.5, theta: 11.0 }),
                 min_cores_per_gpu: Some(2),
             }),
+            env: Some([("NCCL_DEBUG".to_string(), "INFO".to_string())].into_iter().collect()),
+            workdir: Some("/data/run-1".into()),
+            time_limit_s: Some(3600),
         };
         let json = serde_json::to_vec(&every_field).expect("JSON");
         let spec = parse_spec(&json, BodyFormat::Json).expect("every documented field is a job-file field");
         assert_eq!(spec.total_gpus(), 4);
+        assert_eq!((spec.run.workdir.as_deref(), spec.run.time_limit_s), (Some("/data/run-1"), Some(3600)));
+        assert_eq!(spec.run.env.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
     }
 }
