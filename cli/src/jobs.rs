@@ -327,6 +327,18 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
             if !j.user.is_empty() {
                 println!("  user     {} (tenant {})", j.user, spec.tenant);
             }
+            if let Some(limit) = spec.run.time_limit_s {
+                let until =
+                    j.deadline_ms().map(|d| format!(" (until {})", crate::usage::format_ms(d))).unwrap_or_default();
+                println!("  limit    {limit} s per placement{until}");
+            }
+            if let Some(w) = &spec.run.workdir {
+                println!("  workdir  {w}");
+            }
+            if !spec.run.env.is_empty() {
+                let names: Vec<&str> = spec.run.env.keys().map(String::as_str).collect();
+                println!("  env      {}", names.join(" "));
+            }
             for line in time_lines(j, crate::usage::now_ms()) {
                 println!("  {line}");
             }

@@ -3,7 +3,8 @@
 //! finish. Their wall-clock times are in the view in order, `tessera status` prints them, and
 //! `tessera usage` charges the GPU time they held to `vision` and the user — the same before
 //! and after the replica is killed and restarted (the ledger is replicated state, rebuilt from
-//! RocksDB). A user of another tenant may not read `vision`'s usage.
+//! RocksDB). A user of another tenant may not read `vision`'s usage. A job's environment,
+//! working directory and time limit reach its task, and the limit fails it and stops the task.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -118,5 +119,56 @@ fn finished_jobs_are_charged_to_their_tenant_and_user_across_a_restart() {
         let tenant_after = usage(&addr, &admin, &[]);
         assert_eq!(tenant_after.rows, tenant_before.rows, "the ledger changed across a restart");
         assert_eq!(tenant_after.rows[0].usage.gpu_ms, expect_gpu_ms);
+    });
+}
+
+#[test]
+fn a_job_runs_with_its_env_and_workdir_and_fails_at_its_time_limit() {
+    let dir = test_dir("tessera-limit-");
+    let d = dir.path();
+    let (view, addr, mut procs, servers) = two_agent_cluster(d, Tuning { server_lease_ms: 3000, ..tuning() });
+    let host_tls = tls(&view, Role::Scheduler, "h1");
+    procs.push("h1", tessera(d, "h1.log", &with(&["scheduler", "run", "--view", &addr, "--name", "h1"], &host_tls)));
+    let admin = tls(&view, Role::Admin, "root");
+    let work = d.join("work");
+    std::fs::create_dir(&work).expect("workdir");
+    let job_file = d.join("limited.toml");
+    std::fs::write(
+        &job_file,
+        format!(
+            "name = 'limited'\ngpus = 1\nenv = {{ GREETING = 'hello' }}\nworkdir = '{}'\ntime_limit_s = 2\n\
+             command = ['sh', '-c', 'echo $GREETING; pwd; exec sleep 60']\n",
+            work.display()
+        ),
+    )
+    .expect("job file");
+    let (ok, out, err) = run(&["submit", "--view", &addr, &job_file.display().to_string()], &admin);
+    assert!(ok, "submit: {out}{err}");
+
+    rt().block_on(async {
+        let mut c = admin_client(&view, vec![addr.clone()]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        wait_view(&mut c, deadline, "the job failed by its limit", |s| {
+            s.jobs.iter().any(|j| j.spec.name == "limited" && j.state == JobState::Failed)
+        })
+        .await;
+        let s = snapshot(&mut c).await;
+        let j = s.jobs.iter().find(|j| j.spec.name == "limited").expect("job");
+        assert!(j.error.as_deref().is_some_and(|e| e.contains("time limit of 2 s")), "{:?}", j.error);
+        let held = j.times.ended_ms - j.times.placed_ms;
+        // The leader writes the clock within a housekeeping round of the deadline.
+        assert!((2_000..10_000).contains(&held), "held {held} ms for a 2 s limit: {:?}", j.times);
+        // Its agent stops the task.
+        loop {
+            if servers.iter().all(|s| live_tasks(&d.join(format!("agent-{s}"))).is_empty()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the task outlived its time limit");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let id = j.id.0.to_string();
+        let (ok, out, err) = run(&["logs", "--view", &addr, &id], &admin);
+        let real = std::fs::canonicalize(&work).expect("canonical");
+        assert!(ok && out.contains("hello") && out.contains(&real.display().to_string()), "{out}{err}");
     });
 }

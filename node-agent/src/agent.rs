@@ -618,7 +618,9 @@ impl Agent {
         } else {
             self.names.get(p.members[0].server.index()).cloned().unwrap_or_else(|| "127.0.0.1".into())
         };
-        let env = vec![
+        // The job's own variables first; the agent's (which the spec may not name) after.
+        let mut env: Vec<(String, String)> = job.spec.run.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        env.extend([
             ("CUDA_VISIBLE_DEVICES".into(), visible.join(",")),
             ("TESSERA_JOB_ID".into(), job.id.0.to_string()),
             ("TESSERA_JOB_NAME".into(), job.spec.name.clone()),
@@ -633,13 +635,14 @@ impl Agent {
             ("MASTER_ADDR".into(), master),
             ("MASTER_PORT".into(), master_port(id).to_string()),
             ("OMP_NUM_THREADS".into(), m.cores.count().max(1).to_string()),
-        ];
+        ]);
         Ok(TaskSpec {
             id,
             command: job.spec.command.clone(),
             env,
             cpus,
             memory_limit_mib: (m.memory_mib > 0).then_some(u64::from(m.memory_mib)),
+            workdir: job.spec.run.workdir.as_ref().map(std::path::PathBuf::from),
         })
     }
 

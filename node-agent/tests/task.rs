@@ -30,6 +30,7 @@ fn spec(member: u32, command: &[&str]) -> TaskSpec {
         env: Vec::new(),
         cpus: Vec::new(),
         memory_limit_mib: None,
+        workdir: None,
     }
 }
 
@@ -131,6 +132,27 @@ async fn env_logs_and_cpu_pinning_reach_the_task() {
 
     runner.forget(&id(1)).expect("forget");
     assert!(!runner.task_dir(&id(1)).exists());
+}
+
+#[tokio::test]
+async fn a_task_starts_in_its_working_directory_and_a_missing_one_fails_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = tempfile::tempdir().expect("workdir");
+    let runner = Runner::open(dir.path(), shim()).await.expect("open");
+    let mut task = spec(1, &["sh", "-c", "pwd"]);
+    task.workdir = Some(work.path().to_path_buf());
+    runner.start(task).await.expect("start");
+    let exit = next_exit(&runner).await;
+    assert!(exit.success(), "{exit:?}");
+    let real = fs::canonicalize(work.path()).expect("canonical");
+    assert_eq!(read(&stdout_of(&runner, &id(1))).trim(), real.display().to_string());
+
+    let mut task = spec(2, &["true"]);
+    task.workdir = Some(work.path().join("missing"));
+    runner.start(task).await.expect("start");
+    let exit = next_exit(&runner).await;
+    assert_eq!(exit.code, Some(126), "{exit:?}");
+    assert!(exit.message.contains("working directory") && exit.message.contains("missing"), "{exit:?}");
 }
 
 #[tokio::test]

@@ -113,6 +113,10 @@ pub struct TaskSpec {
     pub cpus: Vec<u32>,
     /// A memory limit, applied with a cgroup v2 when one is writable (else noted in `notes.txt`).
     pub memory_limit_mib: Option<u64>,
+    /// The directory the task starts in (the agent's own when `None`); one that does not
+    /// exist fails the task, saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<std::path::PathBuf>,
 }
 
 /// A request to a running task; signals go to the task's whole process group.

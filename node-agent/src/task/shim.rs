@@ -73,7 +73,17 @@ fn run(dir: &Path) -> Result<ExitRecord, AgentError> {
             source,
         })
     };
-    let spawned = Command::new(program)
+    if let Some(w) = &spec.workdir
+        && !w.is_dir()
+    {
+        let message = format!("working directory `{}` does not exist on this server", w.display());
+        return Ok(ExitRecord { code: Some(126), signal: None, message });
+    }
+    let mut command = Command::new(program);
+    if let Some(w) = &spec.workdir {
+        command.current_dir(w);
+    }
+    let spawned = command
         .args(args)
         .env_remove(SHIM_DIR_ENV)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
