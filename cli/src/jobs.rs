@@ -72,6 +72,27 @@ pub struct ListArgs {
 }
 
 #[derive(Args)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    list: ListArgs,
+    /// Only these states, comma-separated (pending, placed, running, migrating, finished, failed).
+    #[arg(long)]
+    state: Option<String>,
+    /// Only this tenant's jobs.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only this submitter's jobs.
+    #[arg(long)]
+    user: Option<String>,
+    /// Only ids above this (the previous page's last id).
+    #[arg(long)]
+    after: Option<u64>,
+    /// Jobs per page, at most 10,000.
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+}
+
+#[derive(Args)]
 pub struct CancelArgs {
     #[command(flatten)]
     view: ViewArg,
@@ -397,15 +418,32 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
     })
 }
 
-pub fn jobs(args: ListArgs) -> Result<ExitCode> {
+pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
+    if args.limit == 0 || args.limit > api::MAX_JOB_PAGE {
+        bail!("--limit must be 1 to {}", api::MAX_JOB_PAGE);
+    }
+    let filter = api::JobFilter {
+        states: match &args.state {
+            Some(s) => api::JobFilter::parse_states(s).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
+        tenant: args.tenant.clone(),
+        user: args.user.clone(),
+        after: args.after,
+        limit: args.limit,
+    };
+    let args = args.list;
     rt()?.block_on(async move {
         let mut c = args.view.client()?;
         let (s, applied) = snapshot(&mut c).await?;
+        let mut list = JobList::of(&s, applied);
+        filter.apply(&mut list);
         if args.json {
-            println!("{}", serde_json::to_string(&JobList::of(&s, applied))?);
+            println!("{}", serde_json::to_string(&list)?);
             return Ok(ExitCode::SUCCESS);
         }
-        let mut jobs: Vec<&Job> = s.jobs.iter().collect();
+        let shown: std::collections::HashSet<u64> = list.jobs.iter().map(|j| j.id).collect();
+        let mut jobs: Vec<&Job> = s.jobs.iter().filter(|j| shown.contains(&j.id.0)).collect();
         jobs.sort_by_key(|j| j.id);
         let now = crate::usage::now_ms();
         println!("{:>6} {:<9} {:>5} {:<24} {:<12} {:>12} PLACEMENT", "ID", "STATE", "GPUS", "NAME", "TENANT", "AGE");
@@ -426,6 +464,9 @@ pub fn jobs(args: ListArgs) -> Result<ExitCode> {
                 age,
                 placement_text(j, &s)
             );
+        }
+        if let Some(next) = list.next_after {
+            println!("{} of {} jobs shown; next page: --after {next}", list.jobs.len(), list.total);
         }
         Ok(ExitCode::SUCCESS)
     })

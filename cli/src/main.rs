@@ -61,7 +61,7 @@ enum Command {
     /// The cluster in brief, or one job in detail.
     Status(jobs::StatusArgs),
     /// Every job: id, state, GPUs, placement.
-    Jobs(jobs::ListArgs),
+    Jobs(jobs::JobsArgs),
     /// Every server: health and GPU bitmap; `show`, `cordon`, `drain`, `uncordon` one.
     Servers(servers::ServersArgs),
     /// Cancel a job.

@@ -548,15 +548,80 @@ impl JobDetail {
     }
 }
 
-/// Every job the view holds.
+/// The jobs the view holds that a filter keeps, one page of them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct JobList {
     /// The view version read.
     pub version: u64,
     /// The raft index the view reflects.
     pub applied_index: u64,
-    /// The jobs, by id.
+    /// The jobs of this page, by id.
     pub jobs: Vec<Job>,
+    /// How many jobs the filter keeps, on every page.
+    #[serde(default)]
+    pub total: u64,
+    /// The id to pass as `after` for the next page; null on the last.
+    #[serde(default)]
+    pub next_after: Option<u64>,
+}
+
+/// Jobs per page when none is asked for.
+pub const DEFAULT_JOB_PAGE: usize = 1_000;
+/// The most jobs one page holds.
+pub const MAX_JOB_PAGE: usize = 10_000;
+
+/// Which jobs a list keeps, and which page of them: the one filter of `GET /v1/jobs` and
+/// `tessera jobs`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// Only these states (empty: every state).
+    pub states: Vec<JobState>,
+    /// Only this tenant's.
+    pub tenant: Option<String>,
+    /// Only this submitter's.
+    pub user: Option<String>,
+    /// Only ids above this (the previous page's `next_after`).
+    pub after: Option<u64>,
+    /// At most this many (0: [`DEFAULT_JOB_PAGE`]; at most [`MAX_JOB_PAGE`]).
+    pub limit: usize,
+}
+
+impl JobFilter {
+    /// A comma-separated list of job states (`pending,running`).
+    pub fn parse_states(text: &str) -> Result<Vec<JobState>, String> {
+        text.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                JOB_STATES.iter().copied().find(|st| st.as_str() == s).ok_or_else(|| {
+                    let known: Vec<&str> = JOB_STATES.iter().map(|st| st.as_str()).collect();
+                    format!("unknown job state `{s}`; known: {}", known.join(", "))
+                })
+            })
+            .collect()
+    }
+
+    fn keeps(&self, j: &Job) -> bool {
+        (self.states.is_empty() || self.states.contains(&j.state))
+            && self.tenant.as_ref().is_none_or(|t| *t == j.tenant)
+            && self.user.as_ref().is_none_or(|u| *u == j.user)
+    }
+
+    /// Keeps the jobs of `list` the filter matches, sets `total` to their number, then cuts
+    /// the page: ids above `after`, at most `limit`, with `next_after` set when more follow.
+    pub fn apply(&self, list: &mut JobList) {
+        list.jobs.retain(|j| self.keeps(j));
+        list.jobs.sort_by_key(|j| j.id);
+        list.total = list.jobs.len() as u64;
+        if let Some(after) = self.after {
+            list.jobs.retain(|j| j.id > after);
+        }
+        let limit = if self.limit == 0 { DEFAULT_JOB_PAGE } else { self.limit.min(MAX_JOB_PAGE) };
+        list.next_after = None;
+        if list.jobs.len() > limit {
+            list.jobs.truncate(limit);
+            list.next_after = list.jobs.last().map(|j| j.id);
+        }
+    }
 }
 
 impl JobList {
@@ -564,7 +629,8 @@ impl JobList {
     pub fn of(s: &ViewSnapshot, applied_index: u64) -> JobList {
         let mut jobs: Vec<Job> = s.jobs.iter().map(|j| Job::of(j, &s.server_names)).collect();
         jobs.sort_by_key(|j| j.id);
-        JobList { version: s.version.0, applied_index, jobs }
+        let total = jobs.len() as u64;
+        JobList { version: s.version.0, applied_index, jobs, total, next_after: None }
     }
 }
 
@@ -776,6 +842,36 @@ pub struct Logs {
 mod tests {
     use super::*;
     use tessera_view::{ClusterSpec, ClusterView, ServerId};
+
+    #[test]
+    fn a_filter_keeps_matching_jobs_and_pages_them_by_id() {
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(
+            tessera_view::Topology::preset("seed-8gpu").expect("preset"),
+            1,
+            1,
+            1,
+        ));
+        for i in 0..5 {
+            let mut s = JobSpec::simple(&format!("j{i}"), 1, 1);
+            s.tenant = if i % 2 == 0 { "vision".into() } else { "nlp".into() };
+            v.submit_as(&s, None, Some(if i < 2 { "ana" } else { "bob" })).expect("submit");
+        }
+        let all = JobList::of(&v.snapshot(), 1);
+        let page = |f: JobFilter| {
+            let mut l = all.clone();
+            f.apply(&mut l);
+            (l.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), l.total, l.next_after)
+        };
+        assert_eq!(page(JobFilter::default()), (vec![1, 2, 3, 4, 5], 5, None));
+        assert_eq!(page(JobFilter { tenant: Some("vision".into()), ..Default::default() }), (vec![1, 3, 5], 3, None));
+        assert_eq!(page(JobFilter { user: Some("ana".into()), ..Default::default() }), (vec![1, 2], 2, None));
+        assert_eq!(page(JobFilter { limit: 2, ..Default::default() }), (vec![1, 2], 5, Some(2)));
+        assert_eq!(page(JobFilter { limit: 2, after: Some(2), ..Default::default() }), (vec![3, 4], 5, Some(4)));
+        assert_eq!(page(JobFilter { limit: 2, after: Some(4), ..Default::default() }), (vec![5], 5, None));
+        let running = JobFilter::parse_states("running").expect("state");
+        assert_eq!(page(JobFilter { states: running, ..Default::default() }), (vec![], 0, None));
+        assert!(JobFilter::parse_states("pending,done").unwrap_err().contains("unknown job state `done`"));
+    }
 
     fn view() -> ViewSnapshot {
         let spec = ClusterSpec::from_toml(

@@ -36,10 +36,8 @@ impl UsageQuery {
     /// (all of them when it names none). The tenants the caller names are returned for the
     /// authorization check.
     pub fn new(who: &Identity, r: v1::UsageRequest, now_ms: u64) -> Result<UsageQuery, ViewServerError> {
-        let to_ms = if r.to_ms == 0 { now_ms } else { r.to_ms };
-        if r.from_ms > to_ms {
-            return Err(ViewServerError::Invalid(format!("from_ms {} is after to_ms {to_ms}", r.from_ms)));
-        }
+        // A range that ends before it starts is empty, not an error.
+        let to_ms = if r.to_ms == 0 { now_ms } else { r.to_ms }.max(r.from_ms);
         let by = if r.by.is_empty() { UsageBy::Tenant } else { r.by.parse().map_err(ViewServerError::Invalid)? };
         if r.tenants.len() > MAX_USAGE_TENANTS {
             return Err(ViewServerError::Invalid(format!(
@@ -86,7 +84,9 @@ mod tests {
         let q = UsageQuery::new(&admin, v1::UsageRequest { by: "job".into(), ..Default::default() }, 1).expect("valid");
         assert_eq!((q.by, q.tenants), (UsageBy::Job, None));
         let bad = |r: v1::UsageRequest| UsageQuery::new(&admin, r, 10).expect_err("invalid").to_string();
-        assert!(bad(v1::UsageRequest { from_ms: 20, ..Default::default() }).contains("after to_ms"));
+        let q = UsageQuery::new(&admin, v1::UsageRequest { from_ms: 20, to_ms: 5, ..Default::default() }, 1)
+            .expect("empty");
+        assert_eq!((q.from_ms, q.to_ms), (20, 20), "an empty range");
         assert!(bad(v1::UsageRequest { by: "team".into(), ..Default::default() }).contains("tenant, user or job"));
         assert!(bad(v1::UsageRequest { limit: 10_001, ..Default::default() }).contains("at most 10000"));
         assert!(bad(v1::UsageRequest { tenants: vec!["t".into(); 65], ..Default::default() }).contains("at most 64"));

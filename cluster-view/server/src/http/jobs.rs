@@ -7,31 +7,66 @@ use super::spec::{BodyFormat, JobFileBody, parse_spec};
 use super::{Api, ApiError, Place, job_id, query};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
-use tessera_proto::api::{Cancelled, ErrorBody, JobDetail, JobList, Submitted};
+use tessera_proto::api::{Cancelled, ErrorBody, JobDetail, JobFilter, JobList, MAX_JOB_PAGE, Submitted};
 use tessera_proto::v1;
 
 /// Longest cancellation reason, bytes (the view's own bound).
 const MAX_REASON_BYTES: usize = 4096;
 
-/// Every job the view holds, by id.
+/// The jobs the view holds, by id, filtered and paged: `state` (comma-separated), `tenant`,
+/// `user`, and pages of `limit` after the id `after` (the previous page's `next_after`).
 #[utoipa::path(
     get,
     path = "/v1/jobs",
     tag = "jobs",
+    params(
+        ("state" = Option<String>, Query, description = "only these states, comma-separated: pending, placed, running, migrating, finished, failed"),
+        ("tenant" = Option<String>, Query, description = "only this tenant's jobs"),
+        ("user" = Option<String>, Query, description = "only this submitter's jobs"),
+        ("after" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "only ids above this: the previous page's `next_after`"),
+        ("limit" = Option<u32>, Query, maximum = 10000, description = "jobs per page (default 1,000)"),
+    ),
     responses(
-        (status = 200, description = "every job", body = JobList),
+        (status = 200, description = "one page of the jobs the filter keeps", body = JobList),
+        (status = 400, description = "a bad query (code `bad_query`)", body = ErrorBody),
         (status = 503, description = "no replica answered (code `unavailable`)", body = ErrorBody),
         (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
     )
 )]
-pub(super) async fn list_jobs(api: web::Data<Api>) -> Result<HttpResponse, ApiError> {
+pub(super) async fn list_jobs(api: web::Data<Api>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let q = query(&req, &["state", "tenant", "user", "after", "limit"])?;
+    let number = |key: &str| -> Result<Option<u64>, ApiError> {
+        q.get(key)
+            .map(|v| v.parse::<u64>().map_err(|_| ApiError::bad("bad_query", key, format!("`{v}` is not a number"))))
+            .transpose()
+    };
+    let limit = number("limit")?.unwrap_or(0);
+    if limit > MAX_JOB_PAGE as u64 {
+        return Err(ApiError::bad("bad_query", "limit", format!("at most {MAX_JOB_PAGE} jobs per page")));
+    }
+    let filter = JobFilter {
+        states: match q.get("state") {
+            Some(s) => JobFilter::parse_states(s).map_err(|e| ApiError::bad("bad_query", "state", e))?,
+            None => Vec::new(),
+        },
+        tenant: q.get("tenant").cloned(),
+        user: q.get("user").cloned(),
+        after: match number("after")? {
+            Some(a) if a > i64::MAX as u64 => {
+                return Err(ApiError::bad("bad_query", "after", format!("{a} is past the largest job id")));
+            }
+            a => a,
+        },
+        limit: limit as usize,
+    };
     let (snap, applied) = api.snapshot().await?;
     let mut list = JobList::of(&snap, applied);
-    // A user sees its tenants' jobs alone.
+    // A user sees its tenants' jobs alone (before counting them).
     let who = super::caller();
     if who.role == tessera_proto::tls::Role::User {
         list.jobs.retain(|j| who.acts_for(&j.tenant));
     }
+    filter.apply(&mut list);
     Ok(HttpResponse::Ok().json(list))
 }
 

@@ -26,8 +26,8 @@ fn number<T: std::str::FromStr>(
     path = "/v1/usage",
     tag = "accounting",
     params(
-        ("from_ms" = Option<u64>, Query, description = "from, Unix ms (default 0: everything the ledger keeps)"),
-        ("to_ms" = Option<u64>, Query, description = "until, Unix ms (default: now)"),
+        ("from_ms" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "from, Unix ms (default 0: everything the ledger keeps); a range that ends before it starts is empty"),
+        ("to_ms" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "until, Unix ms (default: now)"),
         ("by" = Option<String>, Query, description = "`tenant` (default), `user` or `job`"),
         ("tenants" = Option<String>, Query, description = "only these tenants, comma-separated (at most 64)"),
         ("limit" = Option<u32>, Query, maximum = 10000, description = "at most this many rows (default 1,000); the total counts every row"),
@@ -58,8 +58,10 @@ pub(super) async fn usage(api: web::Data<Api>, req: HttpRequest) -> Result<HttpR
     }
     let from_ms: u64 = number(&q, "from_ms", "Unix milliseconds")?.unwrap_or(0);
     let to_ms: u64 = number(&q, "to_ms", "Unix milliseconds")?.unwrap_or(0);
-    if to_ms != 0 && from_ms > to_ms {
-        return Err(ApiError::bad("bad_query", "from_ms", format!("from_ms {from_ms} is after to_ms {to_ms}")));
+    for (key, v) in [("from_ms", from_ms), ("to_ms", to_ms)] {
+        if v > i64::MAX as u64 {
+            return Err(ApiError::bad("bad_query", key, format!("{v} is past the largest time, {}", i64::MAX)));
+        }
     }
     let r = v1::UsageRequest { from_ms, to_ms, by, tenants, limit, linearizable: false };
     let answer = api
