@@ -77,6 +77,9 @@ pub struct ViewClient {
     generation: u64,
 }
 
+/// How long a call rules out an address that failed without naming a leader.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(1);
+
 impl ViewClient {
     /// A client of the replicas at `addrs` (host:port, tried in order).
     pub fn new(addrs: Vec<String>) -> Result<ViewClient, ClientError> {
@@ -232,7 +235,14 @@ impl ViewClient {
         // reachable from here (a leader hint may name an address advertised inside a private
         // network, which this client cannot reach).
         let mut unreachable: Vec<String> = Vec::new();
+        // ... for a while: a replica that was down may be back (and leading) a second later,
+        // and a hint to an address ruled out is never followed. Forgotten each second.
+        let mut ruled_out_since = Instant::now();
         loop {
+            if ruled_out_since.elapsed() >= UNREACHABLE_FOR {
+                unreachable.clear();
+                ruled_out_since = Instant::now();
+            }
             let addr = self.current.clone();
             if !tried.contains(&addr) {
                 tried.push(addr.clone());
@@ -256,7 +266,14 @@ impl ViewClient {
             }
             // Moved on before the deadline check, so that the next call does not begin where
             // this one failed.
-            let follow = if timed_out {
+            let follow = if status.code() == Code::ResourceExhausted {
+                // Busy (its request queue, its proposals in flight, or this caller's rate is
+                // full), not gone: the same replica again after the backoff. Ruling it out
+                // would ignore every hint to it for the rest of the call — a leader swamped
+                // just after a failover was then never tried again until the deadline.
+                self.current = addr.clone();
+                false
+            } else if timed_out {
                 // Slow or frozen, not gone: the call goes on to the next replica now, but the
                 // address is not ruled out for the rest of the call. A replica that names it as
                 // the leader sends the call back to it: a slow commit ends, and a frozen

@@ -14,7 +14,7 @@
 //! | `GET /v1/servers` | every server with its GPU bitmap | [`servers`] |
 //! | `GET /v1/servers/{name}` | one server with its cordon and health history | [`servers`] |
 //! | `POST /v1/servers/{name}/cordon`, `…/drain`, `…/uncordon` | an operator's cordon, drain (with a deadline) or uncordon | [`servers`] |
-//! | `GET /v1/jobs`, `POST /v1/jobs` | every job; submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
+//! | `GET /v1/jobs`, `POST /v1/jobs` | jobs (filtered by state, tenant, user; paged by id); submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
 //! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
 //! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
 //! | `GET /v1/usage` | GPU and CPU-core time over a range, by tenant, user or job | [`usage`] |
