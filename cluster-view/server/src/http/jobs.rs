@@ -20,7 +20,7 @@ const MAX_REASON_BYTES: usize = 4096;
     path = "/v1/jobs",
     tag = "jobs",
     params(
-        ("state" = Option<String>, Query, description = "only these states, comma-separated: pending, placed, running, migrating, finished, failed"),
+        ("state" = Option<String>, Query, pattern = "^(pending|placed|running|migrating|finished|failed)(,(pending|placed|running|migrating|finished|failed))*$", description = "only these states, comma-separated: pending, placed, running, migrating, finished, failed"),
         ("tenant" = Option<String>, Query, description = "only this tenant's jobs"),
         ("user" = Option<String>, Query, description = "only this submitter's jobs"),
         ("after" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "only ids above this: the previous page's `next_after`"),
