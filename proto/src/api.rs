@@ -589,9 +589,6 @@ pub struct JobFilter {
 impl JobFilter {
     /// A comma-separated list of job states (`pending,running`).
     pub fn parse_states(text: &str) -> Result<Vec<JobState>, String> {
-        if text.is_empty() {
-            return Ok(Vec::new());
-        }
         text.split(',')
             .map(|s| {
                 JOB_STATES.iter().copied().find(|st| st.as_str() == s).ok_or_else(|| {

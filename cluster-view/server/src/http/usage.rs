@@ -28,7 +28,7 @@ fn number<T: std::str::FromStr>(
     params(
         ("from_ms" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "from, Unix ms (default 0: everything the ledger keeps); a range that ends before it starts is empty"),
         ("to_ms" = Option<u64>, Query, maximum = 9223372036854775807_u64, description = "until, Unix ms (default: now)"),
-        ("by" = Option<String>, Query, description = "`tenant` (default), `user` or `job`"),
+        ("by" = Option<String>, Query, pattern = "^(tenant|user|job)$", description = "`tenant` (default), `user` or `job`"),
         ("tenants" = Option<String>, Query, description = "only these tenants, comma-separated (at most 64)"),
         ("limit" = Option<u32>, Query, maximum = 10000, description = "at most this many rows (default 1,000); the total counts every row"),
     ),
@@ -52,8 +52,8 @@ pub(super) async fn usage(api: web::Data<Api>, req: HttpRequest) -> Result<HttpR
     if limit as usize > MAX_USAGE_ROWS {
         return Err(ApiError::bad("bad_query", "limit", format!("at most {MAX_USAGE_ROWS} rows")));
     }
-    let by = q.get("by").cloned().unwrap_or_default();
-    if !by.is_empty() && by.parse::<tessera_view::UsageBy>().is_err() {
+    let by = q.get("by").cloned().unwrap_or_else(|| "tenant".into());
+    if by.parse::<tessera_view::UsageBy>().is_err() {
         return Err(ApiError::bad("bad_query", "by", format!("`{by}`: tenant, user or job")));
     }
     let from_ms: u64 = number(&q, "from_ms", "Unix milliseconds")?.unwrap_or(0);
