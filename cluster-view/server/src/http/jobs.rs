@@ -4,7 +4,7 @@
 //! words.
 
 use super::spec::{BodyFormat, JobFileBody, parse_spec};
-use super::{Api, ApiError, Place, job_id, query};
+use super::{Api, ApiError, Place, job_id, query, query_number};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use tessera_proto::api::{Cancelled, ErrorBody, JobDetail, JobFilter, JobList, MAX_JOB_PAGE, Submitted};
@@ -35,11 +35,7 @@ const MAX_REASON_BYTES: usize = 4096;
 )]
 pub(super) async fn list_jobs(api: web::Data<Api>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let q = query(&req, &["state", "tenant", "user", "after", "limit"])?;
-    let number = |key: &str| -> Result<Option<u64>, ApiError> {
-        q.get(key)
-            .map(|v| v.parse::<u64>().map_err(|_| ApiError::bad("bad_query", key, format!("`{v}` is not a number"))))
-            .transpose()
-    };
+    let number = |key: &str| query_number::<u64>(&q, key, "a number");
     let limit = number("limit")?.unwrap_or(0);
     if limit > MAX_JOB_PAGE as u64 {
         return Err(ApiError::bad("bad_query", "limit", format!("at most {MAX_JOB_PAGE} jobs per page")));

@@ -398,6 +398,18 @@ fn job_id(raw: &str) -> Result<u64, ApiError> {
 }
 
 /// The query string as a map; every key must be one of `known`.
+/// A number parameter of a query (`None` when absent), or 400 `bad_query` naming it and
+/// saying what it must be.
+fn query_number<T: std::str::FromStr>(
+    q: &HashMap<String, String>,
+    key: &str,
+    what: &str,
+) -> Result<Option<T>, ApiError> {
+    q.get(key)
+        .map(|v| v.parse::<T>().map_err(|_| ApiError::bad("bad_query", key, format!("`{v}` is not {what}"))))
+        .transpose()
+}
+
 fn query(req: &HttpRequest, known: &[&str]) -> Result<HashMap<String, String>, ApiError> {
     let q = web::Query::<HashMap<String, String>>::from_query(req.query_string())
         .map_err(|e| ApiError::bad("bad_query", "query", e.to_string()))?

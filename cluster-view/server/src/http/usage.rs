@@ -1,22 +1,11 @@
 //! `GET /v1/usage`: GPU and CPU-core time over a range, by tenant, user or job (the `Usage`
 //! RPC, as the caller), as the [`UsageReport`] the CLI's `tessera usage --json` prints too.
 
-use super::{Api, ApiError, query};
+use super::{Api, ApiError, query, query_number as number};
 use crate::usage::{MAX_USAGE_ROWS, MAX_USAGE_TENANTS};
 use actix_web::{HttpRequest, HttpResponse, web};
 use tessera_proto::api::{ErrorBody, UsageReport};
 use tessera_proto::v1;
-
-/// A number parameter of the query, or 400 naming it.
-fn number<T: std::str::FromStr>(
-    q: &std::collections::HashMap<String, String>,
-    key: &str,
-    what: &str,
-) -> Result<Option<T>, ApiError> {
-    q.get(key)
-        .map(|v| v.parse::<T>().map_err(|_| ApiError::bad("bad_query", key, format!("`{v}` is not {what}"))))
-        .transpose()
-}
 
 /// GPU and CPU-core time used within `[from_ms, to_ms)`. Tenant and user rows come from the
 /// replicated hourly ledger (whole hours) plus the placements held now; job rows are exact, for
