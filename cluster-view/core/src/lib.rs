@@ -50,6 +50,7 @@ pub mod server;
 pub mod topology;
 pub mod usage;
 pub mod view;
+pub mod wait;
 
 pub use cluster_spec::{Accounting, ClusterSpec};
 pub use config_set::ConfigSet;
@@ -65,3 +66,4 @@ pub use server::{Cordon, Health, HealthChange, ServerRecord};
 pub use topology::Topology;
 pub use usage::{HeldSpan, JobTimes, Ledger, Usage, UsageBy, UsageKey, UsageReport, UsageRow};
 pub use view::{ClusterView, Command, Outcome, ViewDelta, ViewSnapshot};
+pub use wait::{Explainer, WaitExplanation, Waiting};
