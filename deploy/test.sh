@@ -44,6 +44,10 @@ bash cluster-view/server/tests/schemathesis.sh
 echo "== Prometheus exposition of /metrics checked by promtool, after tessera dev ran the example jobs"
 bash cluster-view/server/tests/promtool.sh
 
+echo "== web dashboard in headless Chromium against tessera dev: jobs from the CLI, each page's DOM against"
+echo "   the API, a live page followed to a job's end, a screenshot per page"
+bash cluster-view/server/tests/dashboard.sh
+
 echo "== Kubernetes manifests (deploy/k8s), offline: strict schema validation and consistency"
 bash deploy/k8s/validate.sh
 

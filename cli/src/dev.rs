@@ -178,6 +178,13 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     println!(
         "  HTTP API     {scheme}://127.0.0.1:{http_port}/v1/jobs   (OpenAPI: /v1/openapi.json, metrics: /metrics)"
     );
+    match dashboard_token(&cluster) {
+        Ok(Some(token)) => println!(
+            "  dashboard    {scheme}://127.0.0.1:{http_port}/ui#token={token}\n               (an admin's token for 12 h; the certificate is the dev CA's: your browser will ask)"
+        ),
+        Ok(None) => println!("  dashboard    {scheme}://127.0.0.1:{http_port}/ui"),
+        Err(e) => println!("  dashboard    {scheme}://127.0.0.1:{http_port}/ui   (no token: {e:#})"),
+    }
     println!("  data         {}", dir.display());
     println!("  try:  export TESSERA_VIEW={}", addrs.join(","));
     match cluster.security().tls() {
@@ -244,6 +251,20 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     }
     cluster.stop().await.context("a dev replica failed")?;
     Ok(code)
+}
+
+/// How long the dashboard link's token lives.
+const DASHBOARD_TOKEN_TTL_S: u64 = 12 * 3600;
+
+/// An admin's bearer token for the dashboard link, signed by the dev cluster's CA (`None` in
+/// plaintext, where the API needs none).
+fn dashboard_token(cluster: &LocalCluster) -> Result<Option<String>> {
+    let Some(pki) = cluster.pki() else { return Ok(None) };
+    let key_file = pki.ca_dir().join(tessera_proto::tls::material::CA_KEY_FILE);
+    let key = std::fs::read_to_string(&key_file).with_context(|| format!("{}", key_file.display()))?;
+    let id = tessera_proto::tls::Identity::new(Role::Admin, "dashboard", &[])?;
+    let now = tessera_proto::tls::unix_s();
+    Ok(Some(tessera_proto::tls::token::create(&key, &id, now, DASHBOARD_TOKEN_TTL_S)?))
 }
 
 /// Task directories (`agents/<server>/<cluster>/tasks/<task>`) whose task has not ended.

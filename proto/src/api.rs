@@ -442,6 +442,193 @@ fn nonzero(ms: u64) -> Option<u64> {
     (ms != 0).then_some(ms)
 }
 
+/// Every reason a pending job waits ([`tessera_view::Waiting`]'s codes).
+pub const WAIT_REASONS: [&str; 5] = ["never_fits", "quota", "capacity", "locality", "ready"];
+
+fn wait_reason_schema() -> Object {
+    enum_schema(WAIT_REASONS, false, "why it waits: never_fits, quota, capacity, locality or ready (it fits now)")
+}
+
+fn level_or_null_schema() -> Object {
+    enum_schema(LocalityLevel::ALL.map(LocalityLevel::as_str), true, "a locality level; null if none")
+}
+
+/// Why a pending job waits, from the view alone (`tessera_view::wait`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WaitInfo {
+    /// The reason's code.
+    #[schema(schema_with = wait_reason_schema)]
+    pub reason: String,
+    /// The reason in words.
+    pub message: String,
+    /// Its place in the queue (0: first): a higher priority, then a lower attained-service
+    /// queue, then an earlier submission come first.
+    pub position: u32,
+    /// How long it has waited since submission, ms (the view's clock).
+    pub waited_ms: u64,
+    /// The loosest level it accepts now (its `prefer` loosened by `relax_after_s`).
+    #[schema(schema_with = level_schema)]
+    pub allowed: LocalityLevel,
+    /// The tightest level with room now, within its tolerance (null: none).
+    #[schema(schema_with = level_or_null_schema)]
+    pub fits_at: Option<LocalityLevel>,
+    /// When the level it accepts loosens next, Unix ms (null: no timer, or no step left).
+    pub relax_at_ms: Option<u64>,
+}
+
+impl WaitInfo {
+    /// The API shape of an explanation of `spec`'s job.
+    pub fn of(e: &tessera_view::WaitExplanation, spec: &JobSpec) -> WaitInfo {
+        use tessera_view::Waiting;
+        let allowed = spec.allowed_level(e.waited_ms / 1000);
+        let (fits_at, relax_at_ms) = match &e.waiting {
+            Waiting::Locality { fits_at, relax_at_ms, .. } => (*fits_at, *relax_at_ms),
+            Waiting::Ready { level } => (Some(*level), None),
+            _ => (None, None),
+        };
+        WaitInfo {
+            reason: e.waiting.code().to_string(),
+            message: e.waiting.to_string(),
+            position: e.position,
+            waited_ms: e.waited_ms,
+            allowed,
+            fits_at,
+            relax_at_ms,
+        }
+    }
+}
+
+/// A pending job and why it waits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct QueuedJob {
+    /// The job in brief.
+    #[serde(flatten)]
+    pub job: Job,
+    /// Why it waits.
+    pub waiting: WaitInfo,
+}
+
+/// The pending jobs in queue order, one page, each with why it waits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Queue {
+    /// The view version read.
+    pub version: u64,
+    /// The raft index the view reflects.
+    pub applied_index: u64,
+    /// The view's clock, Unix ms.
+    pub now_ms: u64,
+    /// Pending jobs the filter keeps, on every page.
+    pub total: u64,
+    /// This page, in queue order.
+    pub jobs: Vec<QueuedJob>,
+}
+
+/// Default page of a queue listing.
+pub const DEFAULT_QUEUE_PAGE: usize = 100;
+/// Largest page of a queue listing (each job is explained: a pass over the servers per shape).
+pub const MAX_QUEUE_PAGE: usize = 1000;
+
+impl Queue {
+    /// The pending jobs of `s` that `keep` keeps, from position `offset`, at most `limit`.
+    pub fn of(
+        s: &ViewSnapshot,
+        applied_index: u64,
+        keep: impl Fn(&tessera_view::Job) -> bool,
+        offset: usize,
+        limit: usize,
+    ) -> Queue {
+        let view = tessera_view::ClusterView::from_snapshot(s.clone());
+        let mut ex = tessera_view::Explainer::new(&view);
+        let queue = ex.queue();
+        // Positions count every pending job, kept or not: the place in the real queue.
+        let kept: Vec<(u32, &tessera_view::Job)> =
+            queue.iter().zip(0u32..).filter(|(j, _)| keep(j)).map(|(j, i)| (i, *j)).collect();
+        let jobs = kept
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(pos, j)| QueuedJob {
+                job: Job::of(j, &s.server_names),
+                waiting: WaitInfo::of(&ex.explain_at(j, *pos), &j.spec),
+            })
+            .collect();
+        Queue { version: s.version.0, applied_index, now_ms: s.now_ms, total: kept.len() as u64, jobs }
+    }
+}
+
+/// One replica as the HTTP API's replica reached it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ReplicaState {
+    /// Its id (0: it did not answer).
+    pub replica: u64,
+    /// Its client address.
+    pub addr: String,
+    /// Whether it answered.
+    pub reachable: bool,
+    /// Why it did not answer.
+    pub error: Option<String>,
+    /// Its raft role (empty when unreachable).
+    pub role: String,
+    /// The leader it knows (0: none).
+    pub leader: u64,
+    /// Its raft term.
+    pub term: u64,
+    /// The raft index its view reflects.
+    pub applied_index: u64,
+    /// Entries it is behind the most advanced replica that answered.
+    pub lag: u64,
+    /// Raft log entries it holds.
+    pub log_entries: u64,
+    /// Its view's state hash, 16 hex digits (equal on replicas at the same index).
+    pub state_hash: String,
+}
+
+/// Every replica the answering one knows, as each answered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Replicas {
+    /// The replicas, by address as known (the answering replica first).
+    pub replicas: Vec<ReplicaState>,
+}
+
+impl Replicas {
+    /// The answers (or failures) of each replica address; lags against the highest index seen.
+    pub fn of(answers: Vec<(String, Result<v1::StatusResponse, String>)>) -> Replicas {
+        let top = answers.iter().filter_map(|(_, r)| r.as_ref().ok().map(|s| s.applied_index)).max().unwrap_or(0);
+        let replicas = answers
+            .into_iter()
+            .map(|(addr, r)| match r {
+                Ok(s) => ReplicaState {
+                    replica: s.replica,
+                    addr,
+                    reachable: true,
+                    error: None,
+                    role: s.role,
+                    leader: s.leader,
+                    term: s.term,
+                    applied_index: s.applied_index,
+                    lag: top.saturating_sub(s.applied_index),
+                    log_entries: s.log_entries,
+                    state_hash: format!("{:016x}", s.state_hash),
+                },
+                Err(e) => ReplicaState {
+                    replica: 0,
+                    addr,
+                    reachable: false,
+                    error: Some(e),
+                    role: String::new(),
+                    leader: 0,
+                    term: 0,
+                    applied_index: 0,
+                    lag: 0,
+                    log_entries: 0,
+                    state_hash: String::new(),
+                },
+            })
+            .collect();
+        Replicas { replicas }
+    }
+}
+
 /// GPU and CPU-core time.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct UsageFigures {
@@ -529,6 +716,8 @@ pub struct JobDetail {
     pub proposals: Vec<u64>,
     /// Its members' tasks (empty while it holds no placement).
     pub tasks: Vec<Task>,
+    /// Why it waits, while it is pending (null otherwise).
+    pub waiting: Option<WaitInfo>,
 }
 
 impl JobDetail {
@@ -544,7 +733,13 @@ impl JobDetail {
                 state: j.tasks.get(m.member as usize).copied().unwrap_or_default(),
             })
             .collect();
-        JobDetail { job, spec: j.spec.clone(), proposals: j.proposals.iter().map(|p| p.0).collect(), tasks }
+        JobDetail {
+            job,
+            spec: j.spec.clone(),
+            proposals: j.proposals.iter().map(|p| p.0).collect(),
+            tasks,
+            waiting: None,
+        }
     }
 }
 

@@ -215,6 +215,7 @@ pub async fn serve(
             view_addrs,
             request_timeout: Duration::from_millis(t.request_timeout_ms) + Duration::from_secs(2),
             max_body_bytes: http::MAX_BODY_BYTES,
+            version: Some(handle.version.clone()),
         };
         http::start(http_listener, http_cfg, stopping.clone())?;
     }

@@ -530,11 +530,14 @@ async fn every_documented_route_is_served() {
     let servers: Value =
         api.http.get(api.url("/v1/servers")).send().await.expect("servers").json().await.expect("json");
     let server = servers["servers"][0]["name"].as_str().expect("a server").to_string();
+    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
     let mut checked = 0;
     for (path, ops) in &paths {
         let url = path.replace("{id}", &id.to_string()).replace("{name}", &server);
         for method in ops.as_object().expect("operations").keys() {
             let req = match method.as_str() {
+                // `/` answers a redirect, which this client must not follow.
+                "get" if path == "/" => plain.get(api.url(&url)),
                 "get" => api.http.get(api.url(&url)),
                 "post" if url.ends_with("/drain") => api.http.post(api.url(&format!("{url}?timeout_s=600"))),
                 "post" => api.http.post(api.url(&url)).json(&json!({ "name": "doc2", "gpus": 1 })),
@@ -553,13 +556,20 @@ async fn every_documented_route_is_served() {
                 } else {
                     assert!(status.is_success(), "{method} {path}: {status} {body}");
                 }
+            } else if path == "/" {
+                // The way to the dashboard.
+                assert_eq!(status, StatusCode::FOUND, "{method} {path}");
+                assert_eq!(resp.headers().get("location").and_then(|v| v.to_str().ok()), Some("/ui"));
             } else {
                 assert!(status.is_success(), "{method} {path}: {status}");
                 let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                let mime = ct.split(';').next().unwrap_or("").trim().to_string();
+                assert!(documented["content"][&mime].is_object(), "{method} {path}: {ct} not documented");
                 assert!(
-                    ct.starts_with("text/plain") && documented["content"]["text/plain"].is_object(),
+                    ["text/plain", "text/html", "text/event-stream"].contains(&mime.as_str()),
                     "{method} {path}: {ct}"
                 );
+                // The event stream never ends: it is read in its own test, and dropped here.
             }
             checked += 1;
         }
@@ -738,4 +748,108 @@ async fn servers_are_cordoned_drained_and_uncordoned_over_http() {
     assert_error(&api.checked("get", detail_path, resp).await, StatusCode::NOT_FOUND, "unknown_server");
     // Nothing above changed the server.
     assert_eq!(detail().await.1["history"].as_array().map(Vec::len), Some(3));
+}
+
+/// Reads the next Server-Sent Event of `resp` (buffered in `buf`): its event name and data.
+async fn next_event(resp: &mut reqwest::Response, buf: &mut String) -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            if block.starts_with(':') {
+                continue; // a keep-alive comment
+            }
+            let field = |name: &str| {
+                block.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).unwrap_or_default()
+            };
+            return (field("event:"), field("data:"));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, resp.chunk()).await {
+            Ok(Ok(Some(bytes))) => buf.push_str(&String::from_utf8_lossy(&bytes)),
+            Ok(Ok(None)) => panic!("the event stream ended"),
+            Ok(Err(e)) => panic!("reading the event stream: {e}"),
+            Err(_) => panic!("no event within 20 s; have: {buf:?}"),
+        }
+    }
+}
+
+/// The dashboard's routes: the page, the queue with why each job waits (in queue order, as
+/// documented), one pending job's wait, every replica's status, and view events that follow
+/// the view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_queue_replicas_and_events() {
+    let r = Replica::start().await;
+    let api = Api::new(&r).await;
+
+    // The page: self-contained HTML with a strict content policy; `/` leads to it.
+    let page = api.http.get(api.url("/ui")).send().await.expect("GET /ui");
+    assert_eq!(page.status(), StatusCode::OK);
+    let csp = page.headers().get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    assert!(csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"), "{csp}");
+    let html = page.text().await.expect("the page");
+    assert!(html.contains("<title>Tessera</title>") && html.contains("/v1/events"), "{html}");
+    assert!(!html.contains("http://") && !html.contains("https://"), "the page must fetch nothing from elsewhere");
+    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let root = plain.get(api.url("/")).send().await.expect("GET /");
+    assert_eq!(root.status(), StatusCode::FOUND);
+    assert_eq!(root.headers().get("location").and_then(|v| v.to_str().ok()), Some("/ui"));
+
+    // Events: the version now, then a newer one after a change.
+    let mut events = api.http.get(api.url("/v1/events")).send().await.expect("GET /v1/events");
+    assert_eq!(events.status(), StatusCode::OK);
+    let ct = events.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    assert!(ct.starts_with("text/event-stream"), "{ct}");
+    let mut buf = String::new();
+    let (name, data) = next_event(&mut events, &mut buf).await;
+    assert_eq!(name, "view", "{data}");
+    let first: Value = serde_json::from_str(&data).expect("JSON data");
+    let v0 = first["version"].as_u64().expect("a version");
+
+    // No scheduler host runs here: submitted jobs stay pending, and fit now.
+    let low = api.admit(json!({ "name": "low", "gpus": 2 })).await;
+    let high = api.admit(json!({ "name": "high", "gpus": 1, "priority": 10 })).await;
+    let big = api.admit(json!({ "name": "big", "gpus": 8 })).await;
+    let (name, data) = next_event(&mut events, &mut buf).await;
+    let later: Value = serde_json::from_str(&data).expect("JSON data");
+    assert_eq!(name, "view");
+    assert!(later["version"].as_u64().expect("a version") > v0, "{data} after {v0}");
+
+    let (s, q) = api.get("/v1/queue", "/v1/queue").await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    let order: Vec<u64> = q["jobs"].as_array().expect("jobs").iter().map(|j| j["id"].as_u64().expect("id")).collect();
+    assert_eq!(order, vec![high, low, big], "priority first, then submission order");
+    assert_eq!(q["total"], 3);
+    for (i, j) in q["jobs"].as_array().expect("jobs").iter().enumerate() {
+        assert_eq!(j["waiting"]["position"], i as u64, "{j}");
+        assert_eq!(j["waiting"]["reason"], "ready", "an empty cluster has room: {j}");
+    }
+    let (s, page) = api.get("/v1/queue", "/v1/queue?offset=1&limit=1").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(page["jobs"][0]["id"], low, "{page}");
+    assert_eq!(page["total"], 3);
+    for bad in ["/v1/queue?limit=0", "/v1/queue?limit=1001", "/v1/queue?offset=x", "/v1/queue?wat=1"] {
+        assert_error(&api.get("/v1/queue", bad).await, StatusCode::BAD_REQUEST, "bad_query");
+    }
+    let (s, one) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{big}")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(one["waiting"]["reason"], "ready", "{one}");
+    assert_eq!(one["waiting"]["position"], 2, "{one}");
+    assert!(one["waiting"]["message"].as_str().is_some_and(|m| m.contains("fits now")), "{one}");
+
+    // A cancelled job is not waiting.
+    let (s, _) = api.delete("/v1/jobs/{id}", &format!("/v1/jobs/{low}")).await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, gone) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{low}")).await;
+    assert!(gone["waiting"].is_null(), "{gone}");
+
+    // Replicas: this one, the leader, caught up.
+    let (s, reps) = api.get("/v1/replicas", "/v1/replicas").await;
+    assert_eq!(s, StatusCode::OK, "{reps}");
+    let list = reps["replicas"].as_array().expect("replicas");
+    assert_eq!(list.len(), 1, "{reps}");
+    assert_eq!(list[0]["reachable"], true);
+    assert_eq!(list[0]["role"], "leader");
+    assert_eq!(list[0]["lag"], 0);
+    assert!(list[0]["applied_index"].as_u64().expect("index") > 0);
 }

@@ -10,6 +10,8 @@
 #   cluster-view/server/tests/schemathesis.sh            # bounded (CI): 40 examples per operation
 #   TESSERA_ST_EXAMPLES=1000 cluster-view/server/tests/schemathesis.sh
 # Configuration (the job file's cross-field rules): schemathesis.toml beside this script.
+# GET /v1/events is left out: its answer is an endless event stream, which a request timeout
+# would report as a failure; cluster-view/server/tests/http.rs and dashboard.sh test it.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 . deploy/install-deps.sh
@@ -25,4 +27,5 @@ start_dev
 
 "$venv/bin/st" --config-file cluster-view/server/tests/schemathesis.toml run "https://127.0.0.1:$port/v1/openapi.json" \
     --tls-verify "$tls/ca.pem" --request-cert "$tls/cert.pem" --request-cert-key "$tls/key.pem" \
-    --checks all --max-examples "$examples" --seed 1 --request-timeout 10 --no-color
+    --checks all --max-examples "$examples" --seed 1 --request-timeout 10 --no-color \
+    --exclude-path /v1/events

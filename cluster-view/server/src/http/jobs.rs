@@ -7,7 +7,7 @@ use super::spec::{BodyFormat, JobFileBody, parse_spec};
 use super::{Api, ApiError, Place, job_id, query, query_number};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
-use tessera_proto::api::{Cancelled, ErrorBody, JobDetail, JobFilter, JobList, MAX_JOB_PAGE, Submitted};
+use tessera_proto::api::{Cancelled, ErrorBody, JobDetail, JobFilter, JobList, MAX_JOB_PAGE, Submitted, WaitInfo};
 use tessera_proto::v1;
 
 /// Longest cancellation reason, bytes (the view's own bound).
@@ -66,7 +66,8 @@ pub(super) async fn list_jobs(api: web::Data<Api>, req: HttpRequest) -> Result<H
     Ok(HttpResponse::Ok().json(list))
 }
 
-/// One job, with its spec, proposals and per-member task states.
+/// One job, with its spec, proposals and per-member task states; while it is pending, why it
+/// waits (`waiting`, as in `GET /v1/queue`).
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}",
@@ -84,7 +85,20 @@ pub(super) async fn get_job(api: web::Data<Api>, id: web::Path<String>) -> Resul
     let id = job_id(&id)?;
     let job = api.job(id).await?;
     let names = api.names_for(job.placement.iter().flat_map(|p| p.members.iter().map(|m| m.server.0))).await?;
-    Ok(HttpResponse::Ok().json(JobDetail::of(&job, &names)))
+    let mut detail = JobDetail::of(&job, &names);
+    if job.state == tessera_view::JobState::Pending {
+        // Why it waits needs the whole view (this replica's): the room for its shape, its
+        // tenant's quota, the jobs ahead of it.
+        let (snap, _) = api.snapshot().await?;
+        let spec = job.spec.clone();
+        detail.waiting = web::block(move || {
+            let view = tessera_view::ClusterView::from_snapshot(snap);
+            tessera_view::Explainer::new(&view).explain(job.id).map(|e| WaitInfo::of(&e, &spec))
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("explaining the wait: {e}")))?;
+    }
+    Ok(HttpResponse::Ok().json(detail))
 }
 
 /// Reads the body up to the limit; a declared length over it is refused before reading.

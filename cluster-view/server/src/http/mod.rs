@@ -18,11 +18,15 @@
 //! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
 //! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
 //! | `GET /v1/usage` | GPU and CPU-core time over a range, by tenant, user or job | [`usage`] |
+//! | `GET /v1/queue` | pending jobs in queue order, each with why it waits | [`queue`] |
+//! | `GET /v1/replicas` | every replica's role, term, applied index and lag, as each answers | [`servers`] |
+//! | `GET /v1/events` | Server-Sent Events: the view version, each time it changes | [`events`] |
+//! | `GET /ui` (and `/`) | the web dashboard, one self-contained page | [`dashboard`] |
 //! | `GET /v1/openapi.json` | the OpenAPI 3.1 document, derived from the types | [`openapi`] |
 //! | `GET /metrics` | Prometheus text: replica, jobs, GPUs, HTTP requests and latency | [`metrics`] |
 //!
 //! With TLS (the replica's `tls` directory) the API is HTTPS, and every route but the probes,
-//! `/metrics` and the OpenAPI document needs a caller: a client certificate of the cluster CA
+//! `/metrics`, the OpenAPI document and the dashboard's page needs a caller: a client certificate of the cluster CA
 //! or `Authorization: Bearer <token>` (`tessera token create`); without one the answer is 401.
 //! The API calls the view *on behalf of* its caller (`tessera-on-behalf-of`, honoured from a
 //! replica alone), so the view's rules ([`crate::authz`]) decide, and refusals are 403. Whole-
@@ -34,12 +38,15 @@
 //! `field`, `line` and `column` when the input names them); [`error`] is the one place where
 //! failures and gRPC codes become HTTP statuses.
 
+pub mod dashboard;
 pub mod error;
+pub mod events;
 pub mod jobs;
 pub mod logs;
 pub mod metrics;
 pub mod openapi;
 pub mod probes;
+pub mod queue;
 pub mod servers;
 pub mod spec;
 pub mod usage;
@@ -74,9 +81,10 @@ pub(crate) fn caller() -> Identity {
 #[derive(Clone, Debug)]
 struct PeerCerts(Vec<tokio_rustls::rustls::pki_types::CertificateDer<'static>>);
 
-/// Routes anyone may call: probes, metrics, the OpenAPI document.
+/// Routes anyone may call: probes, metrics, the OpenAPI document, and the dashboard's page
+/// (which holds no data: what it reads needs a caller).
 fn open_route(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/v1/openapi.json")
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/v1/openapi.json" | "/" | "/ui")
 }
 
 /// Largest request body accepted, in bytes (a job spec is a few hundred).
@@ -100,6 +108,9 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// HTTPS and authenticated callers, or plaintext.
     pub security: Security,
+    /// The replica's applied view version, followed by `GET /v1/events` (none: the route
+    /// answers 503).
+    pub version: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 /// What every handler shares.
@@ -120,7 +131,16 @@ pub(crate) struct Api {
     names: RwLock<Arc<Vec<String>>>,
     /// How callers are authenticated.
     security: Security,
+    /// Every replica's client address, this one's first (`GET /v1/replicas`).
+    view_addrs: Vec<String>,
+    /// The applied view version (`GET /v1/events`).
+    version: Option<tokio::sync::watch::Receiver<u64>>,
+    /// Open event streams.
+    event_streams: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// How long `GET /v1/replicas` waits for each replica's status.
+const REPLICA_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Api {
     /// Runs `f` with a view client on the replica's runtime, bounded by the request timeout,
@@ -280,6 +300,9 @@ pub fn start(
         metrics: metrics::HttpMetrics::new(),
         names: RwLock::new(Arc::new(Vec::new())),
         security: cfg.security.clone(),
+        view_addrs: cfg.view_addrs.clone(),
+        version: cfg.version.clone(),
+        event_streams: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     });
     let server = HttpServer::new(move || {
         let api = api.clone();
@@ -362,7 +385,9 @@ fn routes(cfg: &mut web::ServiceConfig) {
         web::resource(path.to_string()).default_service(web::to(move |req: HttpRequest| not_allowed(req, allow)))
     };
     const GET: &str = "GET";
-    cfg.service(resource("/healthz", GET).route(web::get().to(probes::healthz)))
+    cfg.service(resource("/", GET).route(web::get().to(dashboard::root)))
+        .service(resource("/ui", GET).route(web::get().to(dashboard::page)))
+        .service(resource("/healthz", GET).route(web::get().to(probes::healthz)))
         .service(resource("/readyz", GET).route(web::get().to(probes::readyz)))
         .service(resource("/v1/status", GET).route(web::get().to(servers::status)))
         .service(
@@ -380,6 +405,9 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/servers/{name}/drain", "POST").route(web::post().to(servers::drain)))
         .service(resource("/v1/servers/{name}/uncordon", "POST").route(web::post().to(servers::uncordon)))
         .service(resource("/v1/usage", GET).route(web::get().to(usage::usage)))
+        .service(resource("/v1/queue", GET).route(web::get().to(queue::queue)))
+        .service(resource("/v1/replicas", GET).route(web::get().to(servers::replicas)))
+        .service(resource("/v1/events", GET).route(web::get().to(events::events)))
         .service(resource("/v1/openapi.json", GET).route(web::get().to(openapi::openapi)))
         .service(resource("/metrics", GET).route(web::get().to(metrics::metrics)));
 }

@@ -32,6 +32,11 @@ use utoipa::OpenApi;
         super::logs::logs,
         super::metrics::metrics,
         super::usage::usage,
+        super::queue::queue,
+        super::servers::replicas,
+        super::events::events,
+        super::dashboard::page,
+        super::dashboard::root,
         openapi,
     ),
     components(schemas(
@@ -57,6 +62,11 @@ use utoipa::OpenApi;
         api::UsageFigures,
         api::UsageLine,
         api::UsageReport,
+        api::WaitInfo,
+        api::QueuedJob,
+        api::Queue,
+        api::ReplicaState,
+        api::Replicas,
         super::spec::JobFileBody,
         super::logs::LogStream,
         super::probes::NotReady,
@@ -124,6 +134,11 @@ mod tests {
             "/v1/jobs/{id}/logs",
             "/metrics",
             "/v1/openapi.json",
+            "/v1/queue",
+            "/v1/replicas",
+            "/v1/events",
+            "/ui",
+            "/",
         ] {
             assert!(paths.contains_key(path), "{path} missing");
         }

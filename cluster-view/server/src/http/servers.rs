@@ -6,7 +6,7 @@
 use super::{Api, ApiError, query};
 use crate::service::MAX_DRAIN_TIMEOUT_S;
 use actix_web::{HttpRequest, HttpResponse, web};
-use tessera_proto::api::{CordonChanged, ErrorBody, ServerDetail, ServerList, Status};
+use tessera_proto::api::{CordonChanged, ErrorBody, Replicas, ServerDetail, ServerList, Status};
 use tessera_proto::v1;
 use tessera_view::ViewSnapshot;
 use tessera_view::server::MAX_CORDON_REASON_CHARS;
@@ -26,6 +26,48 @@ use tessera_view::server::MAX_CORDON_REASON_CHARS;
 pub(super) async fn status(api: web::Data<Api>) -> Result<HttpResponse, ApiError> {
     let (st, snap) = api.own_state().await?;
     Ok(HttpResponse::Ok().json(Status::of(&st, &snap)))
+}
+
+/// Every replica this one knows (its configured peers), as each answers its status now: role,
+/// leader, term, applied index and how far it lags the most advanced one; an unreachable
+/// replica is listed with the error.
+#[utoipa::path(
+    get,
+    path = "/v1/replicas",
+    tag = "cluster",
+    responses(
+        (status = 200, description = "every known replica", body = Replicas),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn replicas(api: web::Data<Api>) -> Result<HttpResponse, ApiError> {
+    let addrs = api.view_addrs.clone();
+    // Each replica gets a short deadline of its own: one down replica must not hold the page.
+    let per_replica = api.timeout.saturating_sub(std::time::Duration::from_secs(1)).min(super::REPLICA_STATUS_TIMEOUT);
+    let answers = api
+        .call_as(false, move |c| async move {
+            let asks: Vec<_> = addrs
+                .iter()
+                .map(|a| {
+                    let mut c = c.clone().with_deadline(per_replica);
+                    let a = a.clone();
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(per_replica, c.status_of(&a)).await {
+                            Ok(Ok(s)) => Ok(s),
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(_) => Err(format!("no answer within {} ms", per_replica.as_millis())),
+                        }
+                    })
+                })
+                .collect();
+            let mut answers = Vec::with_capacity(asks.len());
+            for (a, ask) in addrs.iter().zip(asks) {
+                answers.push((a.clone(), ask.await.unwrap_or_else(|e| Err(format!("status task failed: {e}")))));
+            }
+            (c, Ok(answers))
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(Replicas::of(answers)))
 }
 
 /// Every server with its health and GPU bitmap (`x` used, `.` free, `!` unhealthy, `-` the
