@@ -218,8 +218,9 @@ fn spawn_job(
     opts.salt ^= fnv(&cfg.name);
     let host = cfg.name.clone();
     tokio::spawn(async move {
-        let since = Instant::now();
-        let asked = cache.job(job).and_then(|j| j.spec.scheduler);
+        let known = cache.job(job);
+        let since = waiting_since(Instant::now(), wall_ms(), known.as_ref().map_or(0, |j| j.times.submitted_ms));
+        let asked = known.and_then(|j| j.spec.scheduler);
         let Some(s) = registry.get(asked.as_deref()) else {
             tracing::warn!(
                 job_id = job.0,
@@ -247,6 +248,25 @@ fn spawn_job(
 
 pub(crate) use tessera_proto::error::chain;
 
+/// This machine's wall clock, Unix ms (0 before 1970).
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// When a job started waiting, on this machine's monotonic clock: its submission time (the
+/// view's clock, Unix ms, stamped by the leader) carried over through this machine's wall clock
+/// `wall_ms` read at `now`. So `relax_after_s` steps and the cost rule count from submission:
+/// a job adopted late, or again after its host failed, does not wait its steps again. No
+/// submission time (a view from before times were kept), or one ahead of this clock (skew
+/// between the leader and this machine), or a wait longer than this machine's monotonic clock
+/// reaches back: `now`.
+fn waiting_since(now: Instant, wall_ms: u64, submitted_ms: u64) -> Instant {
+    if submitted_ms == 0 {
+        return now;
+    }
+    now.checked_sub(Duration::from_millis(wall_ms.saturating_sub(submitted_ms))).unwrap_or(now)
+}
+
 /// FNV-1a of a name: a salt that tells hosts (and their rngs) apart.
 pub(crate) fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
@@ -255,6 +275,17 @@ pub(crate) fn fnv(s: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waiting_counts_from_submission_on_the_wall_clock() {
+        let now = Instant::now();
+        let wall = 1_800_000_000_000;
+        // Submitted 90 s ago: it has waited 90 s when adopted.
+        assert_eq!(now.duration_since(waiting_since(now, wall, wall - 90_000)), Duration::from_secs(90));
+        // No submission time, or one ahead of this clock: from now.
+        assert_eq!(waiting_since(now, wall, 0), now);
+        assert_eq!(waiting_since(now, wall, wall + 5_000), now);
+    }
     use crate::scheduler::{Attempt, CpuAware, Verdict};
 
     /// A scheduler of one's own registered under the old alias's name.
