@@ -317,8 +317,8 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
         if let Some(id) = args.job {
             // GetJob: a user may read its tenants' jobs, not the whole view. Server names come
             // from the view when the caller may read it (else `#id`).
-            let j = match c.job(id, false).await {
-                Ok(r) => Job::try_from(r.job.context("the view sent no job")?)?,
+            let (j, waiting) = match c.job(id, false).await {
+                Ok(r) => (Job::try_from(r.job.context("the view sent no job")?)?, r.waiting),
                 Err(ClientError::Status { status, .. }) if status.code() == tonic::Code::NotFound => {
                     bail!("no job {id} in the view (never submitted, or ended long ago)")
                 }
@@ -329,8 +329,11 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
                 Ok((s, _)) => s.server_names,
                 Err(_) => Vec::new(),
             };
+            let waiting = waiting.as_ref().map(api::WaitInfo::of_wire);
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&JobDetail::of(j, &server_names))?);
+                let mut detail = JobDetail::of(j, &server_names);
+                detail.waiting = waiting;
+                println!("{}", serde_json::to_string_pretty(&detail)?);
                 return Ok(ExitCode::SUCCESS);
             }
             let spec = &j.spec;
@@ -382,6 +385,14 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
                         m.memory_mib
                     );
                 }
+            }
+            if let Some(w) = &waiting {
+                println!("  waiting  {}: {}", w.reason, w.message);
+                println!(
+                    "           place {} in the queue, waited {}",
+                    w.position + 1,
+                    crate::usage::format_span(w.waited_ms)
+                );
             }
             if let Some(e) = &j.error {
                 println!("  error    {e}");

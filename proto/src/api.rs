@@ -479,21 +479,20 @@ pub struct WaitInfo {
 impl WaitInfo {
     /// The API shape of an explanation of `spec`'s job.
     pub fn of(e: &tessera_view::WaitExplanation, spec: &JobSpec) -> WaitInfo {
-        use tessera_view::Waiting;
-        let allowed = spec.allowed_level(e.waited_ms / 1000);
-        let (fits_at, relax_at_ms) = match &e.waiting {
-            Waiting::Locality { fits_at, relax_at_ms, .. } => (*fits_at, *relax_at_ms),
-            Waiting::Ready { level } => (Some(*level), None),
-            _ => (None, None),
-        };
+        WaitInfo::of_wire(&crate::convert::job_waiting(e, spec))
+    }
+
+    /// The API shape of an explanation from the wire (`GetJob`'s `waiting`).
+    pub fn of_wire(w: &v1::JobWaiting) -> WaitInfo {
+        let level = |l: i32| v1::LocalityLevel::try_from(l).ok().and_then(|l| LocalityLevel::try_from(l).ok());
         WaitInfo {
-            reason: e.waiting.code().to_string(),
-            message: e.waiting.to_string(),
-            position: e.position,
-            waited_ms: e.waited_ms,
-            allowed,
-            fits_at,
-            relax_at_ms,
+            reason: w.reason.clone(),
+            message: w.message.clone(),
+            position: w.position,
+            waited_ms: w.waited_ms,
+            allowed: level(w.allowed).unwrap_or(LocalityLevel::Any),
+            fits_at: level(w.fits_at),
+            relax_at_ms: (w.relax_at_ms != 0).then_some(w.relax_at_ms),
         }
     }
 }

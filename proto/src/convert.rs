@@ -823,6 +823,27 @@ impl TryFrom<v1::Decision> for RemoteDecision {
     }
 }
 
+// ---------------------------------------------------------------- why a job waits
+
+/// Why a pending job waits, on the wire; `spec` is the job's (for the level it accepts now).
+pub fn job_waiting(e: &tessera_view::WaitExplanation, spec: &tessera_view::JobSpec) -> v1::JobWaiting {
+    use tessera_view::Waiting;
+    let (fits_at, relax_at_ms) = match &e.waiting {
+        Waiting::Locality { fits_at, relax_at_ms, .. } => (*fits_at, *relax_at_ms),
+        Waiting::Ready { level } => (Some(*level), None),
+        _ => (None, None),
+    };
+    v1::JobWaiting {
+        reason: e.waiting.code().to_string(),
+        message: e.waiting.to_string(),
+        position: e.position,
+        waited_ms: e.waited_ms,
+        allowed: v1::LocalityLevel::from(spec.allowed_level(e.waited_ms / 1000)) as i32,
+        fits_at: fits_at.map_or(v1::LocalityLevel::Unspecified, v1::LocalityLevel::from) as i32,
+        relax_at_ms: relax_at_ms.unwrap_or(0),
+    }
+}
+
 // ---------------------------------------------------------------- usage
 
 /// A usage report on the wire (`version`: the view version read).

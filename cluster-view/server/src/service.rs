@@ -204,7 +204,7 @@ impl ViewService {
     async fn tenant_of(&self, job: u64) -> Result<Option<String>, Status> {
         let what = ReadTarget::Job(JobId(job));
         match self.node.ask(|reply| NodeRequest::Read { linearizable: false, what, reply }).await? {
-            ReadOut::Job(j, _) => Ok(j.and_then(|j| j.spec.map(|s| s.tenant))),
+            ReadOut::Job(j, _, _) => Ok(j.and_then(|j| j.spec.map(|s| s.tenant))),
             _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
         }
     }
@@ -566,14 +566,14 @@ impl v1::view_server::View for ViewService {
     async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::GetJobResponse>, Status> {
         let who = self.caller(&req, "GetJob")?;
         let r = req.into_inner();
-        let what = ReadTarget::Job(JobId(r.job));
+        let what = ReadTarget::JobExplained(JobId(r.job));
         match self.node.ask(|reply| NodeRequest::Read { linearizable: r.linearizable, what, reply }).await? {
-            ReadOut::Job(Some(job), version) => {
+            ReadOut::Job(Some(job), waiting, version) => {
                 let tenant = job.spec.as_ref().map_or("", |s| s.tenant.as_str());
                 self.allow(&who, "GetJob", || format!("job {}", r.job), Action::ReadJob { tenant })?;
-                Ok(Response::new(v1::GetJobResponse { job: Some(*job), version }))
+                Ok(Response::new(v1::GetJobResponse { job: Some(*job), version, waiting }))
             }
-            ReadOut::Job(None, version) => Err(ViewServerError::NotFound(format!(
+            ReadOut::Job(None, _, version) => Err(ViewServerError::NotFound(format!(
                 "no job {} at version {version} (never submitted, or ended long ago)",
                 r.job
             ))

@@ -7,7 +7,8 @@ against the API's own answers, and a screenshot of each page is written to --out
 
 Steps:
  1. four jobs submitted with the CLI fill every GPU (32 on 4 servers); a fifth, 1-GPU job,
-    submitted with the CLI too, must wait; the API's queue says why (`capacity`);
+    submitted with the CLI too, must wait; the API's queue and `tessera status` say why
+    (`capacity`);
  2. the cluster page: GPU figures equal /v1/status, one heat-map cell per GPU, each used
     cell coloured by the job the API places there, three replicas with one leader;
  3. the queue page and the waiting job's page say `capacity`;
@@ -238,6 +239,9 @@ waiter = submit("waiter", 1, ["sh", "-c", "echo hello from the dashboard test"])
 queued = until("the queue explains the waiting job", lambda: next(
     (j for j in api("/v1/queue")["jobs"] if j["id"] == waiter and j["waiting"]["reason"] == "capacity"), None))
 print(f"  job {waiter} waits: {queued['waiting']['message']}")
+shown = cli("status", str(waiter))
+if "waiting  capacity:" not in shown:
+    fail(f"tessera status {waiter} does not say why it waits:\n{shown}")
 
 # 2. The cluster page against the API.
 status = api("/v1/status")

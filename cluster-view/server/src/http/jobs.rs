@@ -83,21 +83,10 @@ pub(super) async fn list_jobs(api: web::Data<Api>, req: HttpRequest) -> Result<H
 )]
 pub(super) async fn get_job(api: web::Data<Api>, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
-    let job = api.job(id).await?;
+    let (job, waiting) = api.job(id).await?;
     let names = api.names_for(job.placement.iter().flat_map(|p| p.members.iter().map(|m| m.server.0))).await?;
     let mut detail = JobDetail::of(&job, &names);
-    if job.state == tessera_view::JobState::Pending {
-        // Why it waits needs the whole view (this replica's): the room for its shape, its
-        // tenant's quota, the jobs ahead of it.
-        let (snap, _) = api.snapshot().await?;
-        let spec = job.spec.clone();
-        detail.waiting = web::block(move || {
-            let view = tessera_view::ClusterView::from_snapshot(snap);
-            tessera_view::Explainer::new(&view).explain(job.id).map(|e| WaitInfo::of(&e, &spec))
-        })
-        .await
-        .map_err(|e| ApiError::Internal(format!("explaining the wait: {e}")))?;
-    }
+    detail.waiting = waiting.as_ref().map(WaitInfo::of_wire);
     Ok(HttpResponse::Ok().json(detail))
 }
 

@@ -82,7 +82,7 @@ pub(super) async fn logs(
             }
         },
     };
-    let job = api.job(id).await?;
+    let (job, _) = api.job(id).await?;
     if member >= job.spec.members {
         // A member this job does not have: a log that does not exist (404), like an unknown
         // job; the query itself is well formed (schemathesis flagged the 400 this was).

@@ -226,8 +226,8 @@ impl Api {
         Ok((status, snap))
     }
 
-    /// One job, by the `GetJob` RPC (not a whole snapshot).
-    async fn job(&self, id: u64) -> Result<tessera_view::Job, ApiError> {
+    /// One job, by the `GetJob` RPC (not a whole snapshot), with why it waits while pending.
+    async fn job(&self, id: u64) -> Result<(tessera_view::Job, Option<v1::JobWaiting>), ApiError> {
         let answer = self
             .call(move |mut c| async move {
                 let r = match c.job(id, false).await {
@@ -241,7 +241,9 @@ impl Api {
             })
             .await?;
         let wire = answer.job.ok_or_else(|| ApiError::Internal("the replica sent no job".into()))?;
-        tessera_view::Job::try_from(wire).map_err(|e| ApiError::Internal(format!("the replica's job: {e}")))
+        let job =
+            tessera_view::Job::try_from(wire).map_err(|e| ApiError::Internal(format!("the replica's job: {e}")))?;
+        Ok((job, answer.waiting))
     }
 
     /// Server names by id, covering `ids` (read from a snapshot when a name is not known yet).
