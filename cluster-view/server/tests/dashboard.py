@@ -15,7 +15,8 @@ Steps:
  4. live: the job's page is open (its event stream delivering) while the filler jobs are
     cancelled with the CLI; the waiting job is placed, runs and finishes, and the same page,
     never reloaded, shows it finished;
- 5. the usage page shows the tenant's GPU-hours as the API reports them.
+ 5. a server cordoned with the CLI is marked draining on the cluster page, and counted;
+ 6. the usage page shows the tenant's GPU-hours as the API reports them.
 Exits non-zero, naming the check, on any mismatch.
 """
 
@@ -309,7 +310,21 @@ if done_steps != ["submitted", "placed", "started", "ended"]:
 print(f"  live: job {waiter}'s open page went from pending to finished on {events} view events, never reloaded")
 browser.screenshot("job-finished")
 
-# 5. Usage.
+# 5. A cordoned server is marked on the cluster page, and counted.
+cordoned = servers[-1]["name"]
+cli("servers", "cordon", cordoned, "--reason", "dashboard test")
+until("the cordon applies", lambda: api(f"/v1/servers/{cordoned}")["server"]["health"] == "draining", 30)
+browser.open("")
+dom = browser.dom()
+marked = [e["attrs"]["data-server"] for e in dom.elements
+          if "data-server" in e["attrs"] and "draining" in (e["attrs"].get("class") or "").split()]
+if marked != [cordoned] or dom.text("servers-draining") != "1":
+    fail(f"cluster page: draining servers marked {marked}, counted {dom.text('servers-draining')}; cordoned {cordoned}")
+print(f"  cluster page: {cordoned} marked draining after tessera servers cordon")
+browser.screenshot("cluster-cordoned")
+cli("servers", "uncordon", cordoned)
+
+# 6. Usage.
 report = api(f"/v1/usage?by=tenant&from_ms={int(time.time() * 1000) - 30 * 86400000}")
 want = next((r for r in report["rows"] if r["tenant"] == "vision"), None)
 if want is None:
