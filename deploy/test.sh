@@ -41,7 +41,8 @@ echo "== HTTP API against its OpenAPI document, property-based (schemathesis): g
 echo "   requests to tessera dev; no server error, every answer as documented"
 bash cluster-view/server/tests/schemathesis.sh
 
-echo "== Prometheus exposition of /metrics checked by promtool, after tessera dev ran the example jobs"
+echo "== Prometheus exposition of /metrics checked by promtool, after tessera dev ran the example jobs;"
+echo "   the Grafana dashboard's queries parse and name only exposed metrics"
 bash cluster-view/server/tests/promtool.sh
 
 echo "== web dashboard in headless Chromium against tessera dev: jobs from the CLI, each page's DOM against"

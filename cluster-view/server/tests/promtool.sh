@@ -2,7 +2,8 @@
 # The replicas' Prometheus exposition (`GET /metrics`) checked by promtool (Debian's prometheus
 # package): format, HELP and TYPE lines, naming conventions. The target is `tessera dev` on free
 # loopback ports, after the example jobs have run, so that the per-state, per-level and latency
-# series carry values. Exits non-zero on any complaint.
+# series carry values; then the Grafana dashboard (deploy/grafana/tessera.json) is checked against
+# the same exposition (deploy/grafana/check.py). Exits non-zero on any complaint.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 . deploy/install-deps.sh
@@ -36,3 +37,5 @@ all_ended || { echo "promtool check: the example jobs did not end within 120 s" 
 api /metrics >"$work/metrics.txt"
 promtool check metrics <"$work/metrics.txt"
 echo "promtool: $(grep -c '^# TYPE' "$work/metrics.txt") metric families, $(grep -vc '^#\|^$' "$work/metrics.txt") series, no complaint"
+# The Grafana dashboard in deploy/grafana: its queries parse and name only metrics exposed here.
+python3 deploy/grafana/check.py deploy/grafana/tessera.json "$work/metrics.txt"
