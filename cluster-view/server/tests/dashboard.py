@@ -308,6 +308,10 @@ done_steps = [e["attrs"]["data-step"] for e in dom.with_class("done")]
 if done_steps != ["submitted", "placed", "started", "ended"]:
     fail(f"live job page: timeline {done_steps}")
 print(f"  live: job {waiter}'s open page went from pending to finished on {events} view events, never reloaded")
+# Its output, from the logs link of the ended job (fetched from its node agent).
+browser.eval("document.querySelector('#logs-links a').click()")
+browser.wait("the ended job's log shows on its page",
+             "(document.querySelector('#logs pre')?.textContent || '').includes('hello from the dashboard test')")
 browser.screenshot("job-finished")
 
 # 5. A cordoned server is marked on the cluster page, and counted.
