@@ -528,15 +528,17 @@ pub const DEFAULT_QUEUE_PAGE: usize = 100;
 pub const MAX_QUEUE_PAGE: usize = 1000;
 
 impl Queue {
-    /// The pending jobs of `s` that `keep` keeps, from position `offset`, at most `limit`.
+    /// The pending jobs of `s` that `keep` keeps, from position `offset`, at most `limit`
+    /// (`s` becomes the view they are explained on: no copy of it).
     pub fn of(
-        s: &ViewSnapshot,
+        s: ViewSnapshot,
         applied_index: u64,
         keep: impl Fn(&tessera_view::Job) -> bool,
         offset: usize,
         limit: usize,
     ) -> Queue {
-        let view = tessera_view::ClusterView::from_snapshot(s.clone());
+        let (version, now_ms, names) = (s.version.0, s.now_ms, s.server_names.clone());
+        let view = tessera_view::ClusterView::from_snapshot(s);
         let mut ex = tessera_view::Explainer::new(&view);
         let queue = ex.queue();
         // Positions count every pending job, kept or not: the place in the real queue.
@@ -547,11 +549,11 @@ impl Queue {
             .skip(offset)
             .take(limit)
             .map(|(pos, j)| QueuedJob {
-                job: Job::of(j, &s.server_names),
+                job: Job::of(j, &names),
                 waiting: WaitInfo::of(&ex.explain_at(j, *pos), &j.spec),
             })
             .collect();
-        Queue { version: s.version.0, applied_index, now_ms: s.now_ms, total: kept.len() as u64, jobs }
+        Queue { version, applied_index, now_ms, total: kept.len() as u64, jobs }
     }
 }
 

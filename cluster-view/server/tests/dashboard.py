@@ -21,11 +21,13 @@ Exits non-zero, naming the check, on any mismatch.
 """
 
 import argparse
+import atexit
 import html.parser
 import json
 import os
 import re
 import select
+import shutil
 import ssl
 import subprocess
 import sys
@@ -47,6 +49,7 @@ ctx = ssl.create_default_context(cafile=os.path.join(args.tls, "ca.pem"))
 ctx.load_cert_chain(os.path.join(args.tls, "cert.pem"), os.path.join(args.tls, "key.pem"))
 cli_env = dict(os.environ, TESSERA_VIEW=args.view, TESSERA_TLS=args.tls)
 work = tempfile.mkdtemp(prefix="tessera-dashboard-")
+atexit.register(shutil.rmtree, work, True)
 
 
 def fail(what):
@@ -117,6 +120,7 @@ class Browser:
             stderr=open(os.path.join(work, "chromium.log"), "w"))
         os.close(to_chrome_r)
         os.close(from_chrome_w)
+        atexit.register(self.close)  # also when a check fails and exits
         self.buf, self.next_id = b"", 0
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
@@ -186,8 +190,9 @@ class Browser:
         print(f"  screenshot: {f} ({len(png)} bytes)")
 
     def close(self):
-        self.proc.kill()
-        self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Dom(html.parser.HTMLParser):

@@ -45,7 +45,7 @@ pub(super) async fn queue(api: web::Data<Api>, req: HttpRequest) -> Result<HttpR
         tenant.as_ref().is_none_or(|t| *t == j.spec.tenant) && (!user || who.acts_for(&j.spec.tenant))
     };
     // Explaining walks the servers once per job shape: off the actix worker thread.
-    let queue = web::block(move || Queue::of(&snap, applied, keep, offset as usize, limit as usize))
+    let queue = web::block(move || Queue::of(snap, applied, keep, offset as usize, limit as usize))
         .await
         .map_err(|e| ApiError::Internal(format!("explaining the queue: {e}")))?;
     Ok(HttpResponse::Ok().json(queue))
