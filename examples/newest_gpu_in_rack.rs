@@ -53,6 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         max_jobs: 64,
         runtime: Default::default(),
         migration: Default::default(),
+        metrics: Default::default(),
     };
     let registry = Registry::default().register(NewestInRack);
     tessera_scheduler::run_host(cfg, registry, async { tokio::signal::ctrl_c().await.unwrap_or(()) }).await?;

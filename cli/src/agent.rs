@@ -65,6 +65,11 @@ pub struct RunArgs {
     /// wildcard host is announced as the server's name, or 127.0.0.1 with --peers-on-loopback).
     #[arg(long, default_value = "0.0.0.0:0")]
     listen: String,
+    /// Where the agent serves its Prometheus metrics (`GET /metrics`: task starts and exits,
+    /// adoption, reports, heartbeats), `host:port`; over HTTPS with the agent's certificate
+    /// when it runs with TLS. Not served when absent.
+    #[arg(long)]
+    metrics_listen: Option<String>,
     #[command(flatten)]
     tls: crate::tls::ComponentTlsArgs,
 }
@@ -107,9 +112,15 @@ pub fn run(cmd: AgentCommand) -> Result<ExitCode> {
                 fake_health_file: args.fake_health_file,
                 listen: Some(args.listen),
                 security,
+                metrics: Default::default(),
             };
             let rt = crate::view::runtime()?;
-            rt.block_on(run_agent(cfg, crate::view::terminated()))?;
+            rt.block_on(async move {
+                if let Some(addr) = &args.metrics_listen {
+                    crate::view::serve_metrics(addr, &cfg.security, cfg.metrics.clone()).await?;
+                }
+                run_agent(cfg, crate::view::terminated()).await.map_err(anyhow::Error::from)
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         AgentCommand::Shim => {

@@ -80,6 +80,7 @@ async fn run_async(args: AgentArgs) -> Result<ExitCode> {
             peers_on_loopback: true,
             fake_health_file: None,
             listen: None,
+            metrics: Default::default(),
         };
         agents.push(tokio::spawn(run_agent(cfg, stopped(stop_rx.clone()))));
     }

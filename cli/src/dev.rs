@@ -44,6 +44,10 @@ pub struct DevArgs {
     /// HTTP API port (replica 1); 0 picks a free one.
     #[arg(long, default_value_t = 8080)]
     http_port: u16,
+    /// Port of the agents' and scheduler hosts' Prometheus metrics (one endpoint for all of
+    /// them, each series labelled with its server or host); 0 picks a free one.
+    #[arg(long, default_value_t = 8090)]
+    metrics_port: u16,
     /// Scheduler hosts to run.
     #[arg(long, default_value_t = 1)]
     scheduler_hosts: u32,
@@ -141,6 +145,8 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     let leader = c.wait_for_leader().await.context("the dev view elected no leader")?;
 
     let exe = std::env::current_exe()?.display().to_string();
+    // One recorder for every agent and host of the process, served on one port.
+    let metrics = std::sync::Arc::new(tessera_proto::prom::Metrics::new());
     let mut agents = Vec::new();
     for name in &names {
         let cfg = AgentConfig {
@@ -154,19 +160,30 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
             peers_on_loopback: true,
             fake_health_file: None,
             listen: Some("127.0.0.1:0".into()),
+            metrics: metrics.clone(),
         };
         agents.push(tokio::spawn(run_agent(cfg, stopped(stop_rx.clone()))));
     }
     let mut hosts = Vec::new();
+    let mut metrics_addr = None;
     for h in 0..args.scheduler_hosts.max(1) {
         let name = format!("dev-host-{h}");
+        let security = cluster.security_for(Role::Scheduler, &name, &[])?;
+        if metrics_addr.is_none() {
+            // Served with the first host's certificate (it names 127.0.0.1, as every dev one).
+            let at = format!("127.0.0.1:{}", args.metrics_port);
+            metrics_addr = Some(crate::view::serve_metrics(&at, &security, metrics.clone()).await.with_context(|| {
+                format!("cannot serve the agents' and hosts' metrics on {at} (pass --metrics-port, or 0 for a free port)")
+            })?);
+        }
         let cfg = HostConfig {
             view: addrs.clone(),
-            security: cluster.security_for(Role::Scheduler, &name, &[])?,
+            security,
             name,
             max_jobs: 256,
             runtime: RuntimeOptions { salt: u64::from(h), ..RuntimeOptions::default() },
             migration: tessera_scheduler::MigrationConfig::default(),
+            metrics: metrics.clone(),
         };
         hosts.push(tokio::spawn(run_host(cfg, Registry::default(), stopped(stop_rx.clone()))));
     }
@@ -178,6 +195,9 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
     println!(
         "  HTTP API     {scheme}://127.0.0.1:{http_port}/v1/jobs   (OpenAPI: /v1/openapi.json, metrics: /metrics)"
     );
+    if let Some(m) = metrics_addr {
+        println!("  metrics      {scheme}://{m}/metrics   (agents and scheduler hosts; the replicas' on the HTTP API)");
+    }
     match dashboard_token(&cluster) {
         Ok(Some(token)) => println!(
             "  dashboard    {scheme}://127.0.0.1:{http_port}/ui#token={token}\n               (an admin's token for 12 h; the certificate is the dev CA's: your browser will ask)"

@@ -356,6 +356,20 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
                     j.deadline_ms().map(|d| format!(" (until {})", crate::usage::format_ms(d))).unwrap_or_default();
                 println!("  limit    {limit} s per placement{until}");
             }
+            if let Some(r) = &spec.run.restart {
+                let next = if j.not_before_ms > crate::usage::now_ms() && j.state == JobState::Pending {
+                    format!("; placed again from {}", crate::usage::format_ms(j.not_before_ms))
+                } else {
+                    String::new()
+                };
+                println!(
+                    "  restart  {} of {} restarts used (after a failure, first wait {} s, doubling){next}",
+                    j.restarts, r.max, r.backoff_s
+                );
+            }
+            if let Some(g) = spec.run.stop_grace_s {
+                println!("  grace    {g} s from SIGTERM to SIGKILL when stopped");
+            }
             if let Some(w) = &spec.run.workdir {
                 println!("  workdir  {w}");
             }

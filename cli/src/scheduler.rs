@@ -34,6 +34,11 @@ pub struct RunArgs {
     /// running jobs out of their way (live migration); 0 turns it off.
     #[arg(long, default_value_t = 5000)]
     migrate_every_ms: u64,
+    /// Where the host serves its Prometheus metrics (`GET /metrics`: adoption, proposals and
+    /// their round trips, placements by level, migrations), `host:port`; over HTTPS with the
+    /// host's certificate when it runs with TLS. Not served when absent.
+    #[arg(long)]
+    metrics_listen: Option<String>,
 }
 
 pub fn run(cmd: SchedulerCommand) -> Result<ExitCode> {
@@ -56,8 +61,14 @@ pub fn run(cmd: SchedulerCommand) -> Result<ExitCode> {
             min_wait: Duration::from_millis(args.migrate_every_ms),
             ..MigrationConfig::default()
         },
+        metrics: Default::default(),
     };
-    let stats = crate::view::runtime()?.block_on(run_host(cfg, registry, crate::view::terminated()))?;
+    let stats = crate::view::runtime()?.block_on(async move {
+        if let Some(addr) = &args.metrics_listen {
+            crate::view::serve_metrics(addr, &cfg.security, cfg.metrics.clone()).await?;
+        }
+        run_host(cfg, registry, crate::view::terminated()).await.map_err(anyhow::Error::from)
+    })?;
     eprintln!(
         "scheduler host stopped: {} jobs adopted, {} placed, {} given up",
         stats.adopted, stats.placed, stats.gave_up

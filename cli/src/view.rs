@@ -146,6 +146,26 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Serves `metrics` for Prometheus at `addr` (`GET /metrics`, `GET /healthz`) while the
+/// process runs, over TLS with the component's own certificate when it has one; answers the
+/// bound address (`addr` may ask for port 0).
+pub(crate) async fn serve_metrics(
+    addr: &str,
+    security: &tessera_proto::tls::Security,
+    metrics: std::sync::Arc<tessera_proto::prom::Metrics>,
+) -> Result<SocketAddr> {
+    let bound = tessera_proto::prom::serve(
+        addr,
+        security,
+        std::sync::Arc::new(move || metrics.render()),
+        std::future::pending(),
+    )
+    .await
+    .context("cannot serve metrics")?;
+    tracing::info!(addr = %bound, "metrics served at /metrics");
+    Ok(bound)
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub(crate) async fn terminated() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

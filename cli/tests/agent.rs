@@ -10,6 +10,9 @@
 //!   job is cancelled; a task that ends while no agent runs is reported by the next one; when the lease
 //!   expires the gang is re-queued whole and the next agent stops the task whose placement is
 //!   gone.
+//! - `a_failed_member_restarts_its_gang_whole_and_the_second_try_finishes`: with a restart
+//!   policy, a member's failure puts the job back to pending (restarted once), the member that
+//!   had not failed is stopped (with the job's stop grace), and placed again the job finishes.
 //! - `unhealthy_device_is_not_placed_on`: a device the agent reports unhealthy leaves the free
 //!   mask (a proposal on it is refused as busy) and is placed on again once healthy.
 
@@ -234,6 +237,75 @@ fn tasks_run_pinned_and_report_their_exit() {
         // Every device is free again.
         let v = view_of(&mut c, &addr).await;
         assert_eq!(v.servers()[0].free_gpus, 0xff, "{:?}", v.servers()[0]);
+    });
+}
+
+#[test]
+fn a_failed_member_restarts_its_gang_whole_and_the_second_try_finishes() {
+    let mut s = Setup::start(3000);
+    s.agent(&[]);
+    let addr = s.addr.clone();
+    let sec = s.view.as_ref().expect("view").security();
+    let marker = s.dir.path().join("first-try-failed");
+    rt().block_on(async {
+        let mut c = client(&addr, &sec);
+        c.wait_for_leader().await.expect("leader");
+        // The first time, rank 1 fails (leaving a marker) while rank 0 would run for a minute;
+        // the second time both succeed.
+        let script = format!(
+            "if [ -e {m} ]; then exit 0; fi; if [ \"$RANK\" = 1 ]; then touch {m}; exit 7; fi; exec sleep 60",
+            m = marker.display()
+        );
+        let mut spec = JobSpec::simple("flaky", 2, 1);
+        spec.tolerate = LocalityLevel::Any;
+        spec.memory_mib_per_gpu = Some(1024);
+        spec.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+        spec.command = vec!["sh".into(), "-c".into(), script];
+        spec.run.restart = Some(tessera_view::job::RestartPolicy { max: 2, backoff_s: 0 });
+        spec.run.stop_grace_s = Some(1);
+        let r = c.submit(vec![v1::JobSpec::from(&spec)]).await.expect("submit");
+        assert!(r[0].error.is_empty(), "{}", r[0].error);
+        let job = JobId(r[0].job);
+        let propose = |id: u64| {
+            let members = (0..2)
+                .map(|k| MemberPlacement {
+                    server: ServerId(0),
+                    gpus: 1 << k,
+                    cores: CoreMask::range(k, 1),
+                    memory_mib: 1024,
+                })
+                .collect();
+            v1::Proposal::from(&Proposal { id: ProposalId(id), job, members, based_on: ViewVersion(0) })
+        };
+        let d = c.propose(vec![propose(1)]).await.expect("propose");
+        assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+        // Rank 1's exit puts the job back to pending, restarted once.
+        let t0 = Instant::now();
+        let j = loop {
+            let j = c.job(job.0, false).await.expect("job").job.expect("body");
+            let j = tessera_view::Job::try_from(j).expect("valid job");
+            if j.restarts == 1 {
+                break j;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no restart: {} {:?}\n{}", j.state, j.error, s.agent_log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!((j.state, j.placement.is_none()), (JobState::Pending, true));
+        let err = j.error.unwrap_or_default();
+        assert!(err.starts_with("restart 1 of 2") && err.contains("member 1") && err.contains("code 7"), "{err}");
+        // The gang restarts whole: rank 0's process, which had not failed, is stopped.
+        let first = task_procs(&s.data_dir());
+        assert!(!first.is_empty(), "the first try's tasks left no records");
+        for t in first {
+            wait_dead(t);
+        }
+        // Placed again, both ranks succeed on the second try.
+        let d = c.propose(vec![propose(2)]).await.expect("propose");
+        assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+        wait_state(&mut c, job, JobState::Finished, || s.agent_log()).await;
+        let j = c.job(job.0, false).await.expect("job").job.expect("body");
+        assert_eq!(j.restarts, 1);
+        assert!(s.agent_log().contains("grace_ms=1000"), "rank 0 was stopped with the job's grace\n{}", s.agent_log());
     });
 }
 

@@ -64,7 +64,20 @@ impl Drop for Dev {
 fn start_dev(dir: &Path) -> (Dev, Vec<String>) {
     let data = dir.join("dev");
     let mut child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(["dev", "--servers", "2", "--racks", "1", "--view-port", "0", "--http-port", "0", "--data-dir"])
+        .args([
+            "dev",
+            "--servers",
+            "2",
+            "--racks",
+            "1",
+            "--view-port",
+            "0",
+            "--http-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--data-dir",
+        ])
         .arg(&data)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())

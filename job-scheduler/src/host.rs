@@ -16,6 +16,7 @@
 
 use crate::SchedulerError;
 use crate::cache::ViewCache;
+use crate::metrics::HostMetrics;
 use crate::migration_task::MigrationConfig;
 use crate::runtime::{Placed, RuntimeOptions, place_job};
 use crate::scheduler::{BUILTIN, Scheduler, builtin, canonical_name};
@@ -103,6 +104,9 @@ pub struct HostConfig {
     pub runtime: RuntimeOptions,
     /// Live migration for the held jobs fragmentation blocks.
     pub migration: MigrationConfig,
+    /// The recorder the host counts into ([`crate::metrics`]), labelled with its name; the
+    /// caller serves it (several hosts may share one).
+    pub metrics: Arc<tessera_proto::prom::Metrics>,
 }
 
 /// What a host has done so far (for logs and tests).
@@ -143,6 +147,7 @@ pub async fn run_host(
         }
     };
     tracing::info!(host = %cfg.name, schedulers = %registry.names(), "scheduler host started");
+    let metrics = HostMetrics::new(cfg.metrics.clone(), &cfg.name);
     let mut tasks: HashMap<JobId, JoinHandle<Option<Placed>>> = HashMap::new();
     // When each held job was adopted, published for the migration task (it stops once the
     // sender is dropped, when this function returns).
@@ -154,6 +159,7 @@ pub async fn run_host(
         client.clone(),
         cache.clone(),
         held_rx,
+        metrics.clone(),
     ));
     let mut stats = HostStats::default();
     let mut every = Duration::from_millis(300);
@@ -164,9 +170,17 @@ pub async fn run_host(
         for j in done {
             if let Some(t) = tasks.remove(&j) {
                 match t.await {
-                    Ok(Some(Placed::Placed { .. })) => stats.placed += 1,
-                    Ok(Some(Placed::GaveUp(_))) => stats.gave_up += 1,
-                    _ => {}
+                    Ok(Some(Placed::Placed { level, .. })) => {
+                        stats.placed += 1;
+                        metrics.placed(level);
+                        metrics.done("placed");
+                    }
+                    Ok(Some(Placed::GaveUp(_))) => {
+                        stats.gave_up += 1;
+                        metrics.done("gave_up");
+                    }
+                    Ok(Some(Placed::NotPending(_))) => metrics.done("not_pending"),
+                    Ok(None) | Err(_) => metrics.done("stopped"),
                 }
             }
         }
@@ -174,11 +188,14 @@ pub async fn run_host(
         let want = cfg.max_jobs.saturating_sub(tasks.len()) as u32;
         match adopt_client.adopt_jobs(&cfg.name, held, want).await {
             Ok(r) => {
+                metrics.adopt_call("ok");
+                metrics.adopted(r.adopted.len());
                 if r.lease_ms > 0 {
                     every = Duration::from_millis((r.lease_ms / 3).max(50));
                 }
                 for j in r.dropped {
                     if let Some(t) = tasks.remove(&JobId(j)) {
+                        metrics.dropped(1);
                         tracing::debug!(host = %cfg.name, job_id = j, "job no longer ours; its task stops");
                         t.abort();
                     }
@@ -187,11 +204,15 @@ pub async fn run_host(
                     let job = JobId(j);
                     stats.adopted += 1;
                     adopted_at.insert(job, Instant::now());
-                    tasks.insert(job, spawn_job(&cfg, &registry, &client, &cache, job));
+                    tasks.insert(job, spawn_job(&cfg, &registry, &client, &cache, job, &metrics));
                 }
             }
-            Err(e) => tracing::warn!(host = %cfg.name, error = %e, "AdoptJobs failed"),
+            Err(e) => {
+                metrics.adopt_call("failed");
+                tracing::warn!(host = %cfg.name, error = %e, "AdoptJobs failed");
+            }
         }
+        metrics.held(tasks.len());
         adopted_at.retain(|j, _| tasks.contains_key(j));
         held_tx.send_replace(adopted_at.iter().map(|(j, t)| (*j, *t)).collect());
         tokio::select! {
@@ -212,10 +233,12 @@ fn spawn_job(
     client: &ViewClient,
     cache: &ViewCache,
     job: JobId,
+    metrics: &HostMetrics,
 ) -> JoinHandle<Option<Placed>> {
     let (registry, mut client, cache) = (registry.clone(), client.clone(), cache.clone());
     let mut opts = cfg.runtime.clone();
     opts.salt ^= fnv(&cfg.name);
+    opts.metrics = Some(metrics.clone());
     let host = cfg.name.clone();
     tokio::spawn(async move {
         let known = cache.job(job);
@@ -249,7 +272,7 @@ fn spawn_job(
 pub(crate) use tessera_proto::error::chain;
 
 /// This machine's wall clock, Unix ms (0 before 1970).
-fn wall_ms() -> u64 {
+pub(crate) fn wall_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 

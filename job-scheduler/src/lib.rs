@@ -11,6 +11,7 @@
 //! | [`runtime`] | [`PlaceMachine`]: propose, learn from rejections, retry with jittered backoff, relax locality, give up — a pure state machine over a clock; [`place_job`] is its async shell |
 //! | [`host`] | [`run_host`]: the scheduler host, one task per adopted job, jobs held under a lease |
 //! | [`migration_task`] | [`MigrationConfig`]: the host's live migration task, executing the planner's moves for a blocked job |
+//! | [`metrics`] | [`HostMetrics`](metrics::HostMetrics): what a host counts for Prometheus (adoption, proposals and their round trips, placements by level, migrations) |
 //! | [`cache`] | [`ViewCache`]: a live copy of the view from a snapshot plus the `Watch` stream, following leader changes |
 //! | [`local_view`] | [`LocalView`]: a scheduler's copy of the view, kept current from deltas, with a free-capacity index over servers |
 //! | [`search`] | [`search::find_placement`]: topology-aware gang placement at the tightest feasible level within tolerance, via bit operations |
@@ -34,6 +35,7 @@ pub mod error;
 pub mod host;
 pub mod local_view;
 pub mod locality_cost;
+pub mod metrics;
 pub mod migration_task;
 pub mod philly_sampler;
 pub mod placement_policy;

@@ -76,7 +76,14 @@ pub(crate) type Held = watch::Receiver<Vec<(JobId, Instant)>>;
 
 /// Runs the migration task until the host drops `held`'s sender (or forever, if it never
 /// does); `host` names the host in logs.
-pub(crate) async fn run(cfg: MigrationConfig, host: String, mut client: ViewClient, cache: ViewCache, held: Held) {
+pub(crate) async fn run(
+    cfg: MigrationConfig,
+    host: String,
+    mut client: ViewClient,
+    cache: ViewCache,
+    held: Held,
+    metrics: crate::metrics::HostMetrics,
+) {
     let Some(interval) = cfg.interval else { return };
     let mut moved_at: HashMap<JobId, Instant> = HashMap::new();
     // Proposal ids only need to differ from every other id; the clock and the host's name
@@ -101,6 +108,7 @@ pub(crate) async fn run(cfg: MigrationConfig, host: String, mut client: ViewClie
                 for job in &accepted {
                     moved_at.insert(*job, now);
                 }
+                metrics.migrated(accepted.len(), plan.moves.len().saturating_sub(accepted.len()));
                 tracing::info!(
                     host = %host,
                     job_id = plan.job.0,

@@ -51,6 +51,9 @@ use tessera_view::{
     ViewVersion,
 };
 
+/// Longest sleep of a job waiting out its restart backoff before it looks at the view again.
+const RESTART_LOOK: Duration = Duration::from_secs(30);
+
 /// Shortest wait for a relaxation step, so a step that is due now cannot spin.
 const MIN_RELAX_WAIT: Duration = Duration::from_millis(10);
 
@@ -64,11 +67,19 @@ pub struct RuntimeOptions {
     pub max_backoff: Duration,
     /// Distinguishes this process's schedulers from others reading the same view.
     pub salt: u64,
+    /// Where [`place_job`] counts its proposals and their round trips (a host's; none: not
+    /// counted).
+    pub metrics: Option<crate::metrics::HostMetrics>,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
-        RuntimeOptions { min_backoff: Duration::from_millis(20), max_backoff: Duration::from_secs(2), salt: 0 }
+        RuntimeOptions {
+            min_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_secs(2),
+            salt: 0,
+            metrics: None,
+        }
     }
 }
 
@@ -155,6 +166,20 @@ pub enum Answer {
     Unknown(String),
     /// The call failed. An error status is final; unavailability leaves the outcome unknown.
     Failed(ClientError),
+}
+
+impl Answer {
+    /// The answer's kind, as a metrics label.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Answer::Accepted { .. } => "accepted",
+            Answer::AlreadyApplied { .. } => "already_applied",
+            Answer::Conflict { .. } => "conflict",
+            Answer::Refused { .. } => "refused",
+            Answer::Unknown(_) => "unknown",
+            Answer::Failed(_) => "failed",
+        }
+    }
 }
 
 /// What the machine asks the shell to do next.
@@ -506,6 +531,14 @@ pub async fn place_job(
     let look = |m: &mut PlaceMachine<'_>| {
         let version = cache.version();
         cache.read(|s| {
+            // A restarted job waits out its restart backoff (the view's clock, read on this
+            // machine's wall clock; looked at again at least every RESTART_LOOK).
+            if let Some(j) = s.jobs.get(&job).filter(|j| j.state == JobState::Pending) {
+                let hold = Duration::from_millis(j.not_before_ms.saturating_sub(crate::host::wall_ms()));
+                if !hold.is_zero() {
+                    return Action::Sleep { until: now() + hold.min(RESTART_LOOK) };
+                }
+            }
             let ahead = s.jobs.get(&job).map_or(0, |j| s.same_kind_ahead(j));
             let ctx = Context { running: &s.running, releases: &s.releases, ahead };
             m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version, ctx })
@@ -516,11 +549,15 @@ pub async fn place_job(
     loop {
         action = match action {
             Action::Propose(p) => {
+                let sent = Instant::now();
                 let answer = answer(client.propose(vec![v1::Proposal::from(&p)]).await, cache, job);
+                observe(opts, "propose", &answer, sent);
                 m.step(now(), Event::Answer(answer))
             }
             Action::Preempt(pre) => {
+                let sent = Instant::now();
                 let answer = answer(client.preempt(v1::Preemption::from(&pre)).await, cache, job);
+                observe(opts, "preempt", &answer, sent);
                 m.step(now(), Event::Answer(answer))
             }
             Action::Sleep { until } => {
@@ -545,6 +582,13 @@ pub async fn place_job(
             Action::Done(p) => return Ok(p),
             Action::Fail(e) => return Err(e),
         };
+    }
+}
+
+/// Counts one call's answer where the options say.
+fn observe(opts: &RuntimeOptions, call: &'static str, answer: &Answer, sent: Instant) {
+    if let Some(m) = &opts.metrics {
+        m.proposal(call, answer.outcome(), sent.elapsed());
     }
 }
 

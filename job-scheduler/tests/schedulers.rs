@@ -151,6 +151,8 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
         user: String::new(),
         times: Default::default(),
         held: Vec::new(),
+        restarts: 0,
+        not_before_ms: 0,
     };
     let local = LocalView::of_view(&v);
     let overlay = Overlay::default();

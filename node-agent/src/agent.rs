@@ -17,6 +17,7 @@
 
 use crate::discover::{DiscoverOptions, Discovery, GpuSource, HealthProbe, discover};
 use crate::error::{AgentError, chain};
+use crate::metrics::{AgentMetrics, Exit, Start};
 use crate::plan::{self, Action, ExitDecision, Memory, Report, Round};
 use crate::task::{Control, Runner, TaskExit, TaskId, TaskSpec};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -63,7 +64,8 @@ pub struct AgentConfig {
     pub topology: Option<String>,
     /// The command that runs a task's shim (`[tessera, "agent", "shim"]`).
     pub shim: Vec<String>,
-    /// How long a stopped task has between SIGTERM and SIGKILL.
+    /// How long a stopped task has between SIGTERM and SIGKILL, unless its job sets its own
+    /// (`stop_grace_s`).
     pub stop_grace: Duration,
     /// Give tasks `MASTER_ADDR=127.0.0.1` instead of the first member's server name (every
     /// server of the cluster runs on this machine: `tessera dev`, tests).
@@ -76,6 +78,9 @@ pub struct AgentConfig {
     /// Mutual TLS with an agent certificate named after the server (`tessera tls issue --role
     /// agent --name SERVER`), or plaintext.
     pub security: Security,
+    /// The recorder the agent counts into ([`crate::metrics`]), labelled with its server name;
+    /// the caller serves it (several agents may share one).
+    pub metrics: std::sync::Arc<tessera_proto::prom::Metrics>,
 }
 
 /// Discovers the server, registers it, and serves its placements until `shutdown` resolves.
@@ -149,9 +154,11 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
             ),
         }
     });
+    let metrics = AgentMetrics::new(cfg.metrics.clone(), &cfg.name);
     let adopted = runner.running();
     if !adopted.is_empty() {
         info!(tasks = adopted.len(), "re-adopted tasks left running by an earlier agent");
+        metrics.adopted(adopted.len());
     }
     let every = if lease.is_zero() { Duration::from_secs(1) } else { (lease / 3).max(Duration::from_millis(20)) };
     // Heartbeats run on their own, so nothing the loop awaits (a snapshot, a task start, a
@@ -166,6 +173,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
             probe,
             devices: topology.all_devices(),
             agent_addr,
+            metrics: metrics.clone(),
         })
         .in_current_span(),
     );
@@ -185,6 +193,8 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         finished: VecDeque::new(),
         outbox: VecDeque::new(),
         synced: false,
+        metrics,
+        graces: HashMap::new(),
     };
     let r = agent.serve(shutdown, beats).await;
     if let Some(h) = log_server {
@@ -241,6 +251,7 @@ struct Beats {
     devices: u64,
     /// Where the agent's service listens (empty: nowhere).
     agent_addr: String,
+    metrics: AgentMetrics,
 }
 
 /// Renews the lease every `every` with the devices' health; registers again when the view
@@ -263,15 +274,20 @@ async fn heartbeats(mut b: Beats) -> AgentError {
             Err(source) => return AgentError::Panicked { what: "device health probe", source },
         };
         b.probe = probe;
+        let (devices, sick) = (b.devices.count_ones(), (unhealthy & b.devices).count_ones());
         match b.client.heartbeat(b.server.0, Some(unhealthy & b.devices), reasons, &b.agent_addr).await {
-            Ok(_) => {}
+            Ok(_) => b.metrics.heartbeat("ok", devices, sick),
             Err(ClientError::Status { status, .. }) if status.code() == Code::FailedPrecondition => {
+                b.metrics.heartbeat("refused", devices, sick);
                 warn!(reason = status.message(), "heartbeat refused; registering again");
                 if let Err(e) = register(&mut b.client, &b.name, &b.wire, &b.agent_addr).await {
                     return e;
                 }
             }
-            Err(e) => warn!(error = %e, "heartbeat failed"),
+            Err(e) => {
+                b.metrics.heartbeat("failed", devices, sick);
+                warn!(error = %e, "heartbeat failed");
+            }
         }
     }
 }
@@ -303,6 +319,9 @@ struct Agent {
     outbox: VecDeque<v1::ReportTaskRequest>,
     /// Whether the local copy has been loaded since the agent started.
     synced: bool,
+    metrics: AgentMetrics,
+    /// The stop grace of the tasks started here whose job sets one.
+    graces: HashMap<TaskId, Duration>,
 }
 
 impl Agent {
@@ -407,6 +426,7 @@ impl Agent {
                 }
             }
             self.flush().await;
+            self.metrics.state(self.runner.running().len(), self.outbox.len(), self.version);
         };
         beats.abort();
         info!(tasks = self.runner.running().len(), "agent stopping; tasks keep running");
@@ -506,7 +526,6 @@ impl Agent {
             model: &self.topology,
             server: &self.cfg.name,
         });
-        let grace = self.cfg.stop_grace;
         let mut launch = Vec::new();
         for action in actions {
             match action {
@@ -516,11 +535,13 @@ impl Agent {
                     self.report(id, Report::Started);
                 }
                 Action::Checkpoint(id) => {
+                    let grace = self.grace(id);
                     let grace_ms = grace.as_millis() as u64;
                     info!(job_id = id.job, task = %id, grace_ms, "job moved or preempted: checkpointing its task");
                     self.signal_stop(id, Control::Checkpoint { grace });
                 }
                 Action::Stop(id) => {
+                    let grace = self.grace(id);
                     let grace_ms = grace.as_millis() as u64;
                     info!(job_id = id.job, task = %id, grace_ms, "placement gone: stopping its task");
                     self.signal_stop(id, Control::Stop { grace });
@@ -537,6 +558,9 @@ impl Agent {
                 Action::Start { id, grant } => match self.task_spec(id) {
                     Ok(spec) => {
                         self.memory.grants.insert(id, grant);
+                        if let Some(g) = self.jobs.get(&id.job).and_then(|j| j.spec.run.stop_grace_s) {
+                            self.graces.insert(id, Duration::from_secs(g));
+                        }
                         info!(job_id = id.job, task = %id, command = ?spec.command, cpus = ?spec.cpus, "starting task");
                         launch.push(spec);
                     }
@@ -545,6 +569,14 @@ impl Agent {
             }
         }
         self.launch(launch).await;
+    }
+
+    /// How long task `id` has between SIGTERM and SIGKILL: its job's `stop_grace_s` (kept from
+    /// its start, as the job may be gone from the copy by the time it is stopped), else the
+    /// agent's own.
+    fn grace(&self, id: TaskId) -> Duration {
+        let of_job = || self.jobs.get(&id.job).and_then(|j| j.spec.run.stop_grace_s).map(Duration::from_secs);
+        self.graces.get(&id).copied().or_else(of_job).unwrap_or(self.cfg.stop_grace)
     }
 
     /// Sends a stop or checkpoint; a task that took it is remembered as stopping (its exit is
@@ -561,6 +593,7 @@ impl Agent {
     /// Reports a member that cannot run here as ended with [`CANNOT_START`], once.
     fn refuse(&mut self, id: TaskId, why: String) {
         error!(job_id = id.job, task = %id, reason = %why, "cannot run the placement");
+        self.metrics.start(Start::Refused);
         self.memory.failed_start.insert(id);
         self.report(id, Report::Exited { code: CANNOT_START, message: why });
     }
@@ -576,10 +609,14 @@ impl Agent {
         while let Some(done) = starting.join_next().await {
             let Ok((id, r)) = done else { continue };
             match r {
-                Ok(()) => self.report(id, Report::Started),
+                Ok(()) => {
+                    self.metrics.start(Start::Started);
+                    self.report(id, Report::Started);
+                }
                 Err(e) => {
                     let e = chain(&e);
                     error!(task = %id, error = %e, "task did not start");
+                    self.metrics.start(Start::Failed);
                     self.memory.start_failed(id);
                     let message = format!("the task could not start: {e}");
                     self.report(id, Report::Exited { code: CANNOT_START, message });
@@ -650,10 +687,16 @@ impl Agent {
     /// an earlier agent's report of it was acknowledged ([`plan::on_exit`] decides).
     fn on_exit(&mut self, exit: TaskExit) {
         let id = exit.id;
+        self.graces.remove(&id);
         let stopped_here = self.memory.ended(id);
         self.keep_finished(id);
         // Read only when it can matter.
         let reported_before = !stopped_here && self.runner.task_dir(&id).join(REPORTED).exists();
+        self.metrics.exit(match (stopped_here, exit.success()) {
+            (true, _) => Exit::Stopped,
+            (false, true) => Exit::Succeeded,
+            (false, false) => Exit::Failed,
+        });
         match plan::on_exit(&exit, stopped_here, reported_before) {
             ExitDecision::StoppedHere => info!(task = %id, exit = %exit.message, "stopped task ended"),
             ExitDecision::ReportedBefore => {}
@@ -727,6 +770,7 @@ impl Agent {
             match res {
                 Ok(_) => {
                     keep[i] = false;
+                    self.metrics.report("delivered");
                     if let Some(v1::report_task_request::Event::Exited(_)) = r.event {
                         let id = TaskId { job: r.job, proposal: r.proposal, member: r.member };
                         // Best effort: without it, a restarted agent reports the exit again.
@@ -737,9 +781,11 @@ impl Agent {
                     if matches!(status.code(), Code::FailedPrecondition | Code::NotFound | Code::InvalidArgument) =>
                 {
                     keep[i] = false;
+                    self.metrics.report("dropped");
                     info!(job_id = r.job, member = r.member, reason = status.message(), "task report not applied");
                 }
                 Err(e) => {
+                    self.metrics.report("retried");
                     warn!(job_id = r.job, member = r.member, error = %e, "task report not delivered, will retry");
                 }
             }

@@ -12,12 +12,14 @@
 //! | [`plan`] | the reconciler's decisions, a pure function of the desired and the local task state |
 //! | [`task`] | the task runner and its shim (tasks outlive the agent) |
 //! | [`logs`] | the agent's gRPC service: task logs |
+//! | [`metrics`] | what the agent counts for Prometheus (task starts and exits, adoption, reports, heartbeats) |
 //! | [`error`] | [`AgentError`], the crate's one error type |
 
 pub mod agent;
 pub mod discover;
 pub mod error;
 pub mod logs;
+pub mod metrics;
 pub mod plan;
 pub mod task;
 

@@ -389,6 +389,12 @@ pub struct Job {
     pub started_ms: Option<u64>,
     /// When it finished, failed or was cancelled, Unix ms.
     pub ended_ms: Option<u64>,
+    /// Restarts after failures so far.
+    pub restarts: u32,
+    /// The restarts its policy allows (null: it has no restart policy, a failure ends it).
+    pub max_restarts: Option<u32>,
+    /// A restarted job is not placed before this time, Unix ms (null: any time).
+    pub not_before_ms: Option<u64>,
 }
 
 impl Job {
@@ -433,6 +439,9 @@ impl Job {
             placed_ms: nonzero(j.times.placed_ms),
             started_ms: nonzero(j.times.started_ms),
             ended_ms: nonzero(j.times.ended_ms),
+            restarts: j.restarts,
+            max_restarts: spec.run.restart.map(|r| r.max),
+            not_before_ms: nonzero(j.not_before_ms),
         }
     }
 }
@@ -443,10 +452,14 @@ fn nonzero(ms: u64) -> Option<u64> {
 }
 
 /// Every reason a pending job waits ([`tessera_view::Waiting`]'s codes).
-pub const WAIT_REASONS: [&str; 5] = ["never_fits", "quota", "capacity", "locality", "ready"];
+pub const WAIT_REASONS: [&str; 6] = ["never_fits", "quota", "capacity", "locality", "restarting", "ready"];
 
 fn wait_reason_schema() -> Object {
-    enum_schema(WAIT_REASONS, false, "why it waits: never_fits, quota, capacity, locality or ready (it fits now)")
+    enum_schema(
+        WAIT_REASONS,
+        false,
+        "why it waits: never_fits, quota, capacity, locality, restarting (its restart backoff) or ready (it fits now)",
+    )
 }
 
 fn level_or_null_schema() -> Object {

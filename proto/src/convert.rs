@@ -27,7 +27,7 @@ use crate::validate;
 use std::collections::BTreeMap;
 use std::fmt;
 use tessera_view::job::MAX_MEMBERS;
-use tessera_view::job::RunSettings;
+use tessera_view::job::{RestartPolicy, RunSettings};
 use tessera_view::placement::GangPlacement;
 use tessera_view::preemption;
 use tessera_view::server::{HEALTH_HISTORY, MAX_CORDON_REASON_CHARS, MAX_HEALTH_WHY_CHARS};
@@ -426,6 +426,8 @@ impl From<&JobSpec> for v1::JobSpec {
             env: s.run.env.clone().into_iter().collect(),
             workdir: s.run.workdir.clone(),
             time_limit_s: s.run.time_limit_s,
+            restart: s.run.restart.map(|r| v1::RestartPolicy { max: r.max, backoff_s: r.backoff_s }),
+            stop_grace_s: s.run.stop_grace_s,
         }
     }
 }
@@ -458,7 +460,13 @@ impl TryFrom<v1::JobSpec> for JobSpec {
             command: w.command,
             scheduler: w.scheduler,
             class: w.class,
-            run: RunSettings { env: w.env.into_iter().collect(), workdir: w.workdir, time_limit_s: w.time_limit_s },
+            run: RunSettings {
+                env: w.env.into_iter().collect(),
+                workdir: w.workdir,
+                time_limit_s: w.time_limit_s,
+                restart: w.restart.map(|r| RestartPolicy { max: r.max, backoff_s: r.backoff_s }),
+                stop_grace_s: w.stop_grace_s,
+            },
         };
         validate::check_job_spec(&spec)?;
         Ok(spec)
@@ -541,6 +549,8 @@ impl From<&Job> for v1::Job {
                 .iter()
                 .map(|s| v1::HeldSpan { from_ms: s.from_ms, to_ms: s.to_ms, gpus: s.gpus, cores: s.cores })
                 .collect(),
+            restarts: j.restarts,
+            not_before_ms: j.not_before_ms,
         }
     }
 }
@@ -601,6 +611,8 @@ impl TryFrom<v1::Job> for Job {
                     })
                     .collect::<Result<_, _>>()?
             },
+            restarts: w.restarts,
+            not_before_ms: w.not_before_ms,
         };
         validate::check_job(&job)?;
         Ok(job)

@@ -14,6 +14,7 @@
 //! | [`backoff`] | [`Backoff`]: the one bounded, jittered retry delay every retrying loop of the workspace uses |
 //! | [`error`] | [`WireError`]: which message and field a conversion refused, and why |
 //! | [`tls`] | mutual TLS on every connection: the cluster CA and certificates, reloading TLS directories, callers' identities, bearer tokens |
+//! | [`prom`] | Prometheus metrics: the recorder every process counts into, the scrape listener of agents and scheduler hosts |
 //! | [`api`] | the JSON shapes of the view's HTTP API, also printed by the CLI's `--json` (with their OpenAPI schemas) |
 //!
 //! Decoding untrusted bytes is two steps, neither of which panics:
@@ -34,6 +35,7 @@ pub mod backoff;
 pub mod client;
 pub mod convert;
 pub mod error;
+pub mod prom;
 pub mod tls;
 pub mod validate;
 

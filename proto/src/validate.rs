@@ -40,6 +40,9 @@ const JOB_SPEC_FIELDS: &[&str] = &[
     "env",
     "workdir",
     "time_limit_s",
+    "restart.max",
+    "restart.backoff_s",
+    "stop_grace_s",
 ];
 const CPU_DEMAND_FIELDS: &[&str] = &["fixed.cores_per_gpu", "predicted.predictor", "predicted.min_cores_per_gpu"];
 const PREDICTOR_FIELDS: &[&str] = &["p0", "p1", "p2", "theta"];
@@ -99,6 +102,9 @@ pub fn check_job_spec(s: &JobSpec) -> Result<(), WireError> {
             "relax_after_s" => s.relax_after_s,
             "memory_mib_per_gpu" => s.memory_mib_per_gpu.map(u64::from),
             "time_limit_s" => s.run.time_limit_s,
+            "restart.max" => s.run.restart.map(|r| u64::from(r.max)),
+            "restart.backoff_s" => s.run.restart.map(|r| r.backoff_s),
+            "stop_grace_s" => s.run.stop_grace_s,
             _ => None,
         })
     })
@@ -358,6 +364,12 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
 /// `gpus_per_member` GPUs, at most `MAX_MEMBERS`).
 pub fn check_job(job: &Job) -> Result<(), WireError> {
     check_job_spec(&job.spec).map_err(|e| e.at("spec"))?;
+    // A job restarts only as far as its policy allows.
+    let allowed = job.spec.run.restart.map_or(0, |r| r.max);
+    if job.restarts > allowed {
+        let bound = format!("its restart policy allows {allowed}");
+        return Err(WireError::out_of_range("Job", "restarts", u64::from(job.restarts), bound));
+    }
     match (&job.placement, job.state.holds_resources()) {
         (None, true) => Err(WireError::invalid("Job", "placement", format!("missing while the job is {}", job.state))),
         (Some(_), false) => {

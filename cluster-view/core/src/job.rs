@@ -9,6 +9,9 @@
 //! priority = "batch"       # a class of the cluster's [priorities] (resolved at admission), or a number
 //! memory_mib_per_gpu = 32768     # optional; default: the server's memory share per GPU
 //! command = ["python3", "train.py"]
+//! restart = { max = 3, backoff_s = 10 }  # optional: after a member fails, restart the gang
+//!                           # whole, at most 3 times, waiting 10 s, 20 s, 40 s
+//! stop_grace_s = 30         # optional: SIGTERM to SIGKILL when its tasks are stopped
 //!
 //! [locality]
 //! prefer = "socket"         # pcie-switch < socket < server < rack < ib-domain < any
@@ -181,6 +184,55 @@ pub const MAX_ENV_VARS: usize = 128;
 pub const MAX_ENV_VALUE_BYTES: usize = 4096;
 /// The longest time limit: one year.
 pub const MAX_TIME_LIMIT_S: u64 = 366 * 86_400;
+/// The most restarts a job may ask for.
+pub const MAX_RESTARTS: u32 = 100;
+/// The longest wait before a restart, in seconds (the doubling backoff stops growing there).
+pub const MAX_RESTART_BACKOFF_S: u64 = 3_600;
+/// The first restart's wait when a job's policy gives none, in seconds.
+pub const DEFAULT_RESTART_BACKOFF_S: u64 = 10;
+/// The longest stop grace a job may ask for, in seconds.
+pub const MAX_STOP_GRACE_S: u64 = 3_600;
+
+/// What happens when a member of a running job fails (exits non-zero, or cannot start): the
+/// gang is released whole and queued again, up to `max` times, each restart waiting twice as
+/// long as the one before (from `backoff_s`, at most [`MAX_RESTART_BACKOFF_S`]). At the next
+/// failure the job fails. A cancel, a time limit, a preemption or a lost server is not a
+/// failure of the job's code and restarts nothing (the last two re-queue it anyway).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartPolicy {
+    /// Restarts allowed (1..=[`MAX_RESTARTS`]).
+    pub max: u32,
+    /// Seconds before the first restart may be placed (0..=[`MAX_RESTART_BACKOFF_S`]).
+    #[serde(default = "default_restart_backoff")]
+    pub backoff_s: u64,
+}
+
+fn default_restart_backoff() -> u64 {
+    DEFAULT_RESTART_BACKOFF_S
+}
+
+impl RestartPolicy {
+    /// The wait before restart number `n` (1 for the first), in milliseconds: `backoff_s`
+    /// doubled `n - 1` times, at most [`MAX_RESTART_BACKOFF_S`].
+    pub fn backoff_ms(&self, n: u32) -> u64 {
+        let doubled = self.backoff_s.saturating_mul(1u64 << n.saturating_sub(1).min(20));
+        doubled.min(MAX_RESTART_BACKOFF_S) * 1000
+    }
+
+    fn validate(&self) -> Result<(), FieldError> {
+        if !(1..=MAX_RESTARTS).contains(&self.max) {
+            return Err(FieldError::new("restart.max", format!("must be 1..={MAX_RESTARTS}, got {}", self.max)));
+        }
+        if self.backoff_s > MAX_RESTART_BACKOFF_S {
+            return Err(FieldError::new(
+                "restart.backoff_s",
+                format!("must be at most {MAX_RESTART_BACKOFF_S} seconds, got {}", self.backoff_s),
+            ));
+        }
+        Ok(())
+    }
+}
 /// Variables the node agent sets for every task; a job may not set them itself.
 pub const RESERVED_ENV: [&str; 11] = [
     "CUDA_VISIBLE_DEVICES",
@@ -212,6 +264,13 @@ pub struct RunSettings {
     /// fails the job ("time limit reached") and its agents stop its tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_s: Option<u64>,
+    /// Restart the gang whole when a member fails, up to a bound (none: a failure ends it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartPolicy>,
+    /// Seconds a stopped task has between SIGTERM and SIGKILL (a cancel, a time limit, a
+    /// restart of its gang); none: the agent's own setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_grace_s: Option<u64>,
 }
 
 impl RunSettings {
@@ -256,6 +315,17 @@ impl RunSettings {
         {
             return Err(FieldError::new("time_limit_s", format!("must be 1..={MAX_TIME_LIMIT_S} seconds, got {t}")));
         }
+        if let Some(r) = &self.restart {
+            r.validate()?;
+        }
+        if let Some(g) = self.stop_grace_s
+            && g > MAX_STOP_GRACE_S
+        {
+            return Err(FieldError::new(
+                "stop_grace_s",
+                format!("must be at most {MAX_STOP_GRACE_S} seconds, got {g}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -298,6 +368,10 @@ pub struct JobFile {
     workdir: Option<String>,
     #[serde(default)]
     time_limit_s: Option<u64>,
+    #[serde(default)]
+    restart: Option<RestartPolicy>,
+    #[serde(default)]
+    stop_grace_s: Option<u64>,
 }
 
 /// `priority = 10` or `priority = "batch"` (a class name).
@@ -429,7 +503,13 @@ impl JobFile {
             class,
             command: self.command,
             scheduler: self.scheduler,
-            run: RunSettings { env: self.env, workdir: self.workdir, time_limit_s: self.time_limit_s },
+            run: RunSettings {
+                env: self.env,
+                workdir: self.workdir,
+                time_limit_s: self.time_limit_s,
+                restart: self.restart,
+                stop_grace_s: self.stop_grace_s,
+            },
         };
         spec.validate()?;
         Ok(spec)
@@ -713,6 +793,13 @@ pub struct Job {
     /// the placement it holds now is not here until released.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<crate::usage::HeldSpan>,
+    /// Restarts after failures so far (its spec's [`RestartPolicy`] bounds them).
+    #[serde(default)]
+    pub restarts: u32,
+    /// A restarted job is not to be placed before this time on the view's clock (Unix ms);
+    /// 0: any time. Hosts wait for it ([`crate::JobSpec::run`]'s `restart.backoff_s`).
+    #[serde(default)]
+    pub not_before_ms: u64,
 }
 
 impl Job {
@@ -823,6 +910,16 @@ mod tests {
         assert!(err("name='r'\ngpus=1\nenv={'1X'='3'}\n").contains("not a variable name"));
         assert!(err("name='r'\ngpus=1\nworkdir='data'\n").contains("absolute path"));
         assert!(err("name='r'\ngpus=1\ntime_limit_s=0\n").contains("time_limit_s"));
+        let j = JobSpec::from_toml("j.toml", "name='r'\ngpus=1\nrestart={max=3}\nstop_grace_s=30\n").expect("valid");
+        assert_eq!(j.run.restart, Some(RestartPolicy { max: 3, backoff_s: DEFAULT_RESTART_BACKOFF_S }));
+        assert_eq!(j.run.stop_grace_s, Some(30));
+        let j = JobSpec::from_toml("j.toml", "name='r'\ngpus=1\n[restart]\nmax=1\nbackoff_s=0\n").expect("valid");
+        assert_eq!(j.run.restart, Some(RestartPolicy { max: 1, backoff_s: 0 }));
+        assert!(err("name='r'\ngpus=1\nrestart={max=0}\n").contains("restart.max"));
+        assert!(err("name='r'\ngpus=1\nrestart={max=101}\n").contains("restart.max"));
+        assert!(err("name='r'\ngpus=1\nrestart={max=2, backoff_s=3601}\n").contains("restart.backoff_s"));
+        assert!(err("name='r'\ngpus=1\nrestart={max=2, on='always'}\n").contains("on"));
+        assert!(err("name='r'\ngpus=1\nstop_grace_s=3601\n").contains("stop_grace_s"));
         let big: String = (0..129).map(|i| format!("V{i}='x',")).collect();
         assert!(err(&format!("name='r'\ngpus=1\nenv={{{}}}\n", big.trim_end_matches(','))).contains("at most 128"));
     }

@@ -56,7 +56,9 @@ pub use cluster_spec::{Accounting, ClusterSpec};
 pub use config_set::ConfigSet;
 pub use error::{FieldError, SpecError, ViewError};
 pub use ids::{ConfigSetId, JobId, ProposalId, RequestId, ServerId, ViewVersion};
-pub use job::{CpuDemand, DEFAULT_TENANT, Job, JobFile, JobSpec, JobState, Predictor, TaskEvent, TaskState};
+pub use job::{
+    CpuDemand, DEFAULT_TENANT, Job, JobFile, JobSpec, JobState, Predictor, RestartPolicy, TaskEvent, TaskState,
+};
 pub use locality::LocalityLevel;
 pub use mask::CoreMask;
 pub use placement::{Decision, MemberPlacement, Proposal, Rejection};

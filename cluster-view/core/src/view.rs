@@ -658,7 +658,8 @@ impl ClusterView {
     /// Records a node agent's report on one member's task. `Started` moves the member to
     /// running (the job too, once every member runs); `Exited` with code 0 marks it succeeded
     /// (the job finishes and releases once every member has); any other exit fails the job and
-    /// releases its resources. A report for another placement than the job's current one is
+    /// releases its resources, or, while its [`crate::job::RestartPolicy`] allows, releases them
+    /// and queues the job again (restarted whole). A report for another placement than the job's current one is
     /// [`ViewError::StaleTask`]; repeated reports change nothing.
     pub fn task_event(
         &mut self,
@@ -720,10 +721,30 @@ impl ClusterView {
             (c, "") => format!("exited with code {c}"),
             (c, m) => format!("exited with code {c}: {m}"),
         };
+        let what = format!("member {member} on {name} {why}");
         self.bump();
+        // A restart policy with restarts left: the gang goes back to the queue whole (its
+        // agents stop the other members, whose placement is gone), to be placed again after
+        // the policy's backoff.
+        let restart = self.jobs.get(&job).and_then(|j| {
+            let policy = j.spec.run.restart.filter(|r| j.restarts < r.max)?;
+            Some((policy, j.restarts + 1))
+        });
+        if let Some((policy, n)) = restart {
+            let wait_ms = policy.backoff_ms(n);
+            self.requeue(job, format!("restart {n} of {} in {} s after: {what}", policy.max, wait_ms / 1000));
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.restarts = n;
+                j.not_before_ms = self.now_ms.saturating_add(wait_ms);
+            }
+            return JobState::Pending;
+        }
         self.free_placement(job);
         if let Some(j) = self.jobs.get_mut(&job) {
-            j.error = Some(format!("member {member} on {name} {why}"));
+            j.error = Some(match j.restarts {
+                0 => what,
+                n => format!("{what} (after {n} restart{})", if n == 1 { "" } else { "s" }),
+            });
         }
         self.end_job(job, JobState::Failed);
         JobState::Failed
@@ -844,6 +865,8 @@ impl ClusterView {
                 user: user.to_string(),
                 times: JobTimes { submitted_ms: self.now_ms, ..JobTimes::default() },
                 held: Vec::new(),
+                restarts: 0,
+                not_before_ms: 0,
             },
         );
         if let Some(r) = request {
@@ -1352,12 +1375,7 @@ mod tests {
     /// Submits a gang of one GPU per member and places member `k` on server `k`, device 0.
     fn placed(view: &mut ClusterView, members: u32, proposal: u64) -> JobId {
         let job = view.submit(gang(members)).expect("submit");
-        let ms = (0..members)
-            .map(|k| MemberPlacement { server: ServerId(k), gpus: 1, cores: CoreMask::range(0, 4), memory_mib: 1024 })
-            .collect();
-        let p = Proposal { id: ProposalId(proposal), job, members: ms, based_on: view.version() };
-        let d = view.apply(&Command::Propose(vec![p]));
-        assert!(matches!(&d, Outcome::Decided(v) if v[0].is_placed()), "{d:?}");
+        place_again(view, job, members, proposal);
         job
     }
 
@@ -1380,6 +1398,63 @@ mod tests {
             }
             o => panic!("unexpected outcome {o:?}"),
         }
+    }
+
+    /// Places `job`'s members `k` on server `k`, device 0, under proposal `id`.
+    fn place_again(view: &mut ClusterView, job: JobId, members: u32, id: u64) {
+        let ms = (0..members)
+            .map(|k| MemberPlacement { server: ServerId(k), gpus: 1, cores: CoreMask::range(0, 4), memory_mib: 1024 })
+            .collect();
+        let p = Proposal { id: ProposalId(id), job, members: ms, based_on: view.version() };
+        let d = view.apply(&Command::Propose(vec![p]));
+        assert!(matches!(&d, Outcome::Decided(v) if v[0].is_placed()), "{d:?}");
+    }
+
+    #[test]
+    fn a_failed_member_restarts_the_gang_whole_with_doubling_backoff_until_the_policy_is_spent() {
+        let t0 = 1_800_000_000_000;
+        let mut view = seed_view(2);
+        clock(&mut view, t0);
+        let mut spec = gang(2);
+        spec.run.restart = Some(crate::job::RestartPolicy { max: 2, backoff_s: 10 });
+        let job = view.submit(spec).expect("submit");
+        let free = view.servers()[0].free_gpus;
+        for (attempt, proposal) in [(1u32, 1u64), (2, 2)] {
+            place_again(&mut view, job, 2, proposal);
+            report(&mut view, job, proposal, 0, TaskEvent::Started).expect("started");
+            // Member 1 fails: the gang is released whole (member 0 still ran) and queued again.
+            assert_eq!(report(&mut view, job, proposal, 1, exited(3, "")), Ok(JobState::Pending));
+            let j = view.job(job).expect("job");
+            assert_eq!((j.state, j.placement.is_none(), j.restarts), (JobState::Pending, true, attempt));
+            // 10 s, then 20 s, from the view's clock at the failure.
+            assert_eq!(j.not_before_ms, t0 + 10_000 * (1u64 << (attempt - 1)));
+            let e = j.error.as_deref().unwrap_or_default();
+            assert!(e.starts_with(&format!("restart {attempt} of 2 in")) && e.contains("exited with code 3"), "{e}");
+            assert_eq!(view.servers()[0].free_gpus, free, "member 0's device is free again");
+            assert!(invariants::check(&view).is_clean(), "{:?}", invariants::check(&view));
+            // A late report from the released placement is stale, and changes nothing.
+            assert!(matches!(report(&mut view, job, proposal, 0, exited(0, "")), Err(ViewError::StaleTask { .. })));
+        }
+        // The third failure: no restart left.
+        place_again(&mut view, job, 2, 3);
+        assert_eq!(report(&mut view, job, 3, 0, exited(1, "boom")), Ok(JobState::Failed));
+        let j = view.job(job).expect("job");
+        assert_eq!((j.state, j.restarts), (JobState::Failed, 2));
+        assert_eq!(j.error.as_deref(), Some("member 0 on rack-0-s00 exited with code 1: boom (after 2 restarts)"));
+        // Without a policy a failure ends the job at once, as before.
+        let once = placed(&mut view, 1, 4);
+        assert_eq!(report(&mut view, once, 4, 0, exited(2, "")), Ok(JobState::Failed));
+        assert_eq!(view.job(once).map(|j| j.restarts), Some(0));
+    }
+
+    #[test]
+    fn a_restart_backoff_doubles_up_to_its_cap() {
+        let r = crate::job::RestartPolicy { max: 100, backoff_s: 10 };
+        assert_eq!([r.backoff_ms(1), r.backoff_ms(2), r.backoff_ms(3)], [10_000, 20_000, 40_000]);
+        assert_eq!(r.backoff_ms(9), 2_560_000);
+        assert_eq!(r.backoff_ms(10), crate::job::MAX_RESTART_BACKOFF_S * 1000);
+        assert_eq!(r.backoff_ms(100), crate::job::MAX_RESTART_BACKOFF_S * 1000);
+        assert_eq!(crate::job::RestartPolicy { max: 1, backoff_s: 0 }.backoff_ms(5), 0);
     }
 
     #[test]

@@ -67,6 +67,16 @@ pub enum Waiting {
         /// declares a slowdown and its host weighs the looser levels' cost), or none left.
         relax_at_ms: Option<u64>,
     },
+    /// A member failed and its restart policy re-queued it: it is not placed before its
+    /// backoff ends.
+    Restarting {
+        /// Restarts so far (this one included).
+        restarts: u32,
+        /// Restarts its policy allows.
+        max: u32,
+        /// When it may be placed again (view clock, Unix ms).
+        until_ms: u64,
+    },
     /// It fits now, at `level`: its scheduler host has not placed it yet.
     Ready {
         /// The tightest level with room that it accepts now.
@@ -82,6 +92,7 @@ impl Waiting {
             Waiting::Quota { .. } => "quota",
             Waiting::Capacity { .. } => "capacity",
             Waiting::Locality { .. } => "locality",
+            Waiting::Restarting { .. } => "restarting",
             Waiting::Ready { .. } => "ready",
         }
     }
@@ -112,6 +123,10 @@ impl fmt::Display for Waiting {
             Waiting::Locality { tolerate, fits_at: None, .. } => write!(
                 f,
                 "no fit at its allowed level: enough GPUs are free, but not within one {tolerate}; it waits for free GPUs to gather"
+            ),
+            Waiting::Restarting { restarts, max, until_ms } => write!(
+                f,
+                "restart {restarts} of {max} after a member failed: placed again from {until_ms} Unix ms (its restart backoff)"
             ),
             Waiting::Ready { level } => write!(f, "fits now at {level}: waiting for its scheduler host to place it"),
         }
@@ -187,7 +202,13 @@ impl<'a> Explainer<'a> {
     pub fn explain_at(&mut self, job: &Job, position: u32) -> WaitExplanation {
         let now = self.view.now_ms();
         let waited_ms = now.saturating_sub(job.times.submitted_ms);
-        let waiting = self.reason(&job.spec, waited_ms, job.times.submitted_ms);
+        let waiting = match job.spec.run.restart {
+            // Its backoff first: nothing else matters before it ends.
+            Some(policy) if job.not_before_ms > now && self.view.never_fits(&job.spec).is_none() => {
+                Waiting::Restarting { restarts: job.restarts, max: policy.max, until_ms: job.not_before_ms }
+            }
+            _ => self.reason(&job.spec, waited_ms, job.times.submitted_ms),
+        };
         WaitExplanation { job: job.id, waiting, position, waited_ms }
     }
 
@@ -361,6 +382,39 @@ mod tests {
         assert_eq!(ea.position, 1, "the higher-priority job is first");
         assert_eq!(e.explain(b).expect("pending").position, 0);
         assert_eq!(e.queue().iter().map(|j| j.id).collect::<Vec<_>>(), vec![b, a]);
+    }
+
+    #[test]
+    fn a_restarted_job_waits_out_its_backoff_then_is_ready() {
+        let mut v = view();
+        let t0 = 1_800_000_000_000;
+        let _ = v.apply(&crate::Command::Clock { at_ms: t0 });
+        let mut s = spec(1, 1, LocalityLevel::Server, LocalityLevel::Any);
+        s.command = vec!["train".into()];
+        s.run.restart = Some(crate::job::RestartPolicy { max: 3, backoff_s: 30 });
+        let j = v.submit(s).expect("submit");
+        let topo = v.topology_of(v.servers()[0].config_set).clone();
+        let req = fit::member_request(&v.job(j).expect("job").spec, &topo);
+        let (m, _) = fit::plan_member(&topo, &v.servers()[0], ServerId(0), &req, LocalityLevel::Server, FitMode::Pack)
+            .expect("room");
+        let p = Proposal { id: ProposalId(5), job: j, members: vec![m], based_on: v.version() };
+        assert!(matches!(v.propose(&p), crate::Decision::Accepted { .. }));
+        let failed = crate::Command::Task {
+            job: j,
+            proposal: ProposalId(5),
+            member: 0,
+            server: ServerId(0),
+            event: crate::TaskEvent::Exited { code: 1, message: String::new() },
+        };
+        let _ = v.apply(&failed);
+        let mut e = Explainer::new(&v);
+        let w = e.explain(j).expect("pending again").waiting;
+        assert_eq!(w, Waiting::Restarting { restarts: 1, max: 3, until_ms: t0 + 30_000 });
+        assert_eq!(w.code(), "restarting");
+        // Once the view's clock passes the backoff, it is ready again.
+        let _ = v.apply(&crate::Command::Clock { at_ms: t0 + 30_000 });
+        let mut e = Explainer::new(&v);
+        assert!(matches!(e.explain(j).expect("pending").waiting, Waiting::Ready { .. }));
     }
 
     #[test]

@@ -169,7 +169,9 @@ pub async fn serve(
         .map_err(|source| ViewServerError::DriverThread { replica: cfg.id, source })?;
 
     let audit = Arc::new(authz::AuditLog::new(cfg.data_dir.join("audit.jsonl")));
+    let approvals = Arc::new(http::metrics::ApprovalMetrics::new());
     let view = service::ViewService {
+        approvals: approvals.clone(),
         node: handle.clone(),
         cluster: identity.clone(),
         watchers: Arc::new(AtomicUsize::new(0)),
@@ -216,6 +218,7 @@ pub async fn serve(
             request_timeout: Duration::from_millis(t.request_timeout_ms) + Duration::from_secs(2),
             max_body_bytes: http::MAX_BODY_BYTES,
             version: Some(handle.version.clone()),
+            approvals,
         };
         http::start(http_listener, http_cfg, stopping.clone())?;
     }

@@ -52,6 +52,8 @@ pub struct ViewService {
     pub audit: Arc<AuditLog>,
     /// Per-caller request rates.
     pub limiter: Arc<std::sync::Mutex<crate::authz::RateLimiter>>,
+    /// What Propose, Migrate and Preempt answered, for `/metrics`.
+    pub approvals: Arc<crate::http::metrics::ApprovalMetrics>,
 }
 
 fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
@@ -226,6 +228,79 @@ impl ViewService {
             (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
         }
     }
+
+    /// `Propose`; the caller counts its answer.
+    async fn propose_call(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let who = self.caller(&req, "Propose")?;
+        let wire = req.into_inner().proposals;
+        count("proposals", wire.len())?;
+        self.allow_schedule(&who, "Propose", wire.iter().map(|p| JobId(p.job)).collect()).await?;
+        if let [p] = wire.as_slice() {
+            Span::current().record("job_id", p.job).record("proposal", p.id);
+        }
+        let mut items = Vec::with_capacity(wire.len());
+        let mut waits = Vec::with_capacity(wire.len());
+        for (i, p) in wire.into_iter().enumerate() {
+            let p = Proposal::try_from(p).map_err(|e| ViewServerError::Invalid(format!("proposals[{i}]: {e}")))?;
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            items.push((p, tx));
+            waits.push(rx);
+        }
+        self.node.send(NodeRequest::Propose(items))?;
+        let mut results = Vec::with_capacity(waits.len());
+        for rx in waits {
+            // Every proposal of one request meets the same leader: a follower refuses the request.
+            results.push(one_decision(self.node.wait(rx).await)?);
+        }
+        Ok(Response::new(v1::ProposeResponse { results }))
+    }
+
+    /// `Migrate`; the caller counts its answer.
+    async fn migrate_call(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let who = self.caller(&req, "Migrate")?;
+        let wire = req.into_inner().proposals;
+        count("moves", wire.len())?;
+        self.allow_schedule(&who, "Migrate", wire.iter().map(|p| JobId(p.job)).collect()).await?;
+        if let [p] = wire.as_slice() {
+            Span::current().record("job_id", p.job).record("proposal", p.id);
+        }
+        let mut moves = Vec::with_capacity(wire.len());
+        for (i, p) in wire.into_iter().enumerate() {
+            moves.push(Proposal::try_from(p).map_err(|e| ViewServerError::Invalid(format!("proposals[{i}]: {e}")))?);
+        }
+        let n = moves.len();
+        // The moves travel as one command (one log entry) and are decided one by one when it
+        // is applied; each is atomic on its own (see `ClusterView::migrate`).
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.node.send(NodeRequest::Commands(vec![(Command::Migrate(moves), tx)]))?;
+        let unknown = |why: String| vec![v1::ProposeResult { decision: None, unknown: why }; n];
+        let results = match self.node.wait(rx).await {
+            Ok((Answer::Applied(Outcome::Decided(ds)), _)) if ds.len() == n => ds
+                .iter()
+                .map(|d| v1::ProposeResult { decision: Some(v1::Decision::from(d)), unknown: String::new() })
+                .collect(),
+            Ok((other, _)) => unknown(unknown_outcome(&ViewServerError::Stopped(format!("{other:?}")))),
+            Err(e @ ViewServerError::NotLeader { .. }) => return Err(e.into()),
+            Err(e) => unknown(unknown_outcome(&e)),
+        };
+        Ok(Response::new(v1::ProposeResponse { results }))
+    }
+
+    /// `Preempt`; the caller counts its answer.
+    async fn preempt_call(&self, req: Request<v1::PreemptRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
+        let who = self.caller(&req, "Preempt")?;
+        let wire = req.into_inner().preemption.ok_or_else(|| ViewServerError::Invalid("preemption: missing".into()))?;
+        let pre = Preemption::try_from(wire).map_err(|e| ViewServerError::Invalid(format!("preemption: {e}")))?;
+        Span::current()
+            .record("job_id", pre.proposal.job.0)
+            .record("proposal", pre.proposal.id.0)
+            .record("victims", pre.victims.len());
+        self.allow_schedule(&who, "Preempt", vec![pre.proposal.job]).await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.node.send(NodeRequest::Commands(vec![(Command::Preempt(pre), tx)]))?;
+        let result = one_decision(self.node.wait(rx).await)?;
+        Ok(Response::new(v1::ProposeResponse { results: vec![result] }))
+    }
 }
 
 #[tonic::async_trait]
@@ -360,28 +435,10 @@ impl v1::view_server::View for ViewService {
         fields(proposals = req.get_ref().proposals.len(), job_id = Empty, proposal = Empty)
     )]
     async fn propose(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
-        let who = self.caller(&req, "Propose")?;
-        let wire = req.into_inner().proposals;
-        count("proposals", wire.len())?;
-        self.allow_schedule(&who, "Propose", wire.iter().map(|p| JobId(p.job)).collect()).await?;
-        if let [p] = wire.as_slice() {
-            Span::current().record("job_id", p.job).record("proposal", p.id);
-        }
-        let mut items = Vec::with_capacity(wire.len());
-        let mut waits = Vec::with_capacity(wire.len());
-        for (i, p) in wire.into_iter().enumerate() {
-            let p = Proposal::try_from(p).map_err(|e| ViewServerError::Invalid(format!("proposals[{i}]: {e}")))?;
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            items.push((p, tx));
-            waits.push(rx);
-        }
-        self.node.send(NodeRequest::Propose(items))?;
-        let mut results = Vec::with_capacity(waits.len());
-        for rx in waits {
-            // Every proposal of one request meets the same leader: a follower refuses the request.
-            results.push(one_decision(self.node.wait(rx).await)?);
-        }
-        Ok(Response::new(v1::ProposeResponse { results }))
+        let start = std::time::Instant::now();
+        let answer = self.propose_call(req).await;
+        self.approvals.observe("propose", &answer, start.elapsed());
+        answer
     }
 
     #[instrument(
@@ -390,50 +447,19 @@ impl v1::view_server::View for ViewService {
         fields(moves = req.get_ref().proposals.len(), job_id = Empty, proposal = Empty)
     )]
     async fn migrate(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
-        let who = self.caller(&req, "Migrate")?;
-        let wire = req.into_inner().proposals;
-        count("moves", wire.len())?;
-        self.allow_schedule(&who, "Migrate", wire.iter().map(|p| JobId(p.job)).collect()).await?;
-        if let [p] = wire.as_slice() {
-            Span::current().record("job_id", p.job).record("proposal", p.id);
-        }
-        let mut moves = Vec::with_capacity(wire.len());
-        for (i, p) in wire.into_iter().enumerate() {
-            moves.push(Proposal::try_from(p).map_err(|e| ViewServerError::Invalid(format!("proposals[{i}]: {e}")))?);
-        }
-        let n = moves.len();
-        // The moves travel as one command (one log entry) and are decided one by one when it
-        // is applied; each is atomic on its own (see `ClusterView::migrate`).
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.node.send(NodeRequest::Commands(vec![(Command::Migrate(moves), tx)]))?;
-        let unknown = |why: String| vec![v1::ProposeResult { decision: None, unknown: why }; n];
-        let results = match self.node.wait(rx).await {
-            Ok((Answer::Applied(Outcome::Decided(ds)), _)) if ds.len() == n => ds
-                .iter()
-                .map(|d| v1::ProposeResult { decision: Some(v1::Decision::from(d)), unknown: String::new() })
-                .collect(),
-            Ok((other, _)) => unknown(unknown_outcome(&ViewServerError::Stopped(format!("{other:?}")))),
-            Err(e @ ViewServerError::NotLeader { .. }) => return Err(e.into()),
-            Err(e) => unknown(unknown_outcome(&e)),
-        };
-        Ok(Response::new(v1::ProposeResponse { results }))
+        let start = std::time::Instant::now();
+        let answer = self.migrate_call(req).await;
+        self.approvals.observe("migrate", &answer, start.elapsed());
+        answer
     }
 
     /// The span names the preemptor, its proposal and how many victims it displaces.
     #[instrument(level = "debug", skip_all, fields(job_id = Empty, proposal = Empty, victims = Empty))]
     async fn preempt(&self, req: Request<v1::PreemptRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
-        let who = self.caller(&req, "Preempt")?;
-        let wire = req.into_inner().preemption.ok_or_else(|| ViewServerError::Invalid("preemption: missing".into()))?;
-        let pre = Preemption::try_from(wire).map_err(|e| ViewServerError::Invalid(format!("preemption: {e}")))?;
-        Span::current()
-            .record("job_id", pre.proposal.job.0)
-            .record("proposal", pre.proposal.id.0)
-            .record("victims", pre.victims.len());
-        self.allow_schedule(&who, "Preempt", vec![pre.proposal.job]).await?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.node.send(NodeRequest::Commands(vec![(Command::Preempt(pre), tx)]))?;
-        let result = one_decision(self.node.wait(rx).await)?;
-        Ok(Response::new(v1::ProposeResponse { results: vec![result] }))
+        let start = std::time::Instant::now();
+        let answer = self.preempt_call(req).await;
+        self.approvals.observe("preempt", &answer, start.elapsed());
+        answer
     }
 
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job, failed = req.get_ref().failed))]

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The replicas' Prometheus exposition (`GET /metrics`) checked by promtool (Debian's prometheus
-# package): format, HELP and TYPE lines, naming conventions. The target is `tessera dev` on free
-# loopback ports, after the example jobs have run, so that the per-state, per-level and latency
-# series carry values; then the Grafana dashboard (deploy/grafana/tessera.json) is checked against
-# the same exposition (deploy/grafana/check.py). Exits non-zero on any complaint.
+# The Prometheus expositions (`GET /metrics`) of a replica and of the agents and scheduler hosts
+# checked by promtool (Debian's prometheus package): format, HELP and TYPE lines, naming
+# conventions. The target is `tessera dev` on free loopback ports, after the example jobs have
+# run, so that the per-state, per-level and latency series carry values; their figures are then
+# checked against the jobs the API shows (deploy/grafana/figures.py), and the Grafana dashboard
+# (deploy/grafana/tessera.json) against the same expositions (deploy/grafana/check.py). Exits
+# non-zero on any complaint.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 . deploy/install-deps.sh
@@ -35,7 +37,15 @@ all_ended || { echo "promtool check: the example jobs did not end within 120 s" 
 # replica's, after real work, is what is checked. (Each replica serves its own /metrics where
 # `http_listen` is set, as in deploy/local.)
 api /metrics >"$work/metrics.txt"
-promtool check metrics <"$work/metrics.txt"
-echo "promtool: $(grep -c '^# TYPE' "$work/metrics.txt") metric families, $(grep -vc '^#\|^$' "$work/metrics.txt") series, no complaint"
+# The agents' and hosts' endpoint (one for all of them in tessera dev), with the same client
+# certificate (a scraper needs none; curl offers it).
+curl -fsS --cacert "$tls/ca.pem" "https://127.0.0.1:$metrics_port/metrics" >"$work/components.txt"
+for f in metrics components; do
+    promtool check metrics <"$work/$f.txt"
+    echo "promtool ($f): $(grep -c '^# TYPE' "$work/$f.txt") metric families, $(grep -vc '^#\|^$' "$work/$f.txt") series, no complaint"
+done
+api "/v1/jobs" >"$work/jobs.json"
+python3 deploy/grafana/figures.py "$work/jobs.json" "$work/metrics.txt" "$work/components.txt"
 # The Grafana dashboard in deploy/grafana: its queries parse and name only metrics exposed here.
-python3 deploy/grafana/check.py deploy/grafana/tessera.json "$work/metrics.txt"
+cat "$work/metrics.txt" "$work/components.txt" >"$work/all.txt"
+python3 deploy/grafana/check.py deploy/grafana/tessera.json "$work/all.txt"

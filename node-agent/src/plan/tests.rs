@@ -362,6 +362,8 @@ fn the_members_wanted_here() {
                     user: String::new(),
                     times: Default::default(),
                     held: Vec::new(),
+                    restarts: 0,
+                    not_before_ms: 0,
                 };
                 let got = desired([&job], server);
                 let holds = matches!(state, JobState::Placed | JobState::Running | JobState::Migrating);

@@ -111,6 +111,9 @@ pub struct HttpConfig {
     /// The replica's applied view version, followed by `GET /v1/events` (none: the route
     /// answers 503).
     pub version: Option<tokio::sync::watch::Receiver<u64>>,
+    /// What the replica's gRPC service answered to proposals (counted there, shown on
+    /// `/metrics`).
+    pub approvals: Arc<metrics::ApprovalMetrics>,
 }
 
 /// What every handler shares.
@@ -127,6 +130,8 @@ pub(crate) struct Api {
     timeout: Duration,
     max_body_bytes: usize,
     metrics: metrics::HttpMetrics,
+    /// The gRPC service's proposal counts, shared with it.
+    approvals: Arc<metrics::ApprovalMetrics>,
     /// Server names by id (the cluster spec fixes them), read from a snapshot once.
     names: RwLock<Arc<Vec<String>>>,
     /// How callers are authenticated.
@@ -300,6 +305,7 @@ pub fn start(
         timeout: cfg.request_timeout,
         max_body_bytes: cfg.max_body_bytes,
         metrics: metrics::HttpMetrics::new(),
+        approvals: cfg.approvals.clone(),
         names: RwLock::new(Arc::new(Vec::new())),
         security: cfg.security.clone(),
         view_addrs: cfg.view_addrs.clone(),

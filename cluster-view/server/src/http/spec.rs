@@ -178,6 +178,23 @@ pub struct JobFileBody {
     /// The longest a placement may be held, seconds; past it the job fails.
     #[schema(minimum = 1, maximum = 31622400)]
     pub time_limit_s: Option<u64>,
+    /// After a member fails, restart the gang whole, at most `max` times (default: a failure
+    /// ends the job).
+    pub restart: Option<RestartBody>,
+    /// Seconds a stopped task has between SIGTERM and SIGKILL (default: the agent's).
+    #[schema(minimum = 0, maximum = 3600)]
+    pub stop_grace_s: Option<u64>,
+}
+
+/// The `restart` table of a job file.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RestartBody {
+    /// Restarts allowed.
+    #[schema(minimum = 1, maximum = 100)]
+    pub max: u32,
+    /// Seconds before the first restart (default 10), doubling each time up to 3,600.
+    #[schema(minimum = 0, maximum = 3600)]
+    pub backoff_s: Option<u64>,
 }
 
 /// The `[locality]` table of a job file.
@@ -315,11 +332,15 @@ mod tests {
             env: Some([("NCCL_DEBUG".to_string(), "INFO".to_string())].into_iter().collect()),
             workdir: Some("/data/run-1".into()),
             time_limit_s: Some(3600),
+            restart: Some(RestartBody { max: 2, backoff_s: Some(5) }),
+            stop_grace_s: Some(20),
         };
         let json = serde_json::to_vec(&every_field).expect("JSON");
         let spec = parse_spec(&json, BodyFormat::Json).expect("every documented field is a job-file field");
         assert_eq!(spec.total_gpus(), 4);
         assert_eq!((spec.run.workdir.as_deref(), spec.run.time_limit_s), (Some("/data/run-1"), Some(3600)));
         assert_eq!(spec.run.env.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
+        assert_eq!(spec.run.restart, Some(tessera_view::RestartPolicy { max: 2, backoff_s: 5 }));
+        assert_eq!(spec.run.stop_grace_s, Some(20));
     }
 }
