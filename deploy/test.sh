@@ -5,6 +5,18 @@ cd "$(dirname "$0")/.."
 . deploy/install-deps.sh
 start=$(date +%s)
 
+# The shared build directory is a cache. Incremental compilation only pays for edit-and-rebuild
+# loops, and its directories take gigabytes: off here. When the disk under the build directory
+# runs low, its fuzz and incremental builds go first, so a full disk does not kill a linker
+# halfway (a SIGBUS in `ld`, seen once on a CI machine).
+export CARGO_INCREMENTAL=0
+free_kib=$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print $4 }')
+echo "== $((free_kib / 1048576)) GiB free on the disk of $CARGO_TARGET_DIR"
+if [ "${free_kib:-0}" -lt $((12 * 1048576)) ]; then
+    echo "   under 12 GiB: removing its fuzz and incremental builds"
+    rm -rf "$CARGO_TARGET_DIR/fuzz" "$CARGO_TARGET_DIR"/*/incremental
+fi
+
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -63,7 +75,7 @@ bash deploy/chaos/run.sh
 
 echo "== tessera dev, the quick start's main job: 3 replicas, 4 fake-GPU agents, a scheduler host;"
 echo "   every example job submitted and run to its end (exits non-zero if one fails)"
-"$CARGO_TARGET_DIR/release/tessera" dev --view-port 0 --http-port 0 --submit examples/jobs/*.toml --exit-when-done
+"$CARGO_TARGET_DIR/release/tessera" dev --view-port 0 --http-port 0 --metrics-port 0 --submit examples/jobs/*.toml --exit-when-done
 
 echo "== trace-driven simulator, short: the whole Philly trace under the four fast policies (exits"
 echo "   non-zero on a malformed trace, an invariant violation or an unfinished job)"
