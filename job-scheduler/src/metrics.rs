@@ -45,7 +45,11 @@ impl HostMetrics {
             describe_counter!("tessera_host_migrations_total", "Moves of this host's migration plans, by result.");
             describe_counter!("tessera_host_adopt_calls_total", "AdoptJobs calls (lease renewals), by result.");
         });
-        HostMetrics { metrics, host: host.to_string() }
+        let m = HostMetrics { metrics, host: host.to_string() };
+        // Every series a dashboard reads exists from the start (at 0).
+        m.migrated(0, 0);
+        m.adopted(0);
+        m
     }
 
     /// `n` jobs adopted.

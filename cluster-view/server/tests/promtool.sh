@@ -18,6 +18,14 @@ fi
 . cluster-view/server/tests/dev-cluster.sh
 start_dev --submit examples/jobs/*.toml
 
+# While the jobs hold GPUs, the per-tenant allocation series exist: one scrape then (bounded:
+# 120 s), checked with the others below.
+for _ in $(seq 1 480); do
+    api /metrics >"$work/running.txt" 2>/dev/null && grep -q '^tessera_gpus_allocated{' "$work/running.txt" && break
+    sleep 0.25
+done
+grep -q '^tessera_gpus_allocated{' "$work/running.txt" || { echo "promtool check: no GPU was ever held" >&2; exit 1; }
+
 # Every example job ended (bounded: 120 s), as the dev cluster's status tells.
 all_ended() {
     local s
@@ -40,12 +48,12 @@ api /metrics >"$work/metrics.txt"
 # The agents' and hosts' endpoint (one for all of them in tessera dev), with the same client
 # certificate (a scraper needs none; curl offers it).
 curl -fsS --cacert "$tls/ca.pem" "https://127.0.0.1:$metrics_port/metrics" >"$work/components.txt"
-for f in metrics components; do
+for f in running metrics components; do
     promtool check metrics <"$work/$f.txt"
     echo "promtool ($f): $(grep -c '^# TYPE' "$work/$f.txt") metric families, $(grep -vc '^#\|^$' "$work/$f.txt") series, no complaint"
 done
 api "/v1/jobs" >"$work/jobs.json"
 python3 deploy/grafana/figures.py "$work/jobs.json" "$work/metrics.txt" "$work/components.txt"
 # The Grafana dashboard in deploy/grafana: its queries parse and name only metrics exposed here.
-cat "$work/metrics.txt" "$work/components.txt" >"$work/all.txt"
+cat "$work/running.txt" "$work/metrics.txt" "$work/components.txt" >"$work/all.txt"
 python3 deploy/grafana/check.py deploy/grafana/tessera.json "$work/all.txt"

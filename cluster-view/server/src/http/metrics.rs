@@ -107,6 +107,14 @@ impl ApprovalMetrics {
                 ::metrics::Unit::Seconds,
                 "Propose, Migrate and Preempt calls, arrival to answer."
             );
+            // Every series a dashboard reads exists from the start (at 0), on followers too.
+            for call in ["propose", "migrate", "preempt"] {
+                counter!(PROPOSALS, "call" => call, "outcome" => "accepted", "reason" => "").increment(0);
+                let _ = histogram!(APPROVAL, "call" => call);
+            }
+            for level in tessera_view::LocalityLevel::ALL {
+                counter!(PLACEMENTS, "level" => level.as_str()).increment(0);
+            }
         });
         ApprovalMetrics { metrics }
     }
@@ -335,6 +343,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("tessera_http_request_duration_seconds_count{route=\"/v1/jobs\"} 2"), "{text}");
+    }
+
+    #[test]
+    fn approval_series_exist_at_zero_before_any_call() {
+        let text = ApprovalMetrics::new().render();
+        assert!(text.contains("tessera_placements_total{level=\"rack\"} 0"), "{text}");
+        assert!(
+            text.contains("tessera_proposals_total{call=\"migrate\",outcome=\"accepted\",reason=\"\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("tessera_approval_duration_seconds_count{call=\"preempt\"} 0"), "{text}");
     }
 
     #[test]
