@@ -7,14 +7,22 @@ start=$(date +%s)
 
 # The shared build directory is a cache. Incremental compilation only pays for edit-and-rebuild
 # loops, and its directories take gigabytes: off here. When the disk under the build directory
-# runs low, its fuzz and incremental builds go first, so a full disk does not kill a linker
-# halfway (a SIGBUS in `ld`, seen once on a CI machine).
+# runs low, its fuzz and incremental builds go first, then the rest of it, so a full disk does
+# not kill a linker halfway (a SIGBUS in `ld`, seen once on a CI machine).
 export CARGO_INCREMENTAL=0
 free_kib=$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print $4 }')
 echo "== $((free_kib / 1048576)) GiB free on the disk of $CARGO_TARGET_DIR"
-if [ "${free_kib:-0}" -lt $((12 * 1048576)) ]; then
-    echo "   under 12 GiB: removing its fuzz and incremental builds"
+# A full run adds up to 30 GiB to a cold build directory; RocksDB's C++ objects come back from
+# sccache's own cache, so an emptied one costs the Rust compiles only.
+need_kib=$((30 * 1048576))
+if [ "${free_kib:-0}" -lt "$need_kib" ]; then
+    echo "   under 30 GiB: removing its fuzz and incremental builds"
     rm -rf "$CARGO_TARGET_DIR/fuzz" "$CARGO_TARGET_DIR"/*/incremental
+    free_kib=$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print $4 }')
+    if [ "${free_kib:-0}" -lt "$need_kib" ]; then
+        echo "   still $((free_kib / 1048576)) GiB: emptying it"
+        rm -rf "${CARGO_TARGET_DIR:?}"/*
+    fi
 fi
 
 echo "== format and lints"
