@@ -227,7 +227,7 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
         crate::view::terminated().await;
         ExitCode::SUCCESS
     } else {
-        let ids = crate::jobs::submit_files(&mut c, &specs, &args.submit).await?;
+        let (ids, refused) = crate::jobs::submit_files(&mut c, &specs, &args.submit).await?;
         let failed = tokio::select! {
             r = crate::jobs::wait_for(&c, &ids, Duration::from_secs(3600)) => Some(r?),
             _ = crate::view::terminated() => None,
@@ -237,7 +237,7 @@ async fn run_async(args: DevArgs) -> Result<ExitCode> {
             println!("Ctrl-C stops the cluster.");
             crate::view::terminated().await;
         }
-        if failed.unwrap_or(0) > 0 || ids.len() < specs.len() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+        if failed.unwrap_or(0) > 0 || refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
     };
 
     // Tasks outlive their agents by design; a dev cluster going away cancels its live jobs

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tessera_proto::api::{self, GpuCounts, JobDetail, JobList, ServerList};
+use tessera_proto::api::{self, GpuCounts, JobDetail, JobList};
 use tessera_proto::v1;
 use tessera_scheduler::ViewCache;
 use tessera_view::mask::format_indices;
@@ -49,6 +49,16 @@ pub struct SubmitArgs {
     /// With --wait: give up waiting after this many seconds.
     #[arg(long, default_value_t = 3600)]
     timeout_s: u64,
+    /// Place each job only after these jobs finished (comma-separated ids; one that fails
+    /// fails it too; an array's first id stands for the array). Replaces the files' `after`.
+    #[arg(long, value_delimiter = ',')]
+    after: Option<Vec<u64>>,
+    /// Place each job only after these jobs ended, in any state. Replaces the files' `after_any`.
+    #[arg(long, value_delimiter = ',')]
+    after_any: Option<Vec<u64>>,
+    /// Submit each file as an array of this many jobs (`TESSERA_ARRAY_INDEX` 0..N-1).
+    #[arg(long)]
+    array: Option<u32>,
 }
 
 #[derive(Args)]
@@ -90,17 +100,39 @@ pub struct JobsArgs {
     /// Jobs per page, at most 10,000.
     #[arg(long, default_value_t = 1000)]
     limit: usize,
+    /// List the jobs the view forgot instead (ended, past the cluster's `ended_jobs_kept`),
+    /// from the replica's history, in the order they ended; pages go on with
+    /// `--after-ended-ms MS --after ID` as printed.
+    #[arg(long, conflicts_with = "state")]
+    history: bool,
+    /// With --history: jobs that ended since (`7d`, `12h`, a date, RFC 3339).
+    #[arg(long, requires = "history")]
+    from: Option<String>,
+    /// With --history: jobs that ended before this.
+    #[arg(long, requires = "history")]
+    to: Option<String>,
+    /// With --history and --after: the end time of the job named by --after.
+    #[arg(long, requires = "history", default_value_t = 0)]
+    after_ended_ms: u64,
 }
 
 #[derive(Args)]
 pub struct CancelArgs {
     #[command(flatten)]
     view: ViewArg,
-    /// The job.
-    job: u64,
-    /// Why (kept as the job's error).
+    /// The jobs (one or more ids).
+    #[arg(required = true)]
+    jobs: Vec<u64>,
+    /// Why (kept as the jobs' error).
     #[arg(long, default_value = "")]
     reason: String,
+    /// Seconds the jobs' tasks get between SIGTERM and SIGKILL (default: each job's
+    /// `stop_grace_s`, else the agent's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(..=tessera_view::job::MAX_STOP_GRACE_S))]
+    grace_s: Option<u64>,
+    /// Each id is an array's first job: cancel every job of the array still live.
+    #[arg(long)]
+    array: bool,
 }
 
 #[derive(Args)]
@@ -145,7 +177,7 @@ fn read_specs(files: &[PathBuf]) -> Result<Vec<JobSpec>, String> {
 }
 
 pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
-    let specs = match read_specs(&args.files) {
+    let specs = match read_specs(&args.files).and_then(|s| with_flags(s, &args)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
@@ -154,8 +186,7 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     };
     rt()?.block_on(async move {
         let mut c = args.view.client()?;
-        let ids = submit_files(&mut c, &specs, &args.files).await?;
-        let refused = specs.len() - ids.len();
+        let (ids, refused) = submit_files(&mut c, &specs, &args.files).await?;
         if !args.wait || ids.is_empty() {
             return Ok(if refused > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS });
         }
@@ -164,20 +195,55 @@ pub fn submit(args: SubmitArgs) -> Result<ExitCode> {
     })
 }
 
-/// Submits checked specs read from `files`; prints each job's id or why it was refused, and
-/// answers the admitted jobs' ids.
-pub async fn submit_files(c: &mut ViewClient, specs: &[JobSpec], files: &[PathBuf]) -> Result<Vec<JobId>> {
+/// The files' specs with the command line's `--after`, `--after-any` and `--array` applied,
+/// checked again.
+fn with_flags(specs: Vec<JobSpec>, args: &SubmitArgs) -> Result<Vec<JobSpec>, String> {
+    specs
+        .into_iter()
+        .map(|mut s| {
+            if let Some(a) = &args.after {
+                s.after = a.iter().copied().map(JobId).collect();
+            }
+            if let Some(a) = &args.after_any {
+                s.after_any = a.iter().copied().map(JobId).collect();
+            }
+            if args.array.is_some() {
+                s.array = args.array;
+            }
+            s.validate().map_err(|e| format!("{}: {e}", s.name))?;
+            Ok(s)
+        })
+        .collect()
+}
+
+/// Submits checked specs read from `files`; prints each job's id (an array's ids) or why it
+/// was refused, and answers the admitted jobs' ids (every member of an array) and how many
+/// specs were refused.
+pub async fn submit_files(c: &mut ViewClient, specs: &[JobSpec], files: &[PathBuf]) -> Result<(Vec<JobId>, usize)> {
     let results = c.submit(specs.iter().map(v1::JobSpec::from).collect()).await?;
     let mut ids = Vec::new();
+    let mut refused = 0;
     for ((r, spec), f) in results.iter().zip(specs).zip(files) {
         if r.error.is_empty() {
-            println!("submitted job {} `{}` ({} GPUs) from {}", r.job, spec.name, spec.total_gpus(), f.display());
-            ids.push(JobId(r.job));
+            let all = api::Submitted::of(r.job, spec).jobs;
+            let what = match all.last() {
+                Some(last) if all.len() > 1 => format!("jobs {}..={last} (an array of {})", r.job, all.len()),
+                _ => format!("job {}", r.job),
+            };
+            let waits = if spec.after.is_empty() && spec.after_any.is_empty() {
+                String::new()
+            } else {
+                let list = |v: &[JobId]| v.iter().map(|j| j.0.to_string()).collect::<Vec<_>>().join(",");
+                format!(", after [{}] after_any [{}]", list(&spec.after), list(&spec.after_any))
+            };
+            println!("submitted {what} `{}` ({} GPUs each{waits}) from {}", spec.name, spec.total_gpus(), f.display());
+            ids.extend(all.into_iter().map(JobId));
         } else {
             eprintln!("{}: refused ({}): {}", f.display(), api::refusal_code(r.refusal()), r.error);
+            refused += 1;
         }
     }
-    Ok(ids)
+    Ok((ids, refused))
 }
 
 /// Follows jobs until each ends, redrawing one progress line; prints each job's end. Answers
@@ -370,6 +436,19 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
             if let Some(g) = spec.run.stop_grace_s {
                 println!("  grace    {g} s from SIGTERM to SIGKILL when stopped");
             }
+            if let (Some(i), Some(first)) = (j.array_index, j.array_first()) {
+                println!("  array    index {i} of {} (the array is jobs {first}..)", spec.array.unwrap_or(1));
+            }
+            for (what, deps) in [("after", &spec.after), ("after_any", &spec.after_any)] {
+                if !deps.is_empty() {
+                    let ids: Vec<String> = deps.iter().map(|d| d.0.to_string()).collect();
+                    println!("  {what:<8} {}", ids.join(", "));
+                }
+            }
+            if !j.waiting_for.is_empty() {
+                let ids: Vec<String> = j.waiting_for.iter().map(|(d, _)| d.0.to_string()).collect();
+                println!("  waits    for job(s) {} to end", ids.join(", "));
+            }
             if let Some(w) = &spec.run.workdir {
                 println!("  workdir  {w}");
             }
@@ -447,6 +526,9 @@ pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
     if args.limit == 0 || args.limit > api::MAX_JOB_PAGE {
         bail!("--limit must be 1 to {}", api::MAX_JOB_PAGE);
     }
+    if args.history {
+        return history(args);
+    }
     let filter = api::JobFilter {
         states: match &args.state {
             Some(s) => api::JobFilter::parse_states(s).map_err(anyhow::Error::msg)?,
@@ -497,11 +579,56 @@ pub fn jobs(args: JobsArgs) -> Result<ExitCode> {
     })
 }
 
-pub fn servers(args: ListArgs) -> Result<ExitCode> {
+/// `tessera jobs --history`: a page of the jobs the view forgot, in the order they ended.
+fn history(args: JobsArgs) -> Result<ExitCode> {
+    let now = crate::usage::now_ms();
+    let when = |t: &Option<String>| t.as_deref().map(|t| crate::usage::parse_when(t, now)).transpose();
+    let req = v1::HistoryRequest {
+        from_ms: when(&args.from)?.unwrap_or(0),
+        to_ms: when(&args.to)?.unwrap_or(0),
+        tenants: args.tenant.iter().cloned().collect(),
+        user: args.user.clone().unwrap_or_default(),
+        after_ended_ms: args.after_ended_ms,
+        after_job: args.after.unwrap_or(0),
+        limit: args.limit as u32,
+    };
+    let json = args.list.json;
+    rt()?.block_on(async move {
+        let mut c = args.list.view.client()?;
+        let page = api::JobHistory::of(&c.history(req).await?);
+        if json {
+            println!("{}", serde_json::to_string(&page)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{:>6} {:<9} {:>5} {:<24} {:<12} {:<12} {:<20} ERROR",
+            "ID", "STATE", "GPUS", "NAME", "TENANT", "USER", "ENDED"
+        );
+        for j in &page.jobs {
+            let error: String = j.error.as_deref().unwrap_or("-").chars().take(60).collect();
+            println!(
+                "{:>6} {:<9} {:>5} {:<24} {:<12} {:<12} {:<20} {error}",
+                j.id,
+                j.state.as_str(),
+                j.gpus,
+                j.name,
+                j.tenant,
+                j.user,
+                j.ended_ms.map(crate::usage::format_ms).unwrap_or_else(|| "-".into()),
+            );
+        }
+        if let (Some(ms), Some(id)) = (page.next_after_ended_ms, page.next_after_job) {
+            println!("{} jobs shown; next page: --history --after-ended-ms {ms} --after {id}", page.jobs.len());
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn servers(args: ListArgs, filter: api::ServerFilter) -> Result<ExitCode> {
     rt()?.block_on(async move {
         let mut c = args.view.client()?;
         let (s, _) = snapshot(&mut c).await?;
-        let list = ServerList::of(&s);
+        let list = filter.list(&s);
         if args.json {
             println!("{}", serde_json::to_string(&list)?);
             return Ok(ExitCode::SUCCESS);
@@ -528,6 +655,9 @@ pub fn servers(args: ListArgs) -> Result<ExitCode> {
                 cordon
             );
         }
+        if let Some(next) = list.next_after {
+            println!("{} of {} servers shown; next page: --after {next}", list.servers.len(), list.total);
+        }
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -535,9 +665,38 @@ pub fn servers(args: ListArgs) -> Result<ExitCode> {
 pub fn cancel(args: CancelArgs) -> Result<ExitCode> {
     rt()?.block_on(async move {
         let mut c = args.view.client()?;
-        c.cancel_because(args.job, &args.reason).await?;
-        println!("cancelled job {}", args.job);
-        Ok(ExitCode::SUCCESS)
+        let mut ids = Vec::new();
+        for &id in &args.jobs {
+            if !args.array {
+                ids.push(id);
+                continue;
+            }
+            let j = c.job(id, true).await?.job.context("no job in the answer")?;
+            let j = Job::try_from(j)?;
+            match (j.array_index, j.spec.array) {
+                (Some(0), Some(n)) => ids.extend(id..id + u64::from(n)),
+                _ => bail!("job {id} is not the first job of an array (give its first id, or drop --array)"),
+            }
+        }
+        let mut failed = 0;
+        for id in ids {
+            match c.cancel_with(id, &args.reason, args.grace_s).await {
+                Ok(_) => println!("cancelled job {id}"),
+                // An array member that already ended (or was forgotten since) is no failure of
+                // `--array`.
+                Err(ClientError::Status { status, .. })
+                    if args.array
+                        && matches!(status.code(), tonic::Code::FailedPrecondition | tonic::Code::NotFound) =>
+                {
+                    println!("job {id} had already ended")
+                }
+                Err(e) => {
+                    eprintln!("job {id}: {e}");
+                    failed += 1;
+                }
+            }
+        }
+        Ok(if failed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
     })
 }
 

@@ -1,11 +1,11 @@
-//! `tessera servers`: every server (the default), one in detail with its health history, and an
+//! `tessera servers`: the servers, filtered and paged (the default), one in detail with its health history, and an
 //! operator's cordon, drain or uncordon of one.
 
 use crate::jobs::{self, ListArgs, ViewArg, rt, snapshot};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
-use tessera_proto::api::{CordonChanged, ServerDetail};
+use tessera_proto::api::{CordonChanged, MAX_SERVER_PAGE, ServerDetail, ServerFilter};
 use tessera_proto::v1;
 use tessera_view::ViewSnapshot;
 
@@ -16,6 +16,61 @@ pub struct ServersArgs {
     action: Option<ServersAction>,
     #[command(flatten)]
     list: ListArgs,
+    #[command(flatten)]
+    filter: FilterArgs,
+}
+
+/// Which servers the list shows (the filter of `GET /v1/servers`).
+#[derive(Args)]
+pub struct FilterArgs {
+    /// Only these healths, comma-separated (up, draining, down).
+    #[arg(long)]
+    health: Option<String>,
+    /// Only this rack's servers.
+    #[arg(long)]
+    rack: Option<String>,
+    /// Only servers of this GPU type (e.g. nvidia-h100-80g).
+    #[arg(long = "type")]
+    device_type: Option<String>,
+    /// Only servers with at least this many GPUs free to place on.
+    #[arg(long, default_value_t = 0)]
+    min_free_gpus: u32,
+    /// Only cordoned servers (draining ones included).
+    #[arg(long, conflicts_with = "uncordoned")]
+    cordoned: bool,
+    /// Only servers without a cordon.
+    #[arg(long)]
+    uncordoned: bool,
+    /// Only ids above this (the previous page's last id).
+    #[arg(long)]
+    after: Option<u32>,
+    /// Servers per page, at most 100,000.
+    #[arg(long, default_value_t = 10_000)]
+    limit: usize,
+}
+
+impl FilterArgs {
+    fn filter(&self) -> Result<ServerFilter> {
+        if self.limit == 0 || self.limit > MAX_SERVER_PAGE {
+            anyhow::bail!("--limit must be 1 to {MAX_SERVER_PAGE}");
+        }
+        Ok(ServerFilter {
+            health: match &self.health {
+                Some(h) => ServerFilter::parse_health(h).map_err(anyhow::Error::msg)?,
+                None => Vec::new(),
+            },
+            rack: self.rack.clone(),
+            device_type: self.device_type.clone(),
+            min_free_gpus: self.min_free_gpus,
+            cordoned: match (self.cordoned, self.uncordoned) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+            after: self.after,
+            limit: self.limit,
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -78,7 +133,7 @@ pub struct UncordonArgs {
 
 pub fn run(args: ServersArgs) -> Result<ExitCode> {
     match args.action {
-        None => jobs::servers(args.list),
+        None => jobs::servers(args.list, args.filter.filter()?),
         Some(ServersAction::Show(a)) => show(a),
         Some(ServersAction::Cordon(a)) => change(&a.view, &a.server, v1::CordonAction::Cordon, &a.reason, 0),
         Some(ServersAction::Drain(a)) => change(&a.view, &a.server, v1::CordonAction::Drain, &a.reason, a.timeout_s),

@@ -106,7 +106,7 @@ impl CacheState {
         v
     }
 
-    /// Pending jobs ahead of `job` in the host's order (higher priority, or the same and
+    /// Pending jobs waiting for no other job ahead of `job` in the host's order (higher priority, or the same and
     /// submitted earlier) that wait for the same kind of slot: the same gang shape, GPU type and
     /// preferred level ([`crate::Context::ahead`]).
     pub fn same_kind_ahead(&self, job: &Job) -> u32 {
@@ -114,7 +114,7 @@ impl CacheState {
         let me = (std::cmp::Reverse(job.spec.priority), job.id);
         self.jobs
             .values()
-            .filter(|j| j.state == JobState::Pending && slot_kind(&j.spec) == kind)
+            .filter(|j| j.state == JobState::Pending && j.waiting_for.is_empty() && slot_kind(&j.spec) == kind)
             .filter(|j| (std::cmp::Reverse(j.spec.priority), j.id) < me)
             .count() as u32
     }

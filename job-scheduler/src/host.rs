@@ -242,7 +242,7 @@ fn spawn_job(
     let host = cfg.name.clone();
     tokio::spawn(async move {
         let known = cache.job(job);
-        let since = waiting_since(Instant::now(), wall_ms(), known.as_ref().map_or(0, |j| j.times.submitted_ms));
+        let since = waiting_since(Instant::now(), wall_ms(), known.as_ref().map_or(0, |j| j.waiting_from_ms()));
         let asked = known.and_then(|j| j.spec.scheduler);
         let Some(s) = registry.get(asked.as_deref()) else {
             tracing::warn!(

@@ -527,6 +527,9 @@ pub async fn place_job(
     waited_from: Instant,
     opts: &RuntimeOptions,
 ) -> Result<Placed, SchedulerError> {
+    // A job that waits for other jobs is not placed before they end (the approver would refuse
+    // it): wait for its record to change; its wait for a placement starts when they have.
+    let waited_from = if waits_for_others(cache, job).await { Instant::now() } else { waited_from };
     let now = || waited_from.elapsed();
     let look = |m: &mut PlaceMachine<'_>| {
         let version = cache.version();
@@ -582,6 +585,23 @@ pub async fn place_job(
             Action::Done(p) => return Ok(p),
             Action::Fail(e) => return Err(e),
         };
+    }
+}
+
+/// Waits while `job` is pending and waits for other jobs to end (its dependencies are only ever
+/// crossed off, so the cache saying none are left agrees with the leader); returns whether it
+/// waited. Looks again at least every [`RESTART_LOOK`] (a missed wake-up costs that much).
+async fn waits_for_others(cache: &ViewCache, job: JobId) -> bool {
+    let mut waited = false;
+    loop {
+        let version = cache.version();
+        let blocked =
+            cache.read(|s| s.jobs.get(&job).is_some_and(|j| j.state == JobState::Pending && !j.waiting_for.is_empty()));
+        if !blocked {
+            return waited;
+        }
+        waited = true;
+        cache.changed_since(version, RESTART_LOOK).await;
     }
 }
 

@@ -153,6 +153,10 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
         held: Vec::new(),
         restarts: 0,
         not_before_ms: 0,
+        waiting_for: Vec::new(),
+        ready_ms: 0,
+        array_index: None,
+        cancel_grace_s: None,
     };
     let local = LocalView::of_view(&v);
     let overlay = Overlay::default();

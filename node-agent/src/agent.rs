@@ -195,6 +195,7 @@ pub async fn run(cfg: AgentConfig, shutdown: impl Future<Output = ()>) -> Result
         synced: false,
         metrics,
         graces: HashMap::new(),
+        cancel_graces: HashMap::new(),
     };
     let r = agent.serve(shutdown, beats).await;
     if let Some(h) = log_server {
@@ -322,6 +323,9 @@ struct Agent {
     metrics: AgentMetrics,
     /// The stop grace of the tasks started here whose job sets one.
     graces: HashMap<TaskId, Duration>,
+    /// The stop grace a cancel asked for, per task of the cancelled job here, until it exits
+    /// (over `graces`).
+    cancel_graces: HashMap<TaskId, Duration>,
 }
 
 impl Agent {
@@ -499,8 +503,21 @@ impl Agent {
             && j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == self.server));
         if here {
             self.jobs.insert(j.id.0, j);
-        } else {
-            self.jobs.remove(&j.id.0);
+        } else if let Some(old) = self.jobs.remove(&j.id.0)
+            && let (Some(g), Some(p)) = (j.cancel_grace_s, &old.placement)
+        {
+            // Cancelled with a grace of its own: the job leaves the copy before its tasks here
+            // are stopped, so the grace stays with each of them still running (`grace` reads it
+            // first; `on_exit` forgets it).
+            let running = self.runner.running();
+            for (k, m) in p.members.iter().enumerate() {
+                if let (true, Ok(member)) = (m.server == self.server, u32::try_from(k)) {
+                    let id = TaskId { job: j.id.0, proposal: p.proposal.0, member };
+                    if running.contains(&id) {
+                        self.cancel_graces.insert(id, Duration::from_secs(g));
+                    }
+                }
+            }
         }
     }
 
@@ -571,12 +588,13 @@ impl Agent {
         self.launch(launch).await;
     }
 
-    /// How long task `id` has between SIGTERM and SIGKILL: its job's `stop_grace_s` (kept from
-    /// its start, as the job may be gone from the copy by the time it is stopped), else the
-    /// agent's own.
+    /// How long task `id` has between SIGTERM and SIGKILL: the grace its job's cancel asked
+    /// for, else its job's `stop_grace_s` (kept from its start, as the job may be gone from the
+    /// copy by the time it is stopped), else the agent's own.
     fn grace(&self, id: TaskId) -> Duration {
         let of_job = || self.jobs.get(&id.job).and_then(|j| j.spec.run.stop_grace_s).map(Duration::from_secs);
-        self.graces.get(&id).copied().or_else(of_job).unwrap_or(self.cfg.stop_grace)
+        let of_cancel = self.cancel_graces.get(&id).copied();
+        of_cancel.or_else(|| self.graces.get(&id).copied()).or_else(of_job).unwrap_or(self.cfg.stop_grace)
     }
 
     /// Sends a stop or checkpoint; a task that took it is remembered as stopping (its exit is
@@ -673,6 +691,14 @@ impl Agent {
             ("MASTER_PORT".into(), master_port(id).to_string()),
             ("OMP_NUM_THREADS".into(), m.cores.count().max(1).to_string()),
         ]);
+        // An array member learns where it stands (Slurm's SLURM_ARRAY_TASK_ID and friends).
+        if let (Some(index), Some(first)) = (job.array_index, job.array_first()) {
+            env.extend([
+                ("TESSERA_ARRAY_INDEX".into(), index.to_string()),
+                ("TESSERA_ARRAY_SIZE".into(), job.spec.array.unwrap_or(1).to_string()),
+                ("TESSERA_ARRAY_JOB_ID".into(), first.0.to_string()),
+            ]);
+        }
         Ok(TaskSpec {
             id,
             command: job.spec.command.clone(),
@@ -688,6 +714,7 @@ impl Agent {
     fn on_exit(&mut self, exit: TaskExit) {
         let id = exit.id;
         self.graces.remove(&id);
+        self.cancel_graces.remove(&id);
         let stopped_here = self.memory.ended(id);
         self.keep_finished(id);
         // Read only when it can matter.

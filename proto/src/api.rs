@@ -395,6 +395,17 @@ pub struct Job {
     pub max_restarts: Option<u32>,
     /// A restarted job is not placed before this time, Unix ms (null: any time).
     pub not_before_ms: Option<u64>,
+    /// Jobs that must finish before it is placed (as submitted; an array's first job stands
+    /// for the array).
+    pub after: Vec<u64>,
+    /// Jobs that must end, in any state, before it is placed.
+    pub after_any: Vec<u64>,
+    /// The jobs it still waits for (empty: none; it may be placed).
+    pub waiting_for: Vec<u64>,
+    /// Its index in its array (null: submitted alone); the array's first job is `id - index`.
+    pub array_index: Option<u32>,
+    /// The size of its array (null: submitted alone).
+    pub array_size: Option<u32>,
 }
 
 impl Job {
@@ -442,6 +453,11 @@ impl Job {
             restarts: j.restarts,
             max_restarts: spec.run.restart.map(|r| r.max),
             not_before_ms: nonzero(j.not_before_ms),
+            after: spec.after.iter().map(|d| d.0).collect(),
+            after_any: spec.after_any.iter().map(|d| d.0).collect(),
+            waiting_for: j.waiting_for.iter().map(|(d, _)| d.0).collect(),
+            array_index: j.array_index,
+            array_size: spec.array,
         }
     }
 }
@@ -452,13 +468,14 @@ fn nonzero(ms: u64) -> Option<u64> {
 }
 
 /// Every reason a pending job waits ([`tessera_view::Waiting`]'s codes).
-pub const WAIT_REASONS: [&str; 6] = ["never_fits", "quota", "capacity", "locality", "restarting", "ready"];
+pub const WAIT_REASONS: [&str; 7] =
+    ["never_fits", "quota", "capacity", "locality", "restarting", "dependency", "ready"];
 
 fn wait_reason_schema() -> Object {
     enum_schema(
         WAIT_REASONS,
         false,
-        "why it waits: never_fits, quota, capacity, locality, restarting (its restart backoff) or ready (it fits now)",
+        "why it waits: never_fits, quota, capacity, locality, restarting (its restart backoff), dependency (other jobs must end first) or ready (it fits now)",
     )
 }
 
@@ -774,6 +791,43 @@ pub struct JobList {
     pub next_after: Option<u64>,
 }
 
+/// A page of the history of ended jobs the view forgot (the `History` RPC), in the order
+/// they ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobHistory {
+    /// The jobs.
+    pub jobs: Vec<Job>,
+    /// With `next_after_job`, where the next page starts (pass them as `after_ended_ms` and
+    /// `after_job`); null on the last page.
+    pub next_after_ended_ms: Option<u64>,
+    /// The last job of this page, when more may follow.
+    pub next_after_job: Option<u64>,
+}
+
+impl JobHistory {
+    /// The page a `History` answer holds; a job that does not convert is left out, with a
+    /// warning.
+    pub fn of(r: &v1::HistoryResponse) -> JobHistory {
+        let jobs = r
+            .jobs
+            .iter()
+            .filter_map(|w| match tessera_view::Job::try_from(w.clone()) {
+                Ok(j) => Some(Job::of(&j, &[])),
+                Err(e) => {
+                    tracing::warn!(job_id = w.id, error = %e, "a job of the history does not convert");
+                    None
+                }
+            })
+            .collect();
+        let more = r.next_after_job != 0;
+        JobHistory {
+            jobs,
+            next_after_ended_ms: more.then_some(r.next_after_ended_ms),
+            next_after_job: more.then_some(r.next_after_job),
+        }
+    }
+}
+
 /// Jobs per page when none is asked for.
 pub const DEFAULT_JOB_PAGE: usize = 1_000;
 /// The most jobs one page holds.
@@ -977,29 +1031,113 @@ impl Server {
     }
 }
 
-/// Every server of the view.
+/// Servers of the view: one page of those a [`ServerFilter`] keeps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ServerList {
     /// The view version read.
     pub version: u64,
-    /// The servers, by id.
+    /// The servers of this page, by id.
     pub servers: Vec<Server>,
+    /// How many servers the filter keeps, on every page.
+    #[serde(default)]
+    pub total: u64,
+    /// The id to pass as `after` for the next page; null on the last.
+    #[serde(default)]
+    pub next_after: Option<u32>,
+}
+
+/// Servers per page when none is asked for.
+pub const DEFAULT_SERVER_PAGE: usize = 10_000;
+/// The most servers one page holds.
+pub const MAX_SERVER_PAGE: usize = 100_000;
+
+/// Which servers a list keeps, and which page of them: the one filter of `GET /v1/servers` and
+/// `tessera servers`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerFilter {
+    /// Only these healths (empty: any).
+    pub health: Vec<Health>,
+    /// Only this rack's.
+    pub rack: Option<String>,
+    /// Only servers of this GPU type.
+    pub device_type: Option<String>,
+    /// Only servers with at least this many GPUs free to place on.
+    pub min_free_gpus: u32,
+    /// Only cordoned (true) or uncordoned (false) servers.
+    pub cordoned: Option<bool>,
+    /// Only ids above this (the previous page's `next_after`).
+    pub after: Option<u32>,
+    /// At most this many (0: [`DEFAULT_SERVER_PAGE`]; at most [`MAX_SERVER_PAGE`]).
+    pub limit: usize,
+}
+
+impl ServerFilter {
+    /// A comma-separated list of healths (`up,draining`).
+    pub fn parse_health(text: &str) -> Result<Vec<Health>, String> {
+        const ALL: [Health; 3] = [Health::Up, Health::Draining, Health::Down];
+        text.split(',')
+            .map(|h| {
+                ALL.iter()
+                    .copied()
+                    .find(|x| x.as_str() == h)
+                    .ok_or_else(|| format!("unknown health `{h}`; known: up, draining, down"))
+            })
+            .collect()
+    }
+
+    fn keeps(&self, s: &Server) -> bool {
+        (self.health.is_empty() || self.health.contains(&s.health))
+            && self.rack.as_ref().is_none_or(|r| *r == s.rack)
+            && self.device_type.as_ref().is_none_or(|t| *t == s.device_type)
+            && s.gpus_free >= self.min_free_gpus
+            && self.cordoned.is_none_or(|c| c == s.cordon.is_some())
+    }
+
+    /// The servers of a view this filter keeps, one page of them, `total` counting them all.
+    pub fn list(&self, s: &ViewSnapshot) -> ServerList {
+        let limit = if self.limit == 0 { DEFAULT_SERVER_PAGE } else { self.limit.min(MAX_SERVER_PAGE) };
+        let mut total = 0u64;
+        let mut servers = Vec::new();
+        let mut next_after = None;
+        for server in (0..s.servers.len()).filter_map(|i| Server::of(s, i)).filter(|x| self.keeps(x)) {
+            total += 1;
+            if self.after.is_some_and(|a| server.id <= a) {
+                continue;
+            }
+            if servers.len() == limit {
+                next_after = servers.last().map(|x: &Server| x.id);
+                continue;
+            }
+            servers.push(server);
+        }
+        ServerList { version: s.version.0, servers, total, next_after }
+    }
 }
 
 impl ServerList {
-    /// The servers of a view.
+    /// Every server of a view (one page of at most [`MAX_SERVER_PAGE`]).
     pub fn of(s: &ViewSnapshot) -> ServerList {
-        ServerList { version: s.version.0, servers: (0..s.servers.len()).filter_map(|i| Server::of(s, i)).collect() }
+        ServerFilter { limit: MAX_SERVER_PAGE, ..ServerFilter::default() }.list(s)
     }
 }
 
 /// A job admitted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Submitted {
-    /// Its id.
+    /// Its id (an array's first job).
     pub job: u64,
     /// Its name.
     pub name: String,
+    /// Every job admitted: `job` alone, or an array's jobs in index order (consecutive ids).
+    pub jobs: Vec<u64>,
+}
+
+impl Submitted {
+    /// The answer for `spec` admitted as `first` (an array: `first` and the ids after it).
+    pub fn of(first: u64, spec: &JobSpec) -> Submitted {
+        let count = u64::from(spec.array.unwrap_or(1));
+        Submitted { job: first, name: spec.name.clone(), jobs: (first..first.saturating_add(count)).collect() }
+    }
 }
 
 /// An operator's cordon, drain or uncordon, done.
@@ -1128,6 +1266,37 @@ mod tests {
         assert_eq!(list.servers[1].gpus_free, 0);
         assert_eq!(list.servers[1].gpu_bitmap, "--------");
         assert_eq!(list.servers.iter().map(|s| u64::from(s.gpus_free)).sum::<u64>(), c.free);
+    }
+
+    #[test]
+    fn a_server_filter_keeps_matching_servers_and_pages_them_by_id() {
+        let spec = ClusterSpec::from_toml(
+            "<test>",
+            "name = \"api\"\n[[racks]]\nname = \"r0\"\nib_domain = \"ib0\"\ntopology = \"seed-8gpu\"\nservers = 3\n\
+             [[racks]]\nname = \"r1\"\nib_domain = \"ib0\"\ntopology = \"pcie-4gpu\"\nservers = 2\n",
+            None,
+        )
+        .expect("a cluster spec");
+        let mut v = ClusterView::from_spec(&spec);
+        v.set_health(tessera_view::ServerId(1), Health::Down).expect("known server");
+        let s = v.snapshot();
+        let page = |f: ServerFilter| {
+            let l = f.list(&s);
+            (l.servers.iter().map(|x| x.id).collect::<Vec<_>>(), l.total, l.next_after)
+        };
+        assert_eq!(page(ServerFilter::default()), (vec![0, 1, 2, 3, 4], 5, None));
+        assert_eq!(page(ServerFilter { rack: Some("r1".into()), ..Default::default() }), (vec![3, 4], 2, None));
+        let up = ServerFilter::parse_health("up").expect("health");
+        assert_eq!(page(ServerFilter { health: up, ..Default::default() }), (vec![0, 2, 3, 4], 4, None));
+        // The down server has no GPU free; the 4-GPU servers have fewer than 5.
+        assert_eq!(page(ServerFilter { min_free_gpus: 5, ..Default::default() }), (vec![0, 2], 2, None));
+        let t = s.topologies.iter().find(|t| t.devices == 4).expect("pcie-4gpu").device_type.clone();
+        assert_eq!(page(ServerFilter { device_type: Some(t), ..Default::default() }).1, 2);
+        assert_eq!(page(ServerFilter { cordoned: Some(true), ..Default::default() }), (vec![], 0, None));
+        assert_eq!(page(ServerFilter { limit: 2, ..Default::default() }), (vec![0, 1], 5, Some(1)));
+        assert_eq!(page(ServerFilter { limit: 2, after: Some(1), ..Default::default() }), (vec![2, 3], 5, Some(3)));
+        assert_eq!(page(ServerFilter { limit: 2, after: Some(3), ..Default::default() }), (vec![4], 5, None));
+        assert!(ServerFilter::parse_health("up,gone").unwrap_err().contains("unknown health `gone`"));
     }
 
     #[test]

@@ -473,9 +473,25 @@ impl ViewClient {
         .await
     }
 
+    /// A page of the history of ended jobs the view forgot (see `HistoryRequest`), read from
+    /// any replica.
+    pub async fn history(&mut self, req: v1::HistoryRequest) -> Result<v1::HistoryResponse, ClientError> {
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.history(req).await }
+        })
+        .await
+    }
+
     /// Cancels a job, recording `reason` as its error (empty: "cancelled").
     pub async fn cancel_because(&mut self, job: u64, reason: &str) -> Result<u64, ClientError> {
-        let req = v1::CancelJobRequest { job, reason: reason.to_string() };
+        self.cancel_with(job, reason, None).await
+    }
+
+    /// [`ViewClient::cancel_because`], giving its tasks `grace_s` seconds between SIGTERM and
+    /// SIGKILL (over its spec's `stop_grace_s`).
+    pub async fn cancel_with(&mut self, job: u64, reason: &str, grace_s: Option<u64>) -> Result<u64, ClientError> {
+        let req = v1::CancelJobRequest { job, reason: reason.to_string(), grace_s };
         let r = self.call(|mut g| {
             let req = req.clone();
             async move { g.cancel_job(req).await }

@@ -428,6 +428,9 @@ impl From<&JobSpec> for v1::JobSpec {
             time_limit_s: s.run.time_limit_s,
             restart: s.run.restart.map(|r| v1::RestartPolicy { max: r.max, backoff_s: r.backoff_s }),
             stop_grace_s: s.run.stop_grace_s,
+            after: s.after.iter().map(|j| j.0).collect(),
+            after_any: s.after_any.iter().map(|j| j.0).collect(),
+            array: s.array,
         }
     }
 }
@@ -467,6 +470,9 @@ impl TryFrom<v1::JobSpec> for JobSpec {
                 restart: w.restart.map(|r| RestartPolicy { max: r.max, backoff_s: r.backoff_s }),
                 stop_grace_s: w.stop_grace_s,
             },
+            after: w.after.into_iter().map(JobId).collect(),
+            after_any: w.after_any.into_iter().map(JobId).collect(),
+            array: w.array,
         };
         validate::check_job_spec(&spec)?;
         Ok(spec)
@@ -551,6 +557,14 @@ impl From<&Job> for v1::Job {
                 .collect(),
             restarts: j.restarts,
             not_before_ms: j.not_before_ms,
+            waiting_for: j
+                .waiting_for
+                .iter()
+                .map(|(d, must_finish)| v1::JobDependency { job: d.0, must_finish: *must_finish })
+                .collect(),
+            ready_ms: j.ready_ms,
+            array_index: j.array_index,
+            cancel_grace_s: j.cancel_grace_s,
         }
     }
 }
@@ -613,6 +627,15 @@ impl TryFrom<v1::Job> for Job {
             },
             restarts: w.restarts,
             not_before_ms: w.not_before_ms,
+            waiting_for: {
+                if w.waiting_for.len() > tessera_view::MAX_DEPENDENCIES * tessera_view::MAX_ARRAY as usize {
+                    return Err(WireError::invalid("Job", "waiting_for", format!("{} jobs", w.waiting_for.len())));
+                }
+                w.waiting_for.into_iter().map(|d| (JobId(d.job), d.must_finish)).collect()
+            },
+            ready_ms: w.ready_ms,
+            array_index: w.array_index,
+            cancel_grace_s: w.cancel_grace_s,
         };
         validate::check_job(&job)?;
         Ok(job)
@@ -1088,7 +1111,12 @@ mod tests {
             matches!(&rejected, Decision::Rejected { reason, fresh, .. } if reason.is_conflict() && fresh.len() == 1)
         );
         let gone = view.submit(JobSpec::simple("gone", 1, 1)).expect("admitted");
-        view.cancel(gone).expect("cancelled");
+        view.cancel_with(gone, None, Some(5)).expect("cancelled");
+        // An array of two waiting for the placed gang (and for the cancelled job's end: done).
+        let array =
+            JobSpec { after: vec![job], after_any: vec![gone], array: Some(2), ..JobSpec::simple("after", 1, 1) };
+        let first = view.submit(array).expect("admitted");
+        assert_eq!(view.job(first).expect("first").waiting_for, vec![(job, true)]);
         view.set_health(ServerId(3), Health::Draining).expect("known server");
         assert!(invariants::check(&view).is_clean());
         (view, vec![accepted, again, rejected])

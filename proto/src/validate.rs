@@ -10,7 +10,7 @@
 //! with its placement.
 
 use crate::error::WireError;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use tessera_view::cluster_spec::MAX_SERVERS;
 use tessera_view::mask::format_indices;
 use tessera_view::{
@@ -43,6 +43,9 @@ const JOB_SPEC_FIELDS: &[&str] = &[
     "restart.max",
     "restart.backoff_s",
     "stop_grace_s",
+    "after",
+    "after_any",
+    "array",
 ];
 const CPU_DEMAND_FIELDS: &[&str] = &["fixed.cores_per_gpu", "predicted.predictor", "predicted.min_cores_per_gpu"];
 const PREDICTOR_FIELDS: &[&str] = &["p0", "p1", "p2", "theta"];
@@ -105,6 +108,7 @@ pub fn check_job_spec(s: &JobSpec) -> Result<(), WireError> {
             "restart.max" => s.run.restart.map(|r| u64::from(r.max)),
             "restart.backoff_s" => s.run.restart.map(|r| r.backoff_s),
             "stop_grace_s" => s.run.stop_grace_s,
+            "array" => s.array.map(u64::from),
             _ => None,
         })
     })
@@ -129,6 +133,32 @@ pub fn check_predictor(p: &Predictor) -> Result<(), WireError> {
     p.validate().map_err(|e| from_core("Predictor", PREDICTOR_FIELDS, e, |_, _| None))
 }
 
+/// Jobs waiting for others (the invariant checker, which the `wire_snapshot` fuzz target runs on
+/// every restored view, holds a view to the same): a waiting job is pending and was never placed, and waits, once each,
+/// for earlier jobs of the snapshot that have not ended.
+fn check_waiting(s: &ViewSnapshot) -> Result<(), WireError> {
+    let states: HashMap<JobId, JobState> = s.jobs.iter().map(|j| (j.id, j.state)).collect();
+    for (i, job) in s.jobs.iter().enumerate().filter(|(_, j)| !j.waiting_for.is_empty()) {
+        let bad = |why: String| WireError::invalid("Job", "waiting_for", why).at(format!("jobs[{i}]"));
+        if job.times.placed_ms != 0 || !job.held.is_empty() {
+            return Err(bad(format!("{} was placed, yet waits for other jobs", job.id)));
+        }
+        let mut seen = HashSet::with_capacity(job.waiting_for.len());
+        for (dep, _) in &job.waiting_for {
+            if !seen.insert(*dep) {
+                return Err(bad(format!("{dep} is listed twice")));
+            }
+            match states.get(dep) {
+                _ if *dep >= job.id => return Err(bad(format!("{dep} is not earlier than {}", job.id))),
+                None => return Err(bad(format!("{dep} is not in the snapshot"))),
+                Some(JobState::Finished | JobState::Failed) => return Err(bad(format!("{dep} has ended"))),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks a whole snapshot, so that `ClusterView::from_snapshot` on it gives a view whose
 /// invariants hold (and whose operations cannot trip the view's internal assertions).
 ///
@@ -136,8 +166,9 @@ pub fn check_predictor(p: &Predictor) -> Result<(), WireError> {
 /// table index is in range; one unique name per server and at most `MAX_SERVERS` servers; job ids
 /// unique and below `next_job`; placements present exactly while a job holds resources, whole
 /// (one member per gang member, each with `gpus_per_member` GPUs), on existing servers, within
-/// their topologies, with unique proposal ids; no device or core held twice; and every server's
-/// free devices, cores and memory equal to its capacity minus what its jobs hold.
+/// their topologies, with unique proposal ids; no device or core held twice; every server's
+/// free devices, cores and memory equal to its capacity minus what its jobs hold; and jobs wait
+/// only for earlier jobs that have not ended.
 pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
     for (i, t) in s.topologies.iter().enumerate() {
         check_topology(t).map_err(|e| e.at(format!("topologies[{i}]")))?;
@@ -274,6 +305,7 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
             held_mem[i] += u64::from(m.memory_mib);
         }
     }
+    check_waiting(s)?;
     if !s.unhealthy.is_empty() && s.unhealthy.len() != n {
         return Err(WireError::invalid(
             SNAPSHOT,
@@ -369,6 +401,23 @@ pub fn check_job(job: &Job) -> Result<(), WireError> {
     if job.restarts > allowed {
         let bound = format!("its restart policy allows {allowed}");
         return Err(WireError::out_of_range("Job", "restarts", u64::from(job.restarts), bound));
+    }
+    // An array member's index lies within its array; a job submitted alone has none.
+    match (job.array_index, job.spec.array) {
+        (Some(i), Some(n)) if i >= n => {
+            return Err(WireError::out_of_range("Job", "array_index", u64::from(i), format!("its array has {n} jobs")));
+        }
+        (Some(_), None) => return Err(WireError::invalid("Job", "array_index", "set on a job submitted alone")),
+        // Ids start at 1: the array's first job is `id - index`.
+        (Some(i), Some(_)) if u64::from(i) >= job.id.0 => {
+            let bound = format!("its array's first job would be id {} - {i}", job.id.0);
+            return Err(WireError::out_of_range("Job", "array_index", u64::from(i), bound));
+        }
+        _ => {}
+    }
+    // Only a pending job waits for others (a placed one waited already).
+    if !job.waiting_for.is_empty() && job.state != tessera_view::JobState::Pending {
+        return Err(WireError::invalid("Job", "waiting_for", format!("not empty while the job is {}", job.state)));
     }
     match (&job.placement, job.state.holds_resources()) {
         (None, true) => Err(WireError::invalid("Job", "placement", format!("missing while the job is {}", job.state))),

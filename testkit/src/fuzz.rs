@@ -170,7 +170,10 @@ fn request_commands(kind: u8, body: &[u8]) -> Vec<Command> {
             .unwrap_or_default(),
         5 => decode::<v1::CancelJobRequest>(body)
             .filter(|r| r.reason.len() <= MAX_TASK_MESSAGE)
-            .map(|r| vec![Command::Cancel { job: JobId(r.job), reason: (!r.reason.is_empty()).then_some(r.reason) }])
+            .map(|r| {
+                let reason = (!r.reason.is_empty()).then_some(r.reason);
+                vec![Command::Cancel { job: JobId(r.job), reason, grace_s: r.grace_s }]
+            })
             .unwrap_or_default(),
         6 => {
             let Some(r) = decode::<v1::ReportTaskRequest>(body) else { return vec![] };
@@ -284,7 +287,7 @@ pub fn wire_snapshot(data: &[u8]) {
     // The restored view answers every kind of command without breaking.
     let jobs: Vec<JobId> = view.jobs().iter().map(|j| j.id).take(4).collect();
     for job in jobs {
-        view.apply(&Command::Cancel { job, reason: None });
+        view.apply(&Command::Cancel { job, reason: None, grace_s: None });
         assert_clean(&view, "a cancel");
     }
     for s in 0..view.servers().len().min(4) {
@@ -583,7 +586,7 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     life.push((6, task(v1::report_task_request::Event::Exited(v1::TaskExited { code: 0, message: "done".into() }))));
     life.push((4, v1::ReleaseRequest { job: 1, failed: false }.encode_to_vec()));
     life.push((0, submit("seed-b", 4, "")));
-    life.push((5, v1::CancelJobRequest { job: 2, reason: "seed".into() }.encode_to_vec()));
+    life.push((5, v1::CancelJobRequest { job: 2, reason: "seed".into(), grace_s: Some(30) }.encode_to_vec()));
     out.push(("wire_commands", "life".to_string(), encode(&life)));
 
     // Placed jobs moved, preempted, and caught by health changes.

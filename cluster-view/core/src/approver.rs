@@ -23,6 +23,17 @@ use crate::topology::Topology;
 use crate::view::{Change, ClusterView};
 use std::collections::HashMap;
 
+/// Whether `job` may be placed now: it is pending and waits for no other job.
+pub(crate) fn placeable(job: &Job) -> Result<(), Rejection> {
+    if job.state != JobState::Pending {
+        return Err(Rejection::JobNotPending { state: job.state.as_str().to_string() });
+    }
+    match job.waiting_for.first() {
+        Some((first, _)) => Err(Rejection::DependencyPending { first: *first, count: job.waiting_for.len() as u32 }),
+        None => Ok(()),
+    }
+}
+
 /// Members beyond which overlap detection switches from a scan to a map.
 const SCAN_LIMIT: usize = 16;
 /// Most server records a rejection carries.
@@ -106,8 +117,8 @@ impl ClusterView {
         let Some(job) = self.jobs.get(&p.job) else {
             return fail(Rejection::UnknownJob);
         };
-        if job.state != JobState::Pending {
-            return fail(Rejection::JobNotPending { state: job.state.as_str().to_string() });
+        if let Err(r) = placeable(job) {
+            return fail(r);
         }
         self.validate_members(p, job, &[])
     }

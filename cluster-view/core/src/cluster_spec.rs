@@ -16,8 +16,10 @@
 //! classes = { production = 100, batch = 50, best-effort = 0 }
 //! max_preemptions = 3
 //!
-//! [accounting]                   # optional; the default
-//! retention_days = 92            # how long the usage ledger keeps hourly GPU/core time
+//! [accounting]                   # optional; the defaults
+//! retention_days = 92            # how long the usage ledger keeps hourly GPU/core time, and
+//!                                # the replicas their history of jobs the view forgot
+//! ended_jobs_kept = 100000       # ended jobs the view keeps (older ones: the history)
 //! ```
 //!
 //! Each `[[racks]]` entry becomes one configuration set; several entries may share a rack name
@@ -70,13 +72,30 @@ pub struct ClusterSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Accounting {
-    /// How many days the usage ledger keeps (hourly buckets per tenant and user), 1 to 3,660.
+    /// How many days the usage ledger keeps (hourly buckets per tenant and user), and the
+    /// replicas their history of ended jobs, 1 to 3,660.
+    #[serde(default = "default_retention_days")]
     pub retention_days: u32,
+    /// How many ended jobs the view keeps, newest first, 1 to [`MAX_ENDED_JOBS_KEPT`]; older
+    /// ones live on in each replica's history of ended jobs.
+    #[serde(default = "default_ended_jobs_kept")]
+    pub ended_jobs_kept: u32,
 }
+
+fn default_retention_days() -> u32 {
+    crate::usage::DEFAULT_USAGE_RETENTION_HOURS / 24
+}
+
+fn default_ended_jobs_kept() -> u32 {
+    crate::view::DEFAULT_ENDED_JOBS_KEPT as u32
+}
+
+/// The most ended jobs a view may keep.
+pub const MAX_ENDED_JOBS_KEPT: u32 = 1_000_000;
 
 impl Default for Accounting {
     fn default() -> Accounting {
-        Accounting { retention_days: crate::usage::DEFAULT_USAGE_RETENTION_HOURS / 24 }
+        Accounting { retention_days: default_retention_days(), ended_jobs_kept: default_ended_jobs_kept() }
     }
 }
 
@@ -142,6 +161,13 @@ impl ClusterSpec {
                 file,
                 "accounting.retention_days",
                 format!("1 to {MAX_RETENTION_DAYS} days, got {}", raw.accounting.retention_days),
+            ));
+        }
+        if !(1..=MAX_ENDED_JOBS_KEPT).contains(&raw.accounting.ended_jobs_kept) {
+            return Err(SpecError::invalid(
+                file,
+                "accounting.ended_jobs_kept",
+                format!("1 to {MAX_ENDED_JOBS_KEPT} jobs, got {}", raw.accounting.ended_jobs_kept),
             ));
         }
         let mut spec = ClusterSpec {
@@ -368,6 +394,7 @@ mod tests {
         spec.quotas.insert("vision".into(), 16);
         spec.priorities.classes.insert("urgent".into(), 1000);
         spec.priorities.max_preemptions = 5;
+        spec.accounting.ended_jobs_kept = 7;
         let path = spec.write_files(dir.path()).expect("write");
         assert_eq!(ClusterSpec::from_file(&path).expect("read back"), spec);
         // The preset is named, the custom topology is a file of its own.
@@ -380,6 +407,23 @@ mod tests {
         for (name, _) in crate::topology::PRESETS {
             let t = Topology::preset(name).expect("preset");
             assert_eq!(Topology::from_toml(name, &t.to_toml(name).expect("toml")).expect("parse"), t, "{name}");
+        }
+    }
+
+    #[test]
+    fn accounting_keeps_ended_jobs_within_bounds() {
+        let base = "name='c'\n[[racks]]\nname='r0'\nib_domain='ib0'\ntopology='seed-8gpu'\nservers=2\n";
+        let parse = |extra: &str| ClusterSpec::from_toml("c.toml", &format!("{base}[accounting]\n{extra}\n"), None);
+        let s = parse("ended_jobs_kept = 5").expect("valid");
+        assert_eq!(s.accounting, Accounting { retention_days: 92, ended_jobs_kept: 5 });
+        assert_eq!(
+            crate::ClusterView::from_spec(&s).snapshot().ended_jobs_kept,
+            5,
+            "the view keeps what the spec says"
+        );
+        for bad in ["ended_jobs_kept = 0", "ended_jobs_kept = 1000001"] {
+            let e = parse(bad).expect_err(bad).to_string();
+            assert!(e.contains("accounting.ended_jobs_kept"), "{e}");
         }
     }
 

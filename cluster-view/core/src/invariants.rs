@@ -37,7 +37,9 @@ impl Report {
 /// gangs whole or absent (a pending job, preempted or re-queued, holds nothing); no job
 /// preempted beyond the cluster's bound; jobs hold resources
 /// exactly in the states that should; every server's free masks and memory equal its capacity
-/// minus what its jobs hold; a cordoned server takes no placements (it is draining or down).
+/// minus what its jobs hold; a cordoned server takes no placements (it is draining or down); a
+/// job waiting for others is pending, never placed, and waits only for earlier jobs that have
+/// not ended, as the index of waiting jobs says.
 pub fn check(view: &ClusterView) -> Report {
     let mut rep = Report::default();
     let n = view.servers.len();
@@ -91,6 +93,7 @@ pub fn check(view: &ClusterView) -> Report {
         if job.state == JobState::Pending && (job.placement.is_some() || !job.tasks.is_empty()) {
             rep.violations.push(format!("{} is pending with a placement or tasks", job.id));
         }
+        dependency_violations(view, job, &mut rep);
         if job.preemptions > view.priorities.max_preemptions {
             rep.violations.push(format!(
                 "{} was preempted {} times, beyond the bound of {}",
@@ -118,6 +121,13 @@ pub fn check(view: &ClusterView) -> Report {
             ));
         }
     }
+    let dependents = crate::dependency::dependents_of(&view.jobs);
+    if dependents != view.dependents {
+        rep.violations.push(format!(
+            "the index of waiting jobs {:?} differs from the jobs' own lists {dependents:?}",
+            view.dependents
+        ));
+    }
     for (s, _) in view.cordons() {
         match view.servers.get(s.index()).map(|r| r.health) {
             None => rep.violations.push(format!("{s} is cordoned but does not exist")),
@@ -126,4 +136,25 @@ pub fn check(view: &ClusterView) -> Report {
         }
     }
     rep
+}
+
+/// A job that still waits for others is pending and was never placed, and each job it waits
+/// for is known and has not ended (an end crosses it off at once).
+fn dependency_violations(view: &ClusterView, job: &crate::job::Job, rep: &mut Report) {
+    if job.waiting_for.is_empty() {
+        return;
+    }
+    if job.state != JobState::Pending || job.times.placed_ms != 0 || !job.held.is_empty() {
+        rep.violations.push(format!("{} is {} and was placed, yet waits for other jobs", job.id, job.state));
+    }
+    for (dep, _) in &job.waiting_for {
+        match view.jobs.get(dep).map(|d| d.state) {
+            None => rep.violations.push(format!("{} waits for {dep}, which the view does not know", job.id)),
+            Some(s @ (JobState::Finished | JobState::Failed)) => {
+                rep.violations.push(format!("{} still waits for {dep}, which ended ({s})", job.id))
+            }
+            Some(_) if *dep >= job.id => rep.violations.push(format!("{} waits for a later job {dep}", job.id)),
+            Some(_) => {}
+        }
+    }
 }

@@ -12,6 +12,9 @@
 //! restart = { max = 3, backoff_s = 10 }  # optional: after a member fails, restart the gang
 //!                           # whole, at most 3 times, waiting 10 s, 20 s, 40 s
 //! stop_grace_s = 30         # optional: SIGTERM to SIGKILL when its tasks are stopped
+//! after = [41, 42]          # optional: placed only once jobs 41 and 42 finished (a failed one
+//!                           # fails this job too); `after_any = [..]`: once they ended at all
+//! array = 16                # optional: 16 jobs of this spec (TESSERA_ARRAY_INDEX 0..15)
 //!
 //! [locality]
 //! prefer = "socket"         # pcie-switch < socket < server < rack < ib-domain < any
@@ -176,6 +179,18 @@ pub struct JobSpec {
     /// How each member's task runs: environment, working directory, time limit.
     #[serde(default, skip_serializing_if = "RunSettings::is_default")]
     pub run: RunSettings,
+    /// Jobs that must have *finished* before this one is placed; one that fails or is
+    /// cancelled fails this one too. Naming the first job of an array waits for the whole
+    /// array.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    /// Jobs that must have ended, in any state, before this one is placed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_any: Vec<JobId>,
+    /// Admit this many jobs of this spec at once (consecutive ids; each task sees its index as
+    /// `TESSERA_ARRAY_INDEX`); `None`: one job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<u32>,
 }
 
 /// The most environment variables a job sets.
@@ -184,6 +199,10 @@ pub const MAX_ENV_VARS: usize = 128;
 pub const MAX_ENV_VALUE_BYTES: usize = 4096;
 /// The longest time limit: one year.
 pub const MAX_TIME_LIMIT_S: u64 = 366 * 86_400;
+/// The most jobs a job may wait for (`after` and `after_any` together).
+pub const MAX_DEPENDENCIES: usize = 64;
+/// The most jobs one array submission admits.
+pub const MAX_ARRAY: u32 = 1_000;
 /// The most restarts a job may ask for.
 pub const MAX_RESTARTS: u32 = 100;
 /// The longest wait before a restart, in seconds (the doubling backoff stops growing there).
@@ -372,6 +391,12 @@ pub struct JobFile {
     restart: Option<RestartPolicy>,
     #[serde(default)]
     stop_grace_s: Option<u64>,
+    #[serde(default)]
+    after: Vec<JobId>,
+    #[serde(default)]
+    after_any: Vec<JobId>,
+    #[serde(default)]
+    array: Option<u32>,
 }
 
 /// `priority = 10` or `priority = "batch"` (a class name).
@@ -510,6 +535,9 @@ impl JobFile {
                 restart: self.restart,
                 stop_grace_s: self.stop_grace_s,
             },
+            after: self.after,
+            after_any: self.after_any,
+            array: self.array,
         };
         spec.validate()?;
         Ok(spec)
@@ -537,6 +565,9 @@ impl JobSpec {
             command: Vec::new(),
             scheduler: None,
             run: RunSettings::default(),
+            after: Vec::new(),
+            after_any: Vec::new(),
+            array: None,
         }
     }
 
@@ -639,6 +670,7 @@ impl JobSpec {
             return bad("command", "the program name must not be empty".into());
         }
         self.run.validate()?;
+        self.validate_dependencies()?;
         if let Some(name) = &self.scheduler
             && (name.is_empty()
                 || name.len() > 64
@@ -655,6 +687,38 @@ impl JobSpec {
             return bad("priority", format!("`{class}` is not a class name (1 to 64 characters, no spaces)"));
         }
         Ok(())
+    }
+
+    /// `after`, `after_any` and `array`: at most [`MAX_DEPENDENCIES`] jobs, none named twice,
+    /// no job id 0; an array of 1..=[`MAX_ARRAY`] jobs.
+    fn validate_dependencies(&self) -> Result<(), FieldError> {
+        let deps = self.after.len() + self.after_any.len();
+        if deps > MAX_DEPENDENCIES {
+            return Err(FieldError::new("after", format!("at most {MAX_DEPENDENCIES} jobs to wait for, got {deps}")));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (field, id) in
+            self.after.iter().map(|j| ("after", j)).chain(self.after_any.iter().map(|j| ("after_any", j)))
+        {
+            if id.0 == 0 {
+                return Err(FieldError::new(field, "job ids start at 1"));
+            }
+            if !seen.insert(*id) {
+                return Err(FieldError::new(field, format!("job {id} is named twice")));
+            }
+        }
+        if let Some(n) = self.array
+            && !(1..=MAX_ARRAY).contains(&n)
+        {
+            return Err(FieldError::new("array", format!("must be 1..={MAX_ARRAY} jobs, got {n}")));
+        }
+        Ok(())
+    }
+
+    /// Every job this one waits for, each with whether it must have finished (`after`) rather
+    /// than merely ended (`after_any`).
+    pub fn dependencies(&self) -> impl Iterator<Item = (JobId, bool)> + '_ {
+        self.after.iter().map(|j| (*j, true)).chain(self.after_any.iter().map(|j| (*j, false)))
     }
 
     /// Reads and validates a job file.
@@ -800,9 +864,36 @@ pub struct Job {
     /// 0: any time. Hosts wait for it ([`crate::JobSpec::run`]'s `restart.backoff_s`).
     #[serde(default)]
     pub not_before_ms: u64,
+    /// The jobs it still waits for, each with whether it must finish (`after`) rather than
+    /// merely end (`after_any`); an array named in its spec stands here for every member. Not
+    /// placed while any is left.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<(JobId, bool)>,
+    /// When its last dependency ended, on the view's clock (Unix ms; 0: it had none): its wait
+    /// for a placement, and its `relax_after_s` steps, count from here.
+    #[serde(default)]
+    pub ready_ms: u64,
+    /// Its index within its array (`TESSERA_ARRAY_INDEX`); none when it was submitted alone.
+    /// The array's first job is `id - index`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u32>,
+    /// The stop grace its cancel asked for, seconds (over its spec's `stop_grace_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_grace_s: Option<u64>,
 }
 
 impl Job {
+    /// When it started waiting for a placement (Unix ms on the view's clock): its submission,
+    /// or, when it waited for other jobs, the end of the last of them.
+    pub fn waiting_from_ms(&self) -> u64 {
+        self.times.submitted_ms.max(self.ready_ms)
+    }
+
+    /// The first job of its array, if it belongs to one.
+    pub fn array_first(&self) -> Option<JobId> {
+        self.array_index.and_then(|i| self.id.0.checked_sub(u64::from(i))).map(JobId)
+    }
+
     /// Whether this job ranks above `other` for preemption: a higher priority, or the same
     /// priority and a lower attained-service queue.
     pub fn outranks(&self, other: &Job) -> bool {
@@ -858,6 +949,22 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dependencies_and_arrays_parse_and_are_bounded() {
+        let parse = |extra: &str| JobSpec::from_toml("j.toml", &format!("name='j'\ngpus=1\n{extra}\n"));
+        let s = parse("after = [3, 4]\nafter_any = [5]\narray = 8").expect("valid");
+        assert_eq!((s.after, s.after_any, s.array), (vec![JobId(3), JobId(4)], vec![JobId(5)], Some(8)));
+        let err = |extra: &str| parse(extra).expect_err(extra).to_string();
+        assert!(err("after = [3, 3]").contains("job-3 is named twice"));
+        assert!(err("after = [3]\nafter_any = [3]").contains("named twice"));
+        assert!(err("after = [0]").contains("start at 1"));
+        assert!(err("array = 0").contains("array"));
+        assert!(err("array = 1001").contains("1..=1000"));
+        let many: Vec<String> = (1..=65).map(|i| i.to_string()).collect();
+        assert!(err(&format!("after = [{}]", many.join(","))).contains("at most 64"));
+        assert!(err("after = [-1]").contains("after"), "not an id");
+    }
 
     #[test]
     fn a_priority_is_a_number_or_a_class_name() {

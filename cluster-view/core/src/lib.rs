@@ -34,6 +34,7 @@ pub mod approver;
 pub mod cluster_spec;
 pub mod config_set;
 pub mod cordon;
+pub mod dependency;
 pub mod error;
 pub mod fit;
 pub mod hash;
@@ -57,7 +58,8 @@ pub use config_set::ConfigSet;
 pub use error::{FieldError, SpecError, ViewError};
 pub use ids::{ConfigSetId, JobId, ProposalId, RequestId, ServerId, ViewVersion};
 pub use job::{
-    CpuDemand, DEFAULT_TENANT, Job, JobFile, JobSpec, JobState, Predictor, RestartPolicy, TaskEvent, TaskState,
+    CpuDemand, DEFAULT_TENANT, Job, JobFile, JobSpec, JobState, MAX_ARRAY, MAX_DEPENDENCIES, Predictor, RestartPolicy,
+    TaskEvent, TaskState,
 };
 pub use locality::LocalityLevel;
 pub use mask::CoreMask;

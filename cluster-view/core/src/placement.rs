@@ -58,6 +58,14 @@ pub enum Rejection {
         /// Its state.
         state: String,
     },
+    /// The job waits for other jobs to end first (its spec's `after` / `after_any`).
+    #[error("job waits for {first} to end first ({count} job(s) left)")]
+    DependencyPending {
+        /// The first job it still waits for.
+        first: JobId,
+        /// How many it still waits for.
+        count: u32,
+    },
     /// A move was proposed for a job that does not hold a placement it could move (pending,
     /// ended, or already being moved).
     #[error("job is {state}; only a placed or running job can be moved")]
@@ -252,6 +260,7 @@ impl Rejection {
         match self {
             Rejection::UnknownJob => "unknown_job",
             Rejection::JobNotPending { .. } => "job_not_pending",
+            Rejection::DependencyPending { .. } => "dependency_pending",
             Rejection::NotMovable { .. } => "not_movable",
             Rejection::ProposalIdReused { .. } => "proposal_id_reused",
             Rejection::ProposalSpent => "proposal_spent",

@@ -127,8 +127,8 @@ impl ClusterView {
         let Some(job) = self.jobs.get(&p.job) else {
             return reject(Rejection::UnknownJob);
         };
-        if job.state != JobState::Pending {
-            return reject(Rejection::JobNotPending { state: job.state.as_str().to_string() });
+        if let Err(r) = crate::approver::placeable(job) {
+            return reject(r);
         }
         if pre.victims.is_empty() || pre.victims.len() > MAX_VICTIMS {
             return reject(Rejection::VictimCount { got: pre.victims.len() as u32, max: MAX_VICTIMS as u32 });

@@ -86,6 +86,10 @@ pub enum Command {
         /// Why, kept as the job's error (a scheduler that gives up says why here).
         #[serde(default)]
         reason: Option<String>,
+        /// Seconds its tasks get between SIGTERM and SIGKILL, over its spec's `stop_grace_s`
+        /// (at most [`crate::job::MAX_STOP_GRACE_S`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_s: Option<u64>,
     },
     /// Change a server's health; `Down` re-queues its gangs whole. `Up` on a cordoned server
     /// makes it [`Health::Draining`]: alive, taking no new placements.
@@ -289,6 +293,13 @@ pub struct ClusterView {
     pub(crate) log_floor: ViewVersion,
     /// Servers per configuration set (static: servers are not added after construction).
     pub(crate) cs_servers: Vec<u64>,
+    /// The live jobs waiting for each job, in id order (derived from [`Job::waiting_for`]).
+    pub(crate) dependents: HashMap<JobId, Vec<JobId>>,
+    /// Whether jobs the view forgets are kept in [`ClusterView::forgotten`] for the caller to
+    /// take (a replica writes them to its history); local, not part of snapshots.
+    pub(crate) keep_forgotten: bool,
+    /// Jobs forgotten since the last [`ClusterView::take_forgotten`], in the order forgotten.
+    pub(crate) forgotten: Vec<Job>,
     /// Memo of [`ClusterView::never_fits`] per job shape; derived from static data only.
     pub(crate) fit_memo: HashMap<ShapeKey, Option<String>>,
 }
@@ -383,7 +394,7 @@ impl ClusterView {
             ledger: Ledger::with_retention(spec.accounting.retention_days.saturating_mul(24)),
             jobs: HashMap::new(),
             ended: VecDeque::new(),
-            ended_kept: DEFAULT_ENDED_JOBS_KEPT,
+            ended_kept: spec.accounting.ended_jobs_kept as usize,
             next_job: 1,
             applied: HashMap::new(),
             requests: HashMap::new(),
@@ -394,6 +405,9 @@ impl ClusterView {
             log_cap: DEFAULT_CHANGE_LOG,
             log_floor: ViewVersion(0),
             cs_servers: Vec::new(),
+            dependents: HashMap::new(),
+            keep_forgotten: false,
+            forgotten: Vec::new(),
             fit_memo: HashMap::new(),
             deadlines: BTreeSet::new(),
         }
@@ -407,6 +421,7 @@ impl ClusterView {
         }
         self.cs_servers = counts;
         self.deadlines = self.jobs.values().filter_map(|j| j.deadline_ms().map(|d| (d, j.id))).collect();
+        self.dependents = crate::dependency::dependents_of(&self.jobs);
         self
     }
 
@@ -415,6 +430,20 @@ impl ClusterView {
         self.log_cap = change_log.max(1);
         self.ended_kept = ended_jobs_kept;
         self
+    }
+
+    /// Keeps the jobs this view forgets from now on, for [`ClusterView::take_forgotten`] (a
+    /// replica writes them to its history of ended jobs). Off by default: nothing takes them
+    /// elsewhere, and they would pile up.
+    pub fn keeping_forgotten(mut self) -> ClusterView {
+        self.keep_forgotten = true;
+        self
+    }
+
+    /// The jobs forgotten (ended, past the newest `ended_jobs_kept`) since the last call, in the
+    /// order forgotten; always empty unless [`ClusterView::keeping_forgotten`].
+    pub fn take_forgotten(&mut self) -> Vec<Job> {
+        std::mem::take(&mut self.forgotten)
     }
 
     /// Sets the change-log bound alone (it is local, not part of snapshots).
@@ -524,7 +553,9 @@ impl ClusterView {
             Command::Preempt(p) => Outcome::Decided(vec![self.preempt(p)]),
             Command::SetServiceQueue { job, queue } => Outcome::Ended(self.set_service_queue(*job, *queue)),
             Command::Release { job, failed } => Outcome::Ended(self.release(*job, *failed)),
-            Command::Cancel { job, reason } => Outcome::Ended(self.cancel_because(*job, reason.clone())),
+            Command::Cancel { job, reason, grace_s } => {
+                Outcome::Ended(self.cancel_with(*job, reason.clone(), *grace_s))
+            }
             Command::SetHealth { server, health, at_ms } => {
                 Outcome::HealthSet(self.set_health_at(*server, *health, *at_ms))
             }
@@ -806,17 +837,23 @@ impl ClusterView {
         if let Some(r) = request
             && let Some(&job) = self.requests.get(r)
         {
+            // An array answers with its first id, whichever member keeps the request.
             return match self.jobs.get(&job) {
-                Some(j) if j.spec == spec => Ok(job),
-                _ => Err(ViewError::RequestReused { request: r.to_string(), job }),
+                Some(j) if j.spec == spec => Ok(j.array_first().unwrap_or(job)),
+                Some(j) => {
+                    Err(ViewError::RequestReused { request: r.to_string(), job: j.array_first().unwrap_or(job) })
+                }
+                None => Err(ViewError::RequestReused { request: r.to_string(), job }),
             };
         }
         self.admit(spec, request.cloned(), user.unwrap_or(""))
     }
 
-    /// Whether a job was admitted under `request` (and is still remembered).
+    /// The job admitted under `request`, while it is remembered (an array's first id, while
+    /// any member is).
     pub fn job_of_request(&self, request: &RequestId) -> Option<JobId> {
-        self.requests.get(request).copied()
+        let job = *self.requests.get(request)?;
+        Some(self.jobs.get(&job).and_then(Job::array_first).unwrap_or(job))
     }
 
     /// `spec` with its priority set from its class, if it names one (unknown: refused).
@@ -845,35 +882,48 @@ impl ClusterView {
         if let Some(why) = verdict {
             return Err(ViewError::NeverFits(why));
         }
-        let id = JobId(self.next_job);
-        self.next_job = self.next_job.checked_add(1).ok_or(ViewError::NeverFits("job ids are exhausted".into()))?;
+        let waiting_for = self.dependencies_of(&spec)?;
+        let count = spec.array.unwrap_or(1);
+        let first = JobId(self.next_job);
+        self.next_job =
+            self.next_job.checked_add(u64::from(count)).ok_or(ViewError::NeverFits("job ids are exhausted".into()))?;
         self.bump();
-        self.jobs.insert(
-            id,
-            Job {
+        for index in 0..count {
+            let id = JobId(first.0 + u64::from(index));
+            for (dep, _) in &waiting_for {
+                self.dependents.entry(*dep).or_default().push(id);
+            }
+            self.jobs.insert(
                 id,
-                spec,
-                state: JobState::Pending,
-                placement: None,
-                submitted_at: self.version,
-                proposals: Vec::new(),
-                tasks: Vec::new(),
-                error: None,
-                request: request.clone(),
-                preemptions: 0,
-                service_queue: 0,
-                user: user.to_string(),
-                times: JobTimes { submitted_ms: self.now_ms, ..JobTimes::default() },
-                held: Vec::new(),
-                restarts: 0,
-                not_before_ms: 0,
-            },
-        );
-        if let Some(r) = request {
-            self.requests.insert(r, id);
+                Job {
+                    id,
+                    spec: spec.clone(),
+                    state: JobState::Pending,
+                    placement: None,
+                    submitted_at: self.version,
+                    proposals: Vec::new(),
+                    tasks: Vec::new(),
+                    error: None,
+                    request: if index == 0 { request.clone() } else { None },
+                    preemptions: 0,
+                    service_queue: 0,
+                    user: user.to_string(),
+                    times: JobTimes { submitted_ms: self.now_ms, ..JobTimes::default() },
+                    held: Vec::new(),
+                    restarts: 0,
+                    not_before_ms: 0,
+                    waiting_for: waiting_for.clone(),
+                    ready_ms: 0,
+                    array_index: spec.array.map(|_| index),
+                    cancel_grace_s: None,
+                },
+            );
+            self.note(Change::Job(id));
         }
-        self.note(Change::Job(id));
-        Ok(id)
+        if let Some(r) = request {
+            self.requests.insert(r, first);
+        }
+        Ok(first)
     }
 
     /// Why `spec` could never be placed on this cluster even if it were empty, if so.
@@ -968,7 +1018,21 @@ impl ClusterView {
 
     /// Cancels a pending or running job, recording why as its error.
     pub fn cancel_because(&mut self, job: JobId, reason: Option<String>) -> Result<(), ViewError> {
+        self.cancel_with(job, reason, None)
+    }
+
+    /// [`ClusterView::cancel_because`], giving its tasks `grace_s` seconds between SIGTERM and
+    /// SIGKILL (over its spec's `stop_grace_s`; at most [`crate::job::MAX_STOP_GRACE_S`]).
+    pub fn cancel_with(&mut self, job: JobId, reason: Option<String>, grace_s: Option<u64>) -> Result<(), ViewError> {
         let j = self.jobs.get(&job).ok_or(ViewError::UnknownJob(job))?;
+        if let Some(g) = grace_s
+            && g > crate::job::MAX_STOP_GRACE_S
+        {
+            return Err(ViewError::InvalidSpec(crate::error::FieldError::new(
+                "grace_s",
+                format!("must be at most {} seconds, got {g}", crate::job::MAX_STOP_GRACE_S),
+            )));
+        }
         match j.state {
             JobState::Finished | JobState::Failed => {
                 Err(ViewError::BadJobState { job, state: j.state.as_str(), action: "cancel" })
@@ -980,6 +1044,7 @@ impl ClusterView {
                 }
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.error = Some(reason.unwrap_or_else(|| "cancelled".to_string()));
+                    j.cancel_grace_s = grace_s;
                 }
                 self.end_job(job, JobState::Failed);
                 Ok(())
@@ -1137,6 +1202,9 @@ impl ClusterView {
             log_cap: DEFAULT_CHANGE_LOG,
             log_floor: s.version,
             cs_servers: Vec::new(),
+            dependents: HashMap::new(),
+            keep_forgotten: false,
+            forgotten: Vec::new(),
             fit_memo: HashMap::new(),
             deadlines: BTreeSet::new(),
         }
@@ -1219,6 +1287,15 @@ impl ClusterView {
                     h.u64(x);
                 }
             }
+            h.u64(j.restarts as u64);
+            h.u64(j.not_before_ms);
+            for (dep, must_finish) in &j.waiting_for {
+                h.u64(dep.0);
+                h.u64(*must_finish as u64);
+            }
+            h.u64(j.ready_ms);
+            h.u64(j.array_index.map_or(0, |i| u64::from(i) + 1));
+            h.u64(j.cancel_grace_s.map_or(0, |g| g.saturating_add(1)));
             if let Some(p) = &j.placement {
                 h.u64(p.proposal.0);
                 h.u64(p.placed_at.0);
@@ -1324,13 +1401,22 @@ impl ClusterView {
         self.note(Change::Job(job));
     }
 
+    /// Ends a job, then settles the jobs that waited for it
+    /// ([`ClusterView::settle_dependents`]), and so on down the chain (a work list, not
+    /// recursion: chains may be long).
     fn end_job(&mut self, job: JobId, state: JobState) {
-        if let Some(j) = self.jobs.get_mut(&job) {
-            j.state = state;
-            j.times.ended_ms = self.now_ms;
+        let mut ending = vec![(job, state)];
+        while let Some((job, state)) = ending.pop() {
+            let mut waited = Vec::new();
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.state = state;
+                j.times.ended_ms = self.now_ms;
+                waited = std::mem::take(&mut j.waiting_for);
+            }
+            self.note(Change::Job(job));
+            self.ended.push_back(job);
+            self.settle_dependents(job, state, waited, &mut ending);
         }
-        self.note(Change::Job(job));
-        self.ended.push_back(job);
         while self.ended.len() > self.ended_kept {
             if let Some(old) = self.ended.pop_front()
                 && let Some(j) = self.jobs.remove(&old)
@@ -1338,9 +1424,34 @@ impl ClusterView {
                 for p in &j.proposals {
                     self.applied.remove(p);
                 }
-                if let Some(r) = &j.request {
-                    self.requests.remove(r);
+                if let Some(r) = j.request.clone() {
+                    self.hand_on_request(&j, r);
                 }
+                if self.keep_forgotten {
+                    self.forgotten.push(j);
+                }
+            }
+        }
+    }
+
+    /// The request id of `gone`, a forgotten job: an array's passes to its lowest member still
+    /// kept, so that a retried submission admits nothing while any member is remembered;
+    /// otherwise it is forgotten with the job.
+    fn hand_on_request(&mut self, gone: &Job, request: RequestId) {
+        let heir = gone.array_first().and_then(|first| {
+            let size = u64::from(gone.spec.array.unwrap_or(1));
+            (first.0..first.0.saturating_add(size)).map(JobId).find(|m| self.jobs.contains_key(m))
+        });
+        match heir.and_then(|h| self.jobs.get_mut(&h)) {
+            Some(h) => {
+                h.request = Some(request.clone());
+                let id = h.id;
+                self.requests.insert(request, id);
+                // Its record changed: watchers get it in the delta.
+                self.note(Change::Job(id));
+            }
+            None => {
+                self.requests.remove(&request);
             }
         }
     }

@@ -3,6 +3,7 @@
 //!
 //! [`Explainer`] checks, in order, the reasons a placement cannot be approved now:
 //!
+//! 0. it waits for other jobs to end (its `after` / `after_any`), or out a restart's backoff;
 //! 1. the job could never fit this cluster, even empty ([`ClusterView::never_fits`]);
 //! 2. its tenant's quota has no room for its GPUs;
 //! 3. healthy, uncordoned servers of its GPU type have fewer free member slots than it has
@@ -67,6 +68,15 @@ pub enum Waiting {
         /// declares a slowdown and its host weighs the looser levels' cost), or none left.
         relax_at_ms: Option<u64>,
     },
+    /// It waits for other jobs to end first (its spec's `after` / `after_any`).
+    Dependency {
+        /// The first job it still waits for.
+        first: JobId,
+        /// Whether that job must finish (`after`) rather than merely end (`after_any`).
+        must_finish: bool,
+        /// How many jobs it still waits for.
+        count: u32,
+    },
     /// A member failed and its restart policy re-queued it: it is not placed before its
     /// backoff ends.
     Restarting {
@@ -93,6 +103,7 @@ impl Waiting {
             Waiting::Capacity { .. } => "capacity",
             Waiting::Locality { .. } => "locality",
             Waiting::Restarting { .. } => "restarting",
+            Waiting::Dependency { .. } => "dependency",
             Waiting::Ready { .. } => "ready",
         }
     }
@@ -124,6 +135,14 @@ impl fmt::Display for Waiting {
                 f,
                 "no fit at its allowed level: enough GPUs are free, but not within one {tolerate}; it waits for free GPUs to gather"
             ),
+            Waiting::Dependency { first, must_finish, count } => {
+                let how = if *must_finish { "finish" } else { "end" };
+                write!(f, "waits for {first} to {how}")?;
+                match count.saturating_sub(1) {
+                    0 => Ok(()),
+                    more => write!(f, " and {more} more job(s) to end"),
+                }
+            }
             Waiting::Restarting { restarts, max, until_ms } => write!(
                 f,
                 "restart {restarts} of {max} after a member failed: placed again from {until_ms} Unix ms (its restart backoff)"
@@ -201,13 +220,18 @@ impl<'a> Explainer<'a> {
     /// Why `job` (pending, at `position` in the queue) waits.
     pub fn explain_at(&mut self, job: &Job, position: u32) -> WaitExplanation {
         let now = self.view.now_ms();
-        let waited_ms = now.saturating_sub(job.times.submitted_ms);
+        let waited_ms = now.saturating_sub(job.waiting_from_ms());
         let waiting = match job.spec.run.restart {
+            // Other jobs first: neither fit nor backoff matters before they end.
+            _ if !job.waiting_for.is_empty() => {
+                let (first, must_finish) = job.waiting_for[0];
+                Waiting::Dependency { first, must_finish, count: job.waiting_for.len() as u32 }
+            }
             // Its backoff first: nothing else matters before it ends.
             Some(policy) if job.not_before_ms > now && self.view.never_fits(&job.spec).is_none() => {
                 Waiting::Restarting { restarts: job.restarts, max: policy.max, until_ms: job.not_before_ms }
             }
-            _ => self.reason(&job.spec, waited_ms, job.times.submitted_ms),
+            _ => self.reason(&job.spec, waited_ms, job.waiting_from_ms()),
         };
         WaitExplanation { job: job.id, waiting, position, waited_ms }
     }

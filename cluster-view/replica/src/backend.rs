@@ -6,9 +6,10 @@
 //! [`crate::rocks::RocksBackend`] (production) and [`crate::mem::MemBackend`] (the seeded
 //! simulation: it models what a crash keeps and can be armed with disk faults).
 //!
-//! A backend needs three things: point reads, one atomic batch of puts and deletes per write
-//! (synced to stable storage when asked: a replica acknowledges nothing it has not synced), and
-//! a scan of the log entries' key range when the log is loaded at open.
+//! A backend needs four things: point reads, one atomic batch of puts and deletes per write
+//! (synced to stable storage when asked: a replica acknowledges nothing it has not synced), a
+//! scan of the log entries' key range when the log is loaded at open, and bounded range scans
+//! (the ended-job history, [`crate::history`]).
 
 use crate::error::ReplicaError;
 
@@ -49,6 +50,9 @@ impl WriteBatch {
     }
 }
 
+/// A key and its value, as a scan returns them.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// Key prefix of log entries: `ENTRY_PREFIX` + index (8 bytes, big-endian), so a forward scan
 /// of the prefix reads the log in index order.
 pub const ENTRY_PREFIX: u8 = b'e';
@@ -81,6 +85,9 @@ pub trait Backend {
 
     /// Every log entry (keys with [`ENTRY_PREFIX`]) in index order: (index, value).
     fn entries(&self) -> Result<Vec<(u64, Vec<u8>)>, ReplicaError>;
+
+    /// Up to `limit` pairs with keys in `from..to`, in key order (the job history's reads).
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<KeyValue>, ReplicaError>;
 }
 
 #[cfg(test)]

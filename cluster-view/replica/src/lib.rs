@@ -7,7 +7,8 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`storage`] | [`RaftStorage`]: raft log, hard state, conf state, snapshots over a [`Backend`]; [`RocksStorage`] on RocksDB |
-//! | [`backend`] | [`Backend`]: the durable key-value store under it (get, atomic batch with a sync flag, log scan) |
+//! | [`backend`] | [`Backend`]: the durable key-value store under it (get, atomic batch with a sync flag, log scan, range scan) |
+//! | [`history`] | the history of ended jobs the view forgot: written at apply, by end time, pruned past the retention |
 //! | [`rocks`] | [`RocksBackend`]: the backend on RocksDB |
 //! | [`mem`] | [`MemBackend`]: an in-memory disk that models what a crash keeps, with armable faults |
 //! | [`replica`] | [`Replica`]: the RawNode driver — tick, step, propose, ready → persist, apply, send; the leader's pre-check and batching |
@@ -18,7 +19,8 @@
 //!
 //! The replica owns no thread, socket or clock: its owner drives it, so the same code runs in
 //! the server and in the deterministic fault tests (`tests/sim.rs`). Its only I/O is its
-//! storage: [`Replica::on_ready`] writes (and fsyncs) through the backend before it returns.
+//! storage: [`Replica::on_ready`] writes (and fsyncs) through the backend before it returns
+//! (the history of ended jobs unsynced: a replay rebuilds it).
 //!
 //! With the `failpoints` feature, `fail` crate fail points sit at the storage and apply
 //! boundaries: `replica::sync_write` (every synced write: the fsync), `replica::install_snapshot`
@@ -44,6 +46,7 @@ pub mod backend;
 pub mod codec;
 pub mod error;
 mod forged;
+pub mod history;
 pub mod logger;
 pub mod mem;
 pub mod replica;

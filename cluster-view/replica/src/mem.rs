@@ -8,7 +8,7 @@
 //! virtual time. Clones share one disk: the owner keeps a clone to crash and restart the
 //! replica on.
 
-use crate::backend::{Backend, ENTRY_PREFIX, WriteBatch, WriteOp, entry_index};
+use crate::backend::{Backend, ENTRY_PREFIX, KeyValue, WriteBatch, WriteOp, entry_index};
 use crate::error::ReplicaError;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -160,6 +160,14 @@ impl Backend for MemBackend {
             out.push((index, v.clone()));
         }
         Ok(out)
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<KeyValue>, ReplicaError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let d = self.disk();
+        Ok(d.live.range(from.to_vec()..to.to_vec()).take(limit).map(|(k, v)| (k.clone(), v.clone())).collect())
     }
 }
 

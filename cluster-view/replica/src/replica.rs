@@ -24,9 +24,10 @@
 //! ([`tessera_proto::validate::check_snapshot`]), then its view against the invariants
 //! ([`tessera_view::invariants::check`]); only then are the storage and the state replaced.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, WriteBatch};
 use crate::codec::{self, SnapshotData};
 use crate::error::ReplicaError;
+use crate::history;
 use crate::logger::raft_logger;
 use crate::rocks::RocksBackend;
 use crate::storage::{RaftStorage, RocksStorage};
@@ -38,9 +39,12 @@ use std::path::Path;
 use tessera_view::fit;
 use tessera_view::placement::Rejection;
 use tessera_view::{
-    ClusterView, Command, CoreMask, Decision, JobId, MemberPlacement, Outcome, Proposal, ProposalId, ServerId,
+    ClusterView, Command, CoreMask, Decision, Job, JobId, MemberPlacement, Outcome, Proposal, ProposalId, ServerId,
     ServerRecord,
 };
+
+/// How often (on the view's clock) a replica drops history records past the retention.
+pub const HISTORY_PRUNE_EVERY_MS: u64 = 60_000;
 
 /// A client's handle on a proposal made through this replica.
 pub type Ticket = u64;
@@ -154,7 +158,8 @@ fn checked_snapshot(
         return Err(bad(format!("its view is at index {}", data.applied)));
     }
     tessera_proto::validate::check_snapshot(&data.view).map_err(|e| bad(e.to_string()))?;
-    let view = ClusterView::from_snapshot(data.view).with_change_log(change_log);
+    // The jobs it forgets go to this replica's history of ended jobs (`write_history`).
+    let view = ClusterView::from_snapshot(data.view).with_change_log(change_log).keeping_forgotten();
     let report = tessera_view::invariants::check(&view);
     if !report.is_clean() {
         let shown: Vec<&str> = report.violations.iter().take(3).map(String::as_str).collect();
@@ -187,6 +192,8 @@ pub struct Replica<B: Backend = RocksBackend> {
     snapshot_now: bool,
     /// Entries this replica proposed and has not applied yet: (index, term, tickets).
     proposed: std::collections::VecDeque<(u64, u64, Vec<Ticket>)>,
+    /// The view's clock at the last prune of the history of ended jobs (0: none yet).
+    history_pruned_ms: u64,
 }
 
 impl<B: Backend> std::fmt::Debug for Replica<B> {
@@ -276,6 +283,7 @@ impl<B: Backend> Replica<B> {
             was_leader: false,
             snapshot_now: false,
             proposed: std::collections::VecDeque::new(),
+            history_pruned_ms: 0,
         };
         replica.seed_election_timeout();
         Ok(replica)
@@ -743,10 +751,48 @@ impl<B: Backend> Replica<B> {
         }
         out.extend(light.take_messages());
         self.apply(light.take_committed_entries())?;
+        self.write_history()?;
         self.node.advance_apply_to(self.applied);
         self.answer_reads();
         self.maybe_compact()?;
         Ok(out)
+    }
+
+    /// Writes the jobs the view forgot to this replica's history of ended jobs (unsynced: a
+    /// replay after a crash writes them again), and, at most once per
+    /// [`HISTORY_PRUNE_EVERY_MS`] of the view's clock, drops up to
+    /// [`history::PRUNE_BATCH`] records older than the accounting retention.
+    fn write_history(&mut self) -> Result<(), ReplicaError> {
+        let gone = self.view.take_forgotten();
+        let now_ms = self.view.now_ms();
+        let prune = now_ms >= self.history_pruned_ms.saturating_add(HISTORY_PRUNE_EVERY_MS);
+        if gone.is_empty() && !prune {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        history::record(&mut batch, &gone)?;
+        if prune {
+            self.history_pruned_ms = now_ms;
+            let kept_ms = u64::from(self.view.ledger().retention_hours()) * 3_600_000;
+            history::prune(self.node.store().backend(), now_ms.saturating_sub(kept_ms), &mut batch)?;
+        }
+        if !batch.is_empty() {
+            self.node.mut_store().write_unsynced(batch)?;
+        }
+        if !gone.is_empty() {
+            tracing::debug!(replica = self.cfg.id, jobs = gone.len(), "ended jobs moved to the history");
+        }
+        Ok(())
+    }
+
+    /// Job `id` from this replica's history of ended jobs (forgotten by the view), if it has it.
+    pub fn history_job(&self, id: JobId) -> Result<Option<Job>, ReplicaError> {
+        history::job(self.node.store().backend(), id)
+    }
+
+    /// A page of this replica's history of ended jobs.
+    pub fn history_page(&self, q: &history::Query) -> Result<history::Page, ReplicaError> {
+        history::page(self.node.store().backend(), q)
     }
 
     /// Answers the linearizable reads whose confirmed index is applied.

@@ -1,7 +1,7 @@
 //! [`RocksBackend`]: the production [`Backend`], one RocksDB instance per replica (default
 //! column family). A synced write syncs RocksDB's write-ahead log before it returns.
 
-use crate::backend::{Backend, ENTRY_PREFIX, WriteBatch, WriteOp, entry_index, entry_key};
+use crate::backend::{Backend, ENTRY_PREFIX, KeyValue, WriteBatch, WriteOp, entry_index, entry_key};
 use crate::error::ReplicaError;
 use rocksdb::{DB, Direction, IteratorMode, Options, WriteOptions};
 use std::path::Path;
@@ -61,6 +61,18 @@ impl Backend for RocksBackend {
             let index = entry_index(&k)
                 .ok_or_else(|| ReplicaError::Decode { what: "log entry key", why: format!("{} bytes", k.len()) })?;
             out.push((index, v.into_vec()));
+        }
+        Ok(out)
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<KeyValue>, ReplicaError> {
+        let mut out = Vec::new();
+        for item in self.db.iterator(IteratorMode::From(from, Direction::Forward)) {
+            let (k, v) = item?;
+            if out.len() >= limit || &*k >= to {
+                break;
+            }
+            out.push((k.into_vec(), v.into_vec()));
         }
         Ok(out)
     }

@@ -188,6 +188,12 @@ impl<B: Backend> RaftStorage<B> {
         &self.db
     }
 
+    /// Writes `batch` without syncing (state outside the raft log that a replay rebuilds: the
+    /// history of ended jobs).
+    pub fn write_unsynced(&mut self, batch: WriteBatch) -> Result<(), ReplicaError> {
+        self.db.write(batch, false)
+    }
+
     fn first(&self) -> u64 {
         self.first_idx
     }

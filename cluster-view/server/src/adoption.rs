@@ -82,8 +82,9 @@ impl Adoptions {
         self.owners.get(&job).filter(|(_, until)| *until > now).map(|(h, _)| h.as_str())
     }
 
-    /// Renews `host`'s hold on `held` and hands it up to `want` more pending jobs, highest
-    /// priority first, then oldest. Jobs that are no longer pending are dropped from the table.
+    /// Renews `host`'s hold on `held` and hands it up to `want` more pending jobs that wait for
+    /// no other job, highest priority first, then oldest. Jobs that are no longer pending are
+    /// dropped from the table.
     pub fn adopt(&mut self, view: &ClusterView, host: &str, held: &[JobId], want: usize, now: Instant) -> Adopted {
         let until = now + self.lease;
         // Forget jobs that are placed, running or over: nobody schedules them now.
@@ -106,7 +107,9 @@ impl Adoptions {
         let mut free: Vec<(i32, JobId)> = view
             .jobs()
             .into_iter()
-            .filter(|j| j.state == JobState::Pending && self.owner(j.id, now).is_none())
+            // A job still waiting for others is nobody's yet: it would hold a host's slot doing
+            // nothing (and a large array waiting could starve the jobs it waits for).
+            .filter(|j| j.state == JobState::Pending && j.waiting_for.is_empty() && self.owner(j.id, now).is_none())
             .map(|j| (j.spec.priority, j.id))
             .collect();
         free.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -158,6 +161,21 @@ mod tests {
         let got = a.adopt(&v, "h2", &[ids[2]], 5, t2);
         assert_eq!((got.kept, got.adopted), (vec![ids[2]], vec![ids[1]]));
         assert_eq!(a.owner(ids[0], t2), Some("h1"));
+    }
+
+    #[test]
+    fn a_job_waiting_for_another_is_handed_out_only_once_that_one_ended() {
+        let t0 = Instant::now();
+        let (mut v, ids) = view_with_jobs(1);
+        // An array of a higher priority waiting for the first job takes no host slot from it.
+        let waiting = JobSpec { after_any: vec![ids[0]], priority: 10, array: Some(3), ..JobSpec::simple("w", 1, 1) };
+        let w = v.submit(waiting).expect("admitted");
+        let mut a = Adoptions::new(LEASE, t0);
+        assert_eq!(a.adopt(&v, "h1", &[], 1, t0).adopted, vec![ids[0]], "only the job waiting for nothing");
+        assert!(a.adopt(&v, "h2", &[], 5, t0).adopted.is_empty(), "the array still waits");
+        v.cancel(ids[0]).expect("cancelled");
+        let array: Vec<JobId> = (0..3).map(|i| JobId(w.0 + i)).collect();
+        assert_eq!(a.adopt(&v, "h2", &[], 5, t0).adopted, array, "any end of it will do");
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub enum Action<'a> {
         /// The server's name.
         server: &'a str,
     },
-    /// Read GPU and core usage of these tenants (empty: of every tenant).
+    /// Read GPU and core usage, or the history of ended jobs, of these tenants (empty: of
+    /// every tenant).
     ReadUsage {
         /// The tenants asked about.
         tenants: Vec<&'a str>,
@@ -108,7 +109,9 @@ pub fn check(who: &Identity, action: &Action<'_>) -> Result<(), String> {
             None => Ok(()),
             Some(t) => deny(format!("read the usage of tenant `{t}`")),
         },
-        (Role::Agent, Action::ReadUsage { .. }) => deny("read usage (users, scheduler hosts and admins do)".into()),
+        (Role::Agent, Action::ReadUsage { .. }) => {
+            deny("read usage or job history (users, scheduler hosts and admins do)".into())
+        }
         (Role::User, Action::ReadJob { tenant } | Action::Cancel { tenant }) => {
             if who.acts_for(tenant) {
                 Ok(())

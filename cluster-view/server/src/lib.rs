@@ -14,6 +14,7 @@
 //! | [`node`] | the driver thread: requests in, ready rounds (persist, apply, send), answers out; leases |
 //! | [`service`] | the `View` service: request checks, conversions, leader hints |
 //! | [`transport`] | per-peer raft streams and the `Raft` service |
+//! | [`usage`], [`history`] | the `Usage` and `History` reads: requests checked and bounded into queries |
 //! | [`http`] | the HTTP/JSON API (actix-web) over the view client, OpenAPI document, metrics |
 //! | [`error`] | [`ViewServerError`], the crate's one error type, and its gRPC status |
 
@@ -21,6 +22,7 @@ pub mod adoption;
 pub mod authz;
 pub mod config;
 pub mod error;
+pub mod history;
 pub mod http;
 pub mod node;
 pub mod service;

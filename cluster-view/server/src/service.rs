@@ -564,8 +564,17 @@ impl v1::view_server::View for ViewService {
             ))
             .into());
         }
+        if let Some(g) = req.grace_s
+            && g > tessera_view::job::MAX_STOP_GRACE_S
+        {
+            return Err(ViewServerError::Invalid(format!(
+                "CancelJobRequest.grace_s: {g} s; at most {}",
+                tessera_view::job::MAX_STOP_GRACE_S
+            ))
+            .into());
+        }
         let reason = (!req.reason.is_empty()).then_some(req.reason);
-        self.write_ended(Command::Cancel { job: JobId(req.job), reason }).await
+        self.write_ended(Command::Cancel { job: JobId(req.job), reason, grace_s: req.grace_s }).await
     }
 
     /// An operator's command: logged at info with the server, the action and the reason.
@@ -735,6 +744,21 @@ impl v1::view_server::View for ViewService {
         let what = ReadTarget::Usage(Box::new(query.clone()));
         match self.node.ask(|reply| NodeRequest::Read { linearizable, what, reply }).await? {
             ReadOut::Usage(r) => Ok(Response::new(*r)),
+            _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
+        }
+    }
+
+    async fn history(&self, req: Request<v1::HistoryRequest>) -> Result<Response<v1::HistoryResponse>, Status> {
+        let who = self.caller(&req, "History")?;
+        let query = crate::history::query(&who, req.into_inner())?;
+        let tenants: Vec<&str> = query.tenants.iter().flatten().map(String::as_str).collect();
+        self.allow(&who, "History", || format!("tenants {tenants:?}"), Action::ReadUsage { tenants: tenants.clone() })?;
+        let what = ReadTarget::History(Box::new(query.clone()));
+        match self.node.ask(|reply| NodeRequest::Read { linearizable: false, what, reply }).await? {
+            ReadOut::History(Ok(r)) => Ok(Response::new(*r)),
+            ReadOut::History(Err(e)) => {
+                Err(ViewServerError::Internal(format!("the history of ended jobs: {e}")).into())
+            }
             _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
         }
     }

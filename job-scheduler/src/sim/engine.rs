@@ -643,7 +643,7 @@ impl Sim<'_> {
     /// Cancels job `i` for its scheduler, which gave up on it.
     fn give_up(&mut self, i: usize, reason: String) {
         let job = self.jobs[i].view_id;
-        let out = self.view.apply(&Command::Cancel { job, reason: Some(reason) });
+        let out = self.view.apply(&Command::Cancel { job, reason: Some(reason), grace_s: None });
         debug_assert_eq!(out, Outcome::Ended(Ok(())));
         self.pending.remove(&i);
         self.rep.gave_up += 1;

@@ -364,6 +364,10 @@ fn the_members_wanted_here() {
                     held: Vec::new(),
                     restarts: 0,
                     not_before_ms: 0,
+                    waiting_for: Vec::new(),
+                    ready_ms: 0,
+                    array_index: None,
+                    cancel_grace_s: None,
                 };
                 let got = desired([&job], server);
                 let holds = matches!(state, JobState::Placed | JobState::Running | JobState::Migrating);

@@ -23,6 +23,7 @@
 //! | `main.rs` | scenario parameters, the static layout, the oracle, the logical schedulers' proposals |
 //! | `world.rs` | the world (view, schedulers, log, checks), its operations, the property test and its coverage test |
 //! | `plain.rs` | targeted scenarios |
+//! | `dependencies.rs` | job dependencies and arrays: what submissions name, the admission oracle, the properties |
 //! | `migration_moves.rs` | migration: atomic moves through the approver |
 
 use anyhow::{Context, Result, bail, ensure};
@@ -258,6 +259,9 @@ fn predict(view: &ClusterView, layout: &Layout, p: &Proposal) -> Expect {
     let Some(job) = view.job(p.job) else { return rej(Rejection::UnknownJob) };
     if job.state != JobState::Pending {
         return rej(Rejection::JobNotPending { state: job.state.as_str().to_string() });
+    }
+    if let Some(&(first, _)) = job.waiting_for.first() {
+        return rej(Rejection::DependencyPending { first, count: job.waiting_for.len() as u32 });
     }
     let spec = &job.spec;
     if p.members.len() != spec.members as usize {
@@ -708,6 +712,7 @@ fn random_job(rng: &mut SmallRng, layout: &Layout, servers: usize, n: u64) -> Jo
     s
 }
 
+mod dependencies;
 mod migration_moves;
 mod plain;
 mod world;

@@ -331,14 +331,14 @@ fn replica_from_snapshot_forgets_the_same_ended_jobs() {
     let a = submit(&mut view, JobSpec::simple("a", 1, 1));
     let b = submit(&mut view, JobSpec::simple("b", 1, 1));
     // b ends before a.
-    assert_eq!(view.apply(&Command::Cancel { job: b, reason: None }), Outcome::Ended(Ok(())));
-    assert_eq!(view.apply(&Command::Cancel { job: a, reason: None }), Outcome::Ended(Ok(())));
+    assert_eq!(view.apply(&Command::Cancel { job: b, reason: None, grace_s: None }), Outcome::Ended(Ok(())));
+    assert_eq!(view.apply(&Command::Cancel { job: a, reason: None, grace_s: None }), Outcome::Ended(Ok(())));
     let mut replica = ClusterView::from_snapshot(view.snapshot()).with_limits(DEFAULT_CHANGE_LOG, 2);
     assert_eq!(replica.state_hash(), view.state_hash());
     // A third job ends: the oldest ended job (b) should be forgotten on both.
     for v in [&mut view, &mut replica] {
         let c = submit(v, JobSpec::simple("c", 1, 1));
-        assert_eq!(v.apply(&Command::Cancel { job: c, reason: None }), Outcome::Ended(Ok(())));
+        assert_eq!(v.apply(&Command::Cancel { job: c, reason: None, grace_s: None }), Outcome::Ended(Ok(())));
     }
     assert!(view.job(b).is_none() && view.job(a).is_some(), "the view forgets the first job to end");
     assert_eq!(replica.job(a).is_some(), view.job(a).is_some(), "the replica forgot another job");

@@ -49,6 +49,15 @@ struct Stats {
     cordons: u64,
     evictions: u64,
     evicted: u64,
+    /// Dependencies: jobs admitted waiting for others, arrays admitted, submissions refused for
+    /// what they named, proposals refused as still waiting, jobs that stopped waiting (their
+    /// last dependency ended) and jobs failed because an `after` job failed.
+    dep_waiting: u64,
+    arrays: u64,
+    dep_refused: u64,
+    dep_pending: u64,
+    dep_ready: u64,
+    dep_failed: u64,
 }
 
 impl Stats {
@@ -87,6 +96,12 @@ impl Stats {
         self.clocks += o.clocks;
         self.clocks_behind += o.clocks_behind;
         self.timed_out += o.timed_out;
+        self.dep_waiting += o.dep_waiting;
+        self.arrays += o.arrays;
+        self.dep_refused += o.dep_refused;
+        self.dep_pending += o.dep_pending;
+        self.dep_ready += o.dep_ready;
+        self.dep_failed += o.dep_failed;
         self.preempted += o.preempted;
         self.preempted_victims += o.preempted_victims;
         for (k, v) in &o.preempt_refused {
@@ -124,6 +139,8 @@ struct World {
     clock: u64,
     /// The clock's own random stream: clock steps leave the scenario's draws as they were.
     clock_rng: SmallRng,
+    /// The dependencies' own random stream, likewise.
+    dep_rng: SmallRng,
     stats: Stats,
 }
 
@@ -151,6 +168,7 @@ impl World {
             replica: None,
             clock: 1_700_000_000_000 + p.seed % 1000 * 3_600_000,
             clock_rng: SmallRng::seed_from_u64(p.seed ^ 0xc10c),
+            dep_rng: SmallRng::seed_from_u64(p.seed ^ 0xdeb5),
             stats: Stats::default(),
         }
     }
@@ -172,6 +190,8 @@ impl World {
         };
         let held0: HashMap<JobId, usize> = self.view.jobs().iter().map(|j| (j.id, j.held.len())).collect();
         let ledger0 = ledger_total(&self.view);
+        let waiting0: Vec<JobId> =
+            self.view.jobs().iter().filter(|j| !j.waiting_for.is_empty()).map(|j| j.id).collect();
         let out = self.view.apply(&cmd);
         let (v1, h1) = (self.view.version(), self.view.state_hash());
         // Accounting conserves time: what the ledger gained is exactly the spans jobs gained
@@ -220,6 +240,27 @@ impl World {
             ensure!(h1 != h0, "version bumped but state hash unchanged on {cmd:?}");
         }
         self.check_global().with_context(|| format!("after {cmd:?} -> {out:?}"))?;
+        for j in waiting0.iter().filter_map(|j| self.view.job(*j)) {
+            let itself = matches!(&cmd, Command::Cancel { job, .. } if *job == j.id);
+            match j.state {
+                JobState::Failed if !itself => {
+                    let why = j.error.as_deref().unwrap_or("");
+                    ensure!(why.contains("which it waited for, failed"), "{} failed while waiting: {why}", j.id);
+                    self.stats.dep_failed += 1;
+                }
+                JobState::Pending if j.waiting_for.is_empty() => {
+                    ensure!(
+                        j.ready_ms == self.view.now_ms(),
+                        "{} ready at {}, the clock says {}",
+                        j.id,
+                        j.ready_ms,
+                        self.view.now_ms()
+                    );
+                    self.stats.dep_ready += 1;
+                }
+                _ => {}
+            }
+        }
         if let Some(r) = &mut self.replica {
             // Decisions agree, except which servers beyond the conflicting ones a rejection
             // refreshes: that may depend on how far back each view's change log reaches.
@@ -260,6 +301,7 @@ impl World {
         }
         let rep = invariants::check(&self.view);
         ensure!(rep.is_clean(), "invariant violations: {:#?}", rep.violations);
+        dependencies::check(&self.view)?;
         for t in TENANTS {
             let held = tenant_held(&self.view, t);
             ensure!(
@@ -352,6 +394,7 @@ impl World {
                 match got {
                     Rejection::QuotaExceeded { .. } => self.stats.quota_rejections += 1,
                     Rejection::JobNotPending { .. } => self.stats.not_pending += 1,
+                    Rejection::DependencyPending { .. } => self.stats.dep_pending += 1,
                     Rejection::LocalityTooLoose { .. } => self.stats.too_loose += 1,
                     r if r.is_conflict() => {
                         self.stats.conflicts += 1;
@@ -377,7 +420,8 @@ impl World {
             return self.op_resubmit(rng);
         }
         self.next_name += 1;
-        let spec = random_job(rng, &self.layout, self.view.servers().len(), self.next_name);
+        let mut spec = random_job(rng, &self.layout, self.view.servers().len(), self.next_name);
+        dependencies::add_dependencies(&mut self.dep_rng, &self.view, &mut spec);
         let request = rng.random_bool(0.5).then(|| RequestId::new(format!("req-{}", self.next_name))).transpose()?;
         self.submit_checked(rng, spec, request)
     }
@@ -395,7 +439,9 @@ impl World {
         } else {
             spec.clone()
         };
-        let remembered = self.view.job(job).is_some();
+        // An array is remembered while any of its members is.
+        let size = u64::from(spec.array.unwrap_or(1));
+        let remembered = (job.0..job.0 + size).any(|m| self.view.job(JobId(m)).is_some());
         ensure!(
             self.view.job_of_request(&request) == remembered.then_some(job),
             "request index disagrees with the jobs kept for `{request}`"
@@ -427,18 +473,40 @@ impl World {
     fn submit_checked(&mut self, rng: &mut SmallRng, spec: JobSpec, request: Option<RequestId>) -> Result<()> {
         let before = self.view.clone();
         let never = before.never_fits(&spec);
+        let waits = dependencies::expected_waiting(&before, &spec);
         let out = self.exec(Command::Submit { spec: Box::new(spec.clone()), request: request.clone(), user: None })?;
         match out {
             Outcome::Submitted(Ok(id)) => {
                 ensure!(never.is_none(), "admitted {id} though never_fits says {never:?}");
-                let j = self.view.job(id).context("submitted job missing")?;
-                ensure!(j.state == JobState::Pending && j.placement.is_none() && j.spec == spec, "submitted job");
-                ensure!(j.request == request, "job keeps request {:?}, sent {request:?}", j.request);
+                let waits = match waits {
+                    Ok(w) => w,
+                    Err(field) => bail!("admitted {id} though `{field}` names a job it cannot follow"),
+                };
+                let count = spec.array.unwrap_or(1);
+                ensure!(id.0 >= before.jobs().iter().map(|j| j.id.0 + 1).max().unwrap_or(0), "{id} reuses an id");
+                for i in 0..count {
+                    let jid = JobId(id.0 + u64::from(i));
+                    let j = self.view.job(jid).context("submitted job missing")?;
+                    ensure!(j.state == JobState::Pending && j.placement.is_none() && j.spec == spec, "submitted job");
+                    let want = if i == 0 { request.clone() } else { None };
+                    ensure!(j.request == want, "{jid} keeps request {:?}, sent {request:?}", j.request);
+                    ensure!(j.waiting_for == waits, "{jid} waits for {:?}, the oracle says {waits:?}", j.waiting_for);
+                    ensure!(j.array_index == spec.array.map(|_| i), "{jid} has array index {:?}", j.array_index);
+                }
+                ensure!(self.view.job(JobId(id.0 + u64::from(count))).is_none(), "more jobs than the array");
                 ensure!(self.view.servers() == before.servers(), "submit changed servers");
                 if let Some(r) = request {
                     self.requests.push((r, id, spec.clone()));
                 }
                 self.stats.submitted += 1;
+                self.stats.dep_waiting += u64::from(count) * u64::from(!waits.is_empty());
+                self.stats.arrays += u64::from(count > 1);
+            }
+            Outcome::Submitted(Err(ViewError::InvalidSpec(e))) => {
+                ensure!(never.is_none(), "refused for {e} though never_fits says {never:?}");
+                ensure!(waits == Err(e.field.as_str()), "refused for `{e}`, the oracle says {waits:?}");
+                ensure!(self.view.state_hash() == before.state_hash(), "refused submit changed state");
+                self.stats.dep_refused += 1;
             }
             Outcome::Submitted(Err(ViewError::NeverFits(why))) => {
                 ensure!(never.as_ref() == Some(&why), "refusal differs from never_fits");
@@ -560,7 +628,13 @@ impl World {
 
     /// A deliberately malformed proposal for a job pending in the view.
     fn op_bad(&mut self, rng: &mut SmallRng) -> Result<()> {
-        let Some(job) = self.pending_jobs().choose(rng).copied() else { return Ok(()) };
+        // A job waiting for others is refused as such before its members are looked at.
+        let placeable: Vec<JobId> = self
+            .pending_jobs()
+            .into_iter()
+            .filter(|j| self.view.job(*j).is_some_and(|j| j.waiting_for.is_empty()))
+            .collect();
+        let Some(job) = placeable.choose(rng).copied() else { return Ok(()) };
         let spec = self.view.job(job).context("pending job")?.spec.clone();
         let k = rng.random_range(0..self.scheds.len());
         let members = match plan_gang(&self.layout, &self.scheds[k].servers, &spec, rng, true) {
@@ -639,7 +713,21 @@ impl World {
     /// is pending, holds nothing and counts one more preemption, and the servers equal that copy
     /// with the gang taken. Refused: nothing changed (`exec` checks the hash).
     fn op_preempt(&mut self, rng: &mut SmallRng) -> Result<()> {
-        let Some(job) = self.pending_jobs().choose(rng).copied() else { return Ok(()) };
+        // Mostly a job that may be placed now (one still waiting for others is refused first),
+        // half of those the highest-ranked, so that lawful victims exist.
+        let pending = self.pending_jobs();
+        let placeable: Vec<JobId> =
+            pending.iter().copied().filter(|j| self.view.job(*j).is_some_and(|j| j.waiting_for.is_empty())).collect();
+        let top = placeable
+            .iter()
+            .copied()
+            .max_by_key(|j| self.view.job(*j).map(|j| (j.spec.priority, std::cmp::Reverse(j.id))));
+        let job = match rng.random_range(0..10) {
+            0 => pending.choose(rng).copied(),
+            1..=4 => top,
+            _ => placeable.choose(rng).copied(),
+        };
+        let Some(job) = job else { return Ok(()) };
         let me = self.view.job(job).context("pending job")?.clone();
         let max = self.view.priorities().max_preemptions;
         let holders: Vec<Job> = self.view.jobs().into_iter().filter(|j| j.state.holds_resources()).cloned().collect();
@@ -689,7 +777,9 @@ impl World {
                 })
             })
         };
-        let expect = if let Some(v) = victims.iter().find(|v| !(me.outranks(v) && v.preemptions < max)) {
+        let expect = if let Some(&(first, _)) = me.waiting_for.first() {
+            Some(Rejection::DependencyPending { first, count: me.waiting_for.len() as u32 })
+        } else if let Some(v) = victims.iter().find(|v| !(me.outranks(v) && v.preemptions < max)) {
             let problem = if me.outranks(v) {
                 VictimProblem::Exhausted { times: v.preemptions, max }
             } else {
@@ -770,7 +860,11 @@ impl World {
         };
         let before = self.view.clone();
         let failed = rng.random_bool(0.3);
-        let cmd = if cancel { Command::Cancel { job, reason: None } } else { Command::Release { job, failed } };
+        let cmd = if cancel {
+            Command::Cancel { job, reason: None, grace_s: None }
+        } else {
+            Command::Release { job, failed }
+        };
         let out = self.exec(cmd)?;
         let Outcome::Ended(res) = out else { bail!("end answered {out:?}") };
         let old = before.job(job);
@@ -1379,6 +1473,12 @@ fn scenarios_exercise_every_path() {
         ("clocks", t.clocks),
         ("clocks_behind", t.clocks_behind),
         ("timed_out", t.timed_out),
+        ("dep_waiting", t.dep_waiting),
+        ("arrays", t.arrays),
+        ("dep_refused", t.dep_refused),
+        ("dep_pending", t.dep_pending),
+        ("dep_ready", t.dep_ready),
+        ("dep_failed", t.dep_failed),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }

@@ -169,9 +169,7 @@ pub(super) async fn submit(
     }
     let location = HeaderValue::from_str(&format!("/v1/jobs/{}", r.job))
         .map_err(|e| ApiError::Internal(format!("location header: {e}")))?;
-    Ok(HttpResponse::Created()
-        .insert_header((header::LOCATION, location))
-        .json(Submitted { job: r.job, name: spec.name }))
+    Ok(HttpResponse::Created().insert_header((header::LOCATION, location)).json(Submitted::of(r.job, &spec)))
 }
 
 /// The `Idempotency-Key` header as a request id, when given.
@@ -209,6 +207,7 @@ fn refused(r: v1::SubmitResult) -> ApiError {
     params(
         ("id" = u64, Path, description = "the job id"),
         ("reason" = Option<String>, Query, description = "why, kept as the job's error (at most 4096 bytes)"),
+        ("grace_s" = Option<u64>, Query, maximum = 3600, description = "seconds its tasks get between SIGTERM and SIGKILL (at most 3600; default: its spec's stop_grace_s)"),
     ),
     responses(
         (status = 200, description = "cancelled", body = Cancelled),
@@ -225,8 +224,21 @@ pub(super) async fn cancel(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = job_id(&id)?;
-    let q = query(&req, &["reason"])?;
+    let q = query(&req, &["reason", "grace_s"])?;
     let reason = q.get("reason").cloned().unwrap_or_default();
+    let grace_s = match q.get("grace_s") {
+        None => None,
+        Some(g) => match g.parse::<u64>() {
+            Ok(g) if g <= tessera_view::job::MAX_STOP_GRACE_S => Some(g),
+            _ => {
+                return Err(ApiError::bad(
+                    "bad_query",
+                    "grace_s",
+                    format!("`{g}`: seconds, 0 to {}", tessera_view::job::MAX_STOP_GRACE_S),
+                ));
+            }
+        },
+    };
     if reason.len() > MAX_REASON_BYTES {
         return Err(ApiError::bad(
             "bad_query",
@@ -236,7 +248,7 @@ pub(super) async fn cancel(
     }
     let version = api
         .call(|mut c| async move {
-            let r = c.cancel_because(id, &reason).await.map_err(ApiError::from);
+            let r = c.cancel_with(id, &reason, grace_s).await.map_err(ApiError::from);
             (c, r)
         })
         .await?;

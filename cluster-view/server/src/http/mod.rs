@@ -18,6 +18,7 @@
 //! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
 //! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
 //! | `GET /v1/usage` | GPU and CPU-core time over a range, by tenant, user or job | [`usage`] |
+//! | `GET /v1/history` | ended jobs the view forgot, from the replica's history, in end order | [`history`] |
 //! | `GET /v1/queue` | pending jobs in queue order, each with why it waits | [`queue`] |
 //! | `GET /v1/replicas` | every replica's role, term, applied index and lag, as each answers | [`servers`] |
 //! | `GET /v1/events` | Server-Sent Events: the view version, each time it changes | [`events`] |
@@ -41,6 +42,7 @@
 pub mod dashboard;
 pub mod error;
 pub mod events;
+pub mod history;
 pub mod jobs;
 pub mod logs;
 pub mod metrics;
@@ -413,6 +415,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/servers/{name}/drain", "POST").route(web::post().to(servers::drain)))
         .service(resource("/v1/servers/{name}/uncordon", "POST").route(web::post().to(servers::uncordon)))
         .service(resource("/v1/usage", GET).route(web::get().to(usage::usage)))
+        .service(resource("/v1/history", GET).route(web::get().to(history::history)))
         .service(resource("/v1/queue", GET).route(web::get().to(queue::queue)))
         .service(resource("/v1/replicas", GET).route(web::get().to(servers::replicas)))
         .service(resource("/v1/events", GET).route(web::get().to(events::events)))
@@ -444,6 +447,20 @@ fn query_number<T: std::str::FromStr>(
     q.get(key)
         .map(|v| v.parse::<T>().map_err(|_| ApiError::bad("bad_query", key, format!("`{v}` is not {what}"))))
         .transpose()
+}
+
+/// The `tenants` parameter (comma-separated, at most [`MAX_USAGE_TENANTS`]) of the usage and
+/// history reads; none: empty.
+fn query_tenants(q: &HashMap<String, String>) -> Result<Vec<String>, ApiError> {
+    let tenants: Vec<String> = q
+        .get("tenants")
+        .map(|t| t.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+        .unwrap_or_default();
+    if tenants.len() > crate::usage::MAX_USAGE_TENANTS {
+        let most = crate::usage::MAX_USAGE_TENANTS;
+        return Err(ApiError::bad("bad_query", "tenants", format!("at most {most} tenants")));
+    }
+    Ok(tenants)
 }
 
 fn query(req: &HttpRequest, known: &[&str]) -> Result<HashMap<String, String>, ApiError> {

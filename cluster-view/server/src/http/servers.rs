@@ -3,10 +3,12 @@
 //! health history, and an operator's cordon, drain or uncordon; as the [`Status`],
 //! [`ServerList`], [`ServerDetail`] and [`CordonChanged`] types the CLI prints too.
 
-use super::{Api, ApiError, query};
+use super::{Api, ApiError, query, query_number};
 use crate::service::MAX_DRAIN_TIMEOUT_S;
 use actix_web::{HttpRequest, HttpResponse, web};
-use tessera_proto::api::{CordonChanged, ErrorBody, Replicas, ServerDetail, ServerList, Status};
+use tessera_proto::api::{
+    CordonChanged, ErrorBody, MAX_SERVER_PAGE, Replicas, ServerDetail, ServerFilter, ServerList, Status,
+};
 use tessera_proto::v1;
 use tessera_view::ViewSnapshot;
 use tessera_view::server::MAX_CORDON_REASON_CHARS;
@@ -70,21 +72,58 @@ pub(super) async fn replicas(api: web::Data<Api>) -> Result<HttpResponse, ApiErr
     Ok(HttpResponse::Ok().json(Replicas::of(answers)))
 }
 
-/// Every server with its health and GPU bitmap (`x` used, `.` free, `!` unhealthy, `-` the
-/// server is not up).
+/// The servers with their health and GPU bitmap (`x` used, `.` free, `!` unhealthy, `-` the
+/// server is not up), by id, filtered and paged: `health` (comma-separated), `rack`, `type`,
+/// `min_free_gpus`, `cordoned`, and pages of `limit` after the id `after`.
 #[utoipa::path(
     get,
     path = "/v1/servers",
     tag = "cluster",
+    params(
+        ("health" = Option<String>, Query, pattern = "^(up|draining|down)(,(up|draining|down))*$", description = "only these healths, comma-separated: up, draining, down"),
+        ("rack" = Option<String>, Query, description = "only this rack's servers"),
+        ("type" = Option<String>, Query, description = "only servers of this GPU type (e.g. nvidia-h100-80g)"),
+        ("min_free_gpus" = Option<u32>, Query, maximum = 64, description = "only servers with at least this many GPUs free to place on"),
+        ("cordoned" = Option<bool>, Query, description = "only cordoned (true) or uncordoned (false) servers"),
+        ("after" = Option<u32>, Query, description = "only ids above this: the previous page's `next_after`"),
+        ("limit" = Option<u32>, Query, maximum = 100000, description = "servers per page (default 10,000)"),
+    ),
     responses(
-        (status = 200, description = "every server", body = ServerList),
+        (status = 200, description = "one page of the servers the filter keeps", body = ServerList),
+        (status = 400, description = "a bad query (code `bad_query`)", body = ErrorBody),
         (status = 503, description = "no replica answered (code `unavailable`)", body = ErrorBody),
         (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
     )
 )]
-pub(super) async fn servers(api: web::Data<Api>) -> Result<HttpResponse, ApiError> {
+pub(super) async fn servers(api: web::Data<Api>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let q = query(&req, &["health", "rack", "type", "min_free_gpus", "cordoned", "after", "limit"])?;
+    let limit = query_number::<u32>(&q, "limit", "a number")?.unwrap_or(0);
+    if limit as usize > MAX_SERVER_PAGE {
+        return Err(ApiError::bad("bad_query", "limit", format!("at most {MAX_SERVER_PAGE} servers per page")));
+    }
+    let min_free_gpus = query_number::<u32>(&q, "min_free_gpus", "a number")?.unwrap_or(0);
+    if min_free_gpus > 64 {
+        return Err(ApiError::bad("bad_query", "min_free_gpus", "a server has at most 64 GPUs"));
+    }
+    let filter = ServerFilter {
+        health: match q.get("health") {
+            Some(h) => ServerFilter::parse_health(h).map_err(|e| ApiError::bad("bad_query", "health", e))?,
+            None => Vec::new(),
+        },
+        rack: q.get("rack").cloned(),
+        device_type: q.get("type").cloned(),
+        min_free_gpus,
+        cordoned: match q.get("cordoned").map(String::as_str) {
+            None => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(other) => return Err(ApiError::bad("bad_query", "cordoned", format!("`{other}`: true or false"))),
+        },
+        after: query_number::<u32>(&q, "after", "a server id")?,
+        limit: limit as usize,
+    };
     let (snap, _) = api.snapshot().await?;
-    Ok(HttpResponse::Ok().json(ServerList::of(&snap)))
+    Ok(HttpResponse::Ok().json(filter.list(&snap)))
 }
 
 /// A server's id by name, from a view.

@@ -184,6 +184,17 @@ pub struct JobFileBody {
     /// Seconds a stopped task has between SIGTERM and SIGKILL (default: the agent's).
     #[schema(minimum = 0, maximum = 3600)]
     pub stop_grace_s: Option<u64>,
+    /// Jobs that must finish before this one is placed (one that fails fails this one too; an
+    /// array's first job stands for the array); at most 64 with `after_any`, none twice.
+    #[schema(max_items = 64)]
+    pub after: Option<Vec<u64>>,
+    /// Jobs that must end, in any state, before this one is placed.
+    #[schema(max_items = 64)]
+    pub after_any: Option<Vec<u64>>,
+    /// Admit this many jobs of this spec at once (consecutive ids; each task sees
+    /// `TESSERA_ARRAY_INDEX`); the answer names the first.
+    #[schema(minimum = 1, maximum = 1000)]
+    pub array: Option<u32>,
 }
 
 /// The `restart` table of a job file.
@@ -334,6 +345,9 @@ mod tests {
             time_limit_s: Some(3600),
             restart: Some(RestartBody { max: 2, backoff_s: Some(5) }),
             stop_grace_s: Some(20),
+            after: Some(vec![7]),
+            after_any: Some(vec![8, 9]),
+            array: Some(3),
         };
         let json = serde_json::to_vec(&every_field).expect("JSON");
         let spec = parse_spec(&json, BodyFormat::Json).expect("every documented field is a job-file field");
@@ -342,5 +356,6 @@ mod tests {
         assert_eq!(spec.run.env.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
         assert_eq!(spec.run.restart, Some(tessera_view::RestartPolicy { max: 2, backoff_s: 5 }));
         assert_eq!(spec.run.stop_grace_s, Some(20));
+        assert_eq!((spec.after.len(), spec.after_any.len(), spec.array), (1, 2, Some(3)));
     }
 }

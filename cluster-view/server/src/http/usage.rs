@@ -1,8 +1,8 @@
 //! `GET /v1/usage`: GPU and CPU-core time over a range, by tenant, user or job (the `Usage`
 //! RPC, as the caller), as the [`UsageReport`] the CLI's `tessera usage --json` prints too.
 
-use super::{Api, ApiError, query, query_number as number};
-use crate::usage::{MAX_USAGE_ROWS, MAX_USAGE_TENANTS};
+use super::{Api, ApiError, query, query_number as number, query_tenants};
+use crate::usage::MAX_USAGE_ROWS;
 use actix_web::{HttpRequest, HttpResponse, web};
 use tessera_proto::api::{ErrorBody, UsageReport};
 use tessera_proto::v1;
@@ -30,13 +30,7 @@ use tessera_proto::v1;
 )]
 pub(super) async fn usage(api: web::Data<Api>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let q = query(&req, &["from_ms", "to_ms", "by", "tenants", "limit"])?;
-    let tenants: Vec<String> = q
-        .get("tenants")
-        .map(|t| t.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
-        .unwrap_or_default();
-    if tenants.len() > MAX_USAGE_TENANTS {
-        return Err(ApiError::bad("bad_query", "tenants", format!("at most {MAX_USAGE_TENANTS} tenants")));
-    }
+    let tenants = query_tenants(&q)?;
     let limit: u32 = number(&q, "limit", "a row count")?.unwrap_or(0);
     if limit as usize > MAX_USAGE_ROWS {
         return Err(ApiError::bad("bad_query", "limit", format!("at most {MAX_USAGE_ROWS} rows")));
