@@ -11,6 +11,7 @@ use tessera_proto::api::{
 };
 use tessera_proto::v1;
 use tessera_view::ViewSnapshot;
+use tessera_view::cluster_spec::MAX_SERVERS;
 use tessera_view::server::MAX_CORDON_REASON_CHARS;
 
 /// This replica's raft status, jobs by state and GPUs by use (from this replica, even while
@@ -85,7 +86,7 @@ pub(super) async fn replicas(api: web::Data<Api>) -> Result<HttpResponse, ApiErr
         ("type" = Option<String>, Query, description = "only servers of this GPU type (e.g. nvidia-h100-80g)"),
         ("min_free_gpus" = Option<u32>, Query, maximum = 64, description = "only servers with at least this many GPUs free to place on"),
         ("cordoned" = Option<bool>, Query, description = "only cordoned (true) or uncordoned (false) servers"),
-        ("after" = Option<u32>, Query, description = "only ids above this: the previous page's `next_after`"),
+        ("after" = Option<u32>, Query, maximum = 16777215, description = "only ids above this: the previous page's `next_after` (server ids are below 2^24)"),
         ("limit" = Option<u32>, Query, maximum = 100000, description = "servers per page (default 10,000)"),
     ),
     responses(
@@ -119,7 +120,12 @@ pub(super) async fn servers(api: web::Data<Api>, req: HttpRequest) -> Result<Htt
             Some("false") => Some(false),
             Some(other) => return Err(ApiError::bad("bad_query", "cordoned", format!("`{other}`: true or false"))),
         },
-        after: query_number::<u32>(&q, "after", "a server id")?,
+        after: match query_number::<u32>(&q, "after", "a server id")? {
+            Some(a) if u64::from(a) >= MAX_SERVERS => {
+                return Err(ApiError::bad("bad_query", "after", format!("server ids are below {MAX_SERVERS}")));
+            }
+            a => a,
+        },
         limit: limit as usize,
     };
     let (snap, _) = api.snapshot().await?;
