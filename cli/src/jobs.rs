@@ -674,7 +674,7 @@ pub fn cancel(args: CancelArgs) -> Result<ExitCode> {
             let j = c.job(id, true).await?.job.context("no job in the answer")?;
             let j = Job::try_from(j)?;
             match (j.array_index, j.spec.array) {
-                (Some(0), Some(n)) => ids.extend(id..id + u64::from(n)),
+                (Some(0), Some(n)) => ids.extend(id..id.saturating_add(u64::from(n))),
                 _ => bail!("job {id} is not the first job of an array (give its first id, or drop --array)"),
             }
         }

@@ -89,7 +89,7 @@ impl ClusterView {
                 return std::iter::once(dep).chain(kept).collect();
             }
         };
-        (dep.0..dep.0 + u64::from(size)).map(JobId).collect()
+        (dep.0..dep.0.saturating_add(u64::from(size))).map(JobId).collect()
     }
 
     /// Settles the jobs waiting for `job`, which just ended in `state`: each crosses it off (the
