@@ -6,29 +6,18 @@
 //! the process: every test holds a `FailScenario`, which runs them one at a time.
 
 use std::path::Path;
-use tessera_replica::{Answer, Replica, ReplicaConfig, ReplicaError};
+use tessera_replica::{Answer, Replica, ReplicaError};
 use tessera_view::{ClusterSpec, ClusterView, Command, JobSpec, Outcome, Topology};
+
+mod common;
 
 fn initial() -> ClusterView {
     ClusterView::from_spec(&ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1))
 }
 
-/// A single-voter replica on RocksDB in `dir` (synced writes), leading.
+/// A single-voter replica on RocksDB in `dir`, leading.
 fn leader(dir: &Path, snapshot_every: u64) -> Replica {
-    let mut cfg = ReplicaConfig::new(1, vec![1], "failpoints");
-    cfg.snapshot_every = snapshot_every;
-    cfg.keep_entries = 1;
-    let mut r = Replica::open(cfg, dir, initial).expect("open");
-    r.campaign().expect("campaign");
-    for _ in 0..10 {
-        r.on_ready().expect("ready");
-        if r.is_leader() {
-            // Settle the leader's empty entry.
-            r.on_ready().expect("ready");
-            return r;
-        }
-    }
-    panic!("a single voter did not lead");
+    common::single_voter_leader("failpoints", dir, snapshot_every, initial)
 }
 
 /// Submits a job and drives the replica until it is answered.

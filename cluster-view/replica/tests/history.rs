@@ -4,8 +4,10 @@
 
 use std::path::Path;
 use tessera_replica::history::Query;
-use tessera_replica::{Answer, Replica, ReplicaConfig};
+use tessera_replica::{Answer, Replica};
 use tessera_view::{ClusterSpec, ClusterView, Command, JobId, JobSpec, JobState, Outcome, Topology};
+
+mod common;
 
 /// Two ended jobs kept in the view; the ledger (and the history) keeps one day.
 fn initial() -> ClusterView {
@@ -17,19 +19,7 @@ fn initial() -> ClusterView {
 
 /// A single-voter replica on RocksDB in `dir`, leading.
 fn leader(dir: &Path, snapshot_every: u64) -> Replica {
-    let mut cfg = ReplicaConfig::new(1, vec![1], "history");
-    cfg.snapshot_every = snapshot_every;
-    cfg.keep_entries = 1;
-    let mut r = Replica::open(cfg, dir, initial).expect("open");
-    r.campaign().expect("campaign");
-    for _ in 0..10 {
-        r.on_ready().expect("ready");
-        if r.is_leader() {
-            r.on_ready().expect("ready");
-            return r;
-        }
-    }
-    panic!("a single voter did not lead");
+    common::single_voter_leader("history", dir, snapshot_every, initial)
 }
 
 /// Proposes `cmd` and drives the replica until it is answered.
