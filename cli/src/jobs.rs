@@ -509,7 +509,8 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
             println!("{}", serde_json::to_string(&api::Status::of(&st, &s))?);
         } else {
             println!("cluster {} — leader replica {} at {} (term {})", st.cluster, st.leader, st.leader_addr, st.term);
-            println!("servers {} ({} up), GPUs {} ({} free)", s.servers.len(), up, gpus.total, gpus.free);
+            let servers = s.servers.iter().filter(|r| r.health != Health::Removed).count();
+            println!("servers {servers} ({up} up), GPUs {} ({} free)", gpus.total, gpus.free);
             let jobs: Vec<String> =
                 api::jobs_by_state(&s).iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{v} {k}")).collect();
             println!("jobs    {}", if jobs.is_empty() { "none".to_string() } else { jobs.join(", ") });

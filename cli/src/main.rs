@@ -12,6 +12,7 @@ mod chaos;
 mod check;
 mod dev;
 mod jobs;
+mod layout;
 mod place;
 mod scheduler;
 mod servers;
@@ -62,8 +63,11 @@ enum Command {
     Status(jobs::StatusArgs),
     /// Every job: id, state, GPUs, placement.
     Jobs(jobs::JobsArgs),
-    /// Every server: health and GPU bitmap; `show`, `cordon`, `drain`, `uncordon` one.
+    /// Every server: health and GPU bitmap; `show`, `cordon`, `drain`, `uncordon`, `add`,
+    /// `remove` one.
     Servers(servers::ServersArgs),
+    /// The configuration sets (servers of one topology in one rack); `add`, `remove` one.
+    ConfigSets(layout::ConfigSetsArgs),
     /// Cancel a job.
     Cancel(jobs::CancelArgs),
     /// GPU-hours and CPU-core-hours per tenant, user or job over a time range.
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         Command::Status(args) => jobs::status(args),
         Command::Jobs(args) => jobs::jobs(args),
         Command::Servers(args) => servers::run(args),
+        Command::ConfigSets(args) => layout::config_sets(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Usage(args) => usage::run(args),
         Command::Logs(args) => jobs::logs(args),

@@ -1,5 +1,5 @@
-//! `tessera servers`: the servers, filtered and paged (the default), one in detail with its health history, and an
-//! operator's cordon, drain or uncordon of one.
+//! `tessera servers`: the servers, filtered and paged (the default), one in detail with its health history, an
+//! operator's cordon, drain or uncordon of one, and servers added or removed (`layout`).
 
 use crate::jobs::{self, ListArgs, ViewArg, rt, snapshot};
 use anyhow::{Context, Result};
@@ -23,7 +23,8 @@ pub struct ServersArgs {
 /// Which servers the list shows (the filter of `GET /v1/servers`).
 #[derive(Args)]
 pub struct FilterArgs {
-    /// Only these healths, comma-separated (up, draining, down).
+    /// Only these healths, comma-separated (up, draining, down, removed); without it, every
+    /// server but the removed ones.
     #[arg(long)]
     health: Option<String>,
     /// Only this rack's servers.
@@ -85,6 +86,12 @@ pub enum ServersAction {
     Drain(DrainArgs),
     /// Lift SERVER's cordon: it takes placements again.
     Uncordon(UncordonArgs),
+    /// Add servers to a configuration set of the running cluster (admins); each is down until
+    /// its agent registers with the set's topology.
+    Add(crate::layout::AddServersArgs),
+    /// Remove SERVER from the running cluster (admins): no gang may be on it (drain it first).
+    /// Its id is never reused; its name may be given to a new server.
+    Remove(crate::layout::RemoveServerArgs),
 }
 
 #[derive(Args)]
@@ -138,11 +145,15 @@ pub fn run(args: ServersArgs) -> Result<ExitCode> {
         Some(ServersAction::Cordon(a)) => change(&a.view, &a.server, v1::CordonAction::Cordon, &a.reason, 0),
         Some(ServersAction::Drain(a)) => change(&a.view, &a.server, v1::CordonAction::Drain, &a.reason, a.timeout_s),
         Some(ServersAction::Uncordon(a)) => change(&a.view, &a.server, v1::CordonAction::Uncordon, "", 0),
+        Some(ServersAction::Add(a)) => crate::layout::add_servers(a),
+        Some(ServersAction::Remove(a)) => crate::layout::remove_server(a),
     }
 }
 
-fn server_index(snap: &ViewSnapshot, name: &str) -> Result<usize> {
-    snap.server_names.iter().position(|n| n == name).with_context(|| {
+/// A server's id by name: the last server of that name (a removed server's name may have
+/// been given to a later one, which it then means).
+pub(crate) fn server_index(snap: &ViewSnapshot, name: &str) -> Result<usize> {
+    snap.server_names.iter().rposition(|n| n == name).with_context(|| {
         let known = snap.server_names.iter().take(8).cloned().collect::<Vec<_>>().join(", ");
         format!(
             "no server `{name}` in the view (servers: {known}{})",

@@ -281,8 +281,20 @@ async fn heartbeats(mut b: Beats) -> AgentError {
             Err(ClientError::Status { status, .. }) if status.code() == Code::FailedPrecondition => {
                 b.metrics.heartbeat("refused", devices, sick);
                 warn!(reason = status.message(), "heartbeat refused; registering again");
-                if let Err(e) = register(&mut b.client, &b.name, &b.wire, &b.agent_addr).await {
-                    return e;
+                match register(&mut b.client, &b.name, &b.wire, &b.agent_addr).await {
+                    Err(e) => return e,
+                    // The name now means another server (this one was removed and the name
+                    // given to a new one): this agent's tasks and id are the old server's.
+                    Ok((id, _)) if id != b.server => {
+                        return AgentError::Refused {
+                            name: b.name.clone(),
+                            why: format!(
+                                "the name now means {id}, not {} (the server was removed and the name given to a new one); restart the agent",
+                                b.server
+                            ),
+                        };
+                    }
+                    Ok(_) => {}
                 }
             }
             Err(e) => {

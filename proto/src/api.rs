@@ -10,6 +10,9 @@
 //! (free means on an up server, not held and healthy; an unhealthy GPU is never free) and
 //! [`GpuCounts::of`].
 
+mod layout;
+pub use layout::{AddConfigSetBody, AddServersBody, ConfigSetInfo, ConfigSetList, LayoutChanged};
+
 use crate::v1;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -21,7 +24,7 @@ use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
 pub const JOB_STATES: [JobState; 6] =
     [JobState::Pending, JobState::Placed, JobState::Running, JobState::Migrating, JobState::Finished, JobState::Failed];
 /// Every server health.
-pub const HEALTHS: [Health; 3] = [Health::Up, Health::Draining, Health::Down];
+pub const HEALTHS: [Health; 4] = [Health::Up, Health::Draining, Health::Down, Health::Removed];
 /// Every task state.
 pub const TASK_STATES: [TaskState; 3] = [TaskState::Starting, TaskState::Running, TaskState::Succeeded];
 /// The raft roles a replica reports.
@@ -93,7 +96,7 @@ pub struct ErrorBody {
 /// GPUs of the cluster by use. `total = used + free + unavailable`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct GpuCounts {
-    /// Every GPU of every server.
+    /// Every GPU of every server (removed servers have none).
     pub total: u64,
     /// Held by a job.
     pub used: u64,
@@ -107,7 +110,7 @@ impl GpuCounts {
     /// The counts of a view.
     pub fn of(s: &ViewSnapshot) -> GpuCounts {
         let mut c = GpuCounts::default();
-        for (i, r) in s.servers.iter().enumerate() {
+        for (i, r) in s.servers.iter().enumerate().filter(|(_, r)| r.health != Health::Removed) {
             let devices = topology_of(s, i).map_or(0, |t| t.devices);
             let all = tessera_view::mask::low_bits(devices);
             c.total += u64::from(devices);
@@ -1005,7 +1008,11 @@ impl Server {
         let cs = s.config_sets.get(r.config_set.index())?;
         let devices = topo.devices;
         let bad = unhealthy_of(s, i);
-        let free = r.free_gpus & tessera_view::mask::low_bits(devices);
+        // A removed server holds nothing: every GPU reads `-` (not up), none `x` (held).
+        let free = match r.health {
+            Health::Removed => tessera_view::mask::low_bits(devices),
+            _ => r.free_gpus & tessera_view::mask::low_bits(devices),
+        };
         Some(Server {
             id: u32::try_from(i).ok()?,
             name: s.server_names.get(i).cloned().unwrap_or_default(),
@@ -1055,7 +1062,7 @@ pub const MAX_SERVER_PAGE: usize = 100_000;
 /// `tessera servers`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServerFilter {
-    /// Only these healths (empty: any).
+    /// Only these healths (empty: any but removed: tombstones are listed only when asked for).
     pub health: Vec<Health>,
     /// Only this rack's.
     pub rack: Option<String>,
@@ -1074,19 +1081,20 @@ pub struct ServerFilter {
 impl ServerFilter {
     /// A comma-separated list of healths (`up,draining`).
     pub fn parse_health(text: &str) -> Result<Vec<Health>, String> {
-        const ALL: [Health; 3] = [Health::Up, Health::Draining, Health::Down];
         text.split(',')
             .map(|h| {
-                ALL.iter()
+                HEALTHS
+                    .iter()
                     .copied()
                     .find(|x| x.as_str() == h)
-                    .ok_or_else(|| format!("unknown health `{h}`; known: up, draining, down"))
+                    .ok_or_else(|| format!("unknown health `{h}`; known: up, draining, down, removed"))
             })
             .collect()
     }
 
     fn keeps(&self, s: &Server) -> bool {
-        (self.health.is_empty() || self.health.contains(&s.health))
+        let health = if self.health.is_empty() { s.health != Health::Removed } else { self.health.contains(&s.health) };
+        health
             && self.rack.as_ref().is_none_or(|r| *r == s.rack)
             && self.device_type.as_ref().is_none_or(|t| *t == s.device_type)
             && s.gpus_free >= self.min_free_gpus

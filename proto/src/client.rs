@@ -518,6 +518,22 @@ impl ViewClient {
         Ok(r.await?.version)
     }
 
+    /// An operator's change to the cluster's layout (admins only): a configuration set or
+    /// servers added, a server or configuration set removed. Safe to retry: an add applied
+    /// once is refused the second time (its names exist), a removal applied once is refused as
+    /// already done; the error then says so.
+    pub async fn change_layout(
+        &mut self,
+        change: v1::layout_request::Change,
+    ) -> Result<v1::LayoutResponse, ClientError> {
+        let req = v1::LayoutRequest { change: Some(change) };
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.change_layout(req).await }
+        })
+        .await
+    }
+
     /// Scheduler hosts: renews the hold on `held` and asks for up to `want` more pending jobs.
     pub async fn adopt_jobs(
         &mut self,

@@ -82,6 +82,7 @@ impl From<Health> for v1::Health {
             Health::Up => v1::Health::Up,
             Health::Draining => v1::Health::Draining,
             Health::Down => v1::Health::Down,
+            Health::Removed => v1::Health::Removed,
         }
     }
 }
@@ -92,6 +93,7 @@ fn health(value: i32, message: &'static str, field: &'static str) -> Result<Heal
         v1::Health::Up => Health::Up,
         v1::Health::Draining => Health::Draining,
         v1::Health::Down => Health::Down,
+        v1::Health::Removed => Health::Removed,
     })
 }
 
@@ -229,6 +231,7 @@ impl From<&ConfigSet> for v1::ConfigSet {
             topology: c.topology.into(),
             rack: c.rack,
             ib_domain: c.ib_domain,
+            removed: c.removed,
         }
     }
 }
@@ -242,6 +245,7 @@ impl TryFrom<v1::ConfigSet> for ConfigSet {
             topology: u16_field(w.topology, "ConfigSet", "topology")?,
             rack: w.rack,
             ib_domain: w.ib_domain,
+            removed: w.removed,
         })
     }
 }
@@ -1235,7 +1239,7 @@ mod tests {
         for cpu in [CpuDemand::Proportional, CpuDemand::Fixed { cores_per_gpu: 4 }, rich_spec().cpu] {
             assert_eq!(CpuDemand::try_from(wire_trip(&v1::CpuDemand::from(&cpu))), Ok(cpu));
         }
-        for h in [Health::Up, Health::Draining, Health::Down] {
+        for h in [Health::Up, Health::Draining, Health::Down, Health::Removed] {
             assert_eq!(Health::try_from(v1::Health::from(h)), Ok(h));
         }
         for l in LocalityLevel::ALL {
@@ -1300,7 +1304,7 @@ mod tests {
         });
         for (health, want) in [
             (0, WireError::missing("ServerRecord", "health")),
-            (4, WireError::UnknownEnum { message: "ServerRecord", field: "health", value: 4 }),
+            (5, WireError::UnknownEnum { message: "ServerRecord", field: "health", value: 5 }),
             (-1, WireError::UnknownEnum { message: "ServerRecord", field: "health", value: -1 }),
         ] {
             assert_eq!(ServerRecord::try_from(v1::ServerRecord { health, ..rec }), Err(want));
@@ -1443,6 +1447,51 @@ mod tests {
         assert!(Proposal::try_from(many).is_err());
         let backwards = v1::ViewDelta { from: 5, to: 4, ..Default::default() };
         assert!(ViewDelta::try_from(backwards).is_err());
+    }
+
+    /// A removed server is a tombstone on the wire too: held by no job, offering nothing, not
+    /// cordoned, with no sick devices; its name may name a later server, never an earlier live
+    /// one; no live server in a removed set.
+    #[test]
+    fn snapshots_with_removed_servers_are_checked() {
+        let (mut view, _) = busy_view();
+        view.remove_server(ServerId(2), 1).expect("server 2 is idle");
+        let name = view.server_name(ServerId(2)).expect("name").to_string();
+        view.add_servers(ConfigSetId(1), std::slice::from_ref(&name), 2).expect("the name again");
+        let good = v1::ViewSnapshot::from(&view.snapshot());
+        let back = ViewSnapshot::try_from(good.clone()).expect("a tombstone and its name given again pass");
+        assert_eq!(ClusterView::from_snapshot(back).server_id(&name), Some(ServerId(4)));
+        let refuse = |f: &dyn Fn(&mut v1::ViewSnapshot)| {
+            let mut s = good.clone();
+            f(&mut s);
+            ViewSnapshot::try_from(s).expect_err("must be refused").to_string()
+        };
+        let e = refuse(&|s| s.servers[2].free_gpus = 1);
+        assert!(e.starts_with("servers[2]") && e.contains("differs from capacity"), "{e}");
+        let e = refuse(&|s| {
+            // The member moves from server 1 to the tombstone; server 1 gets its resources back.
+            let m = &mut s.jobs[0].placement.as_mut().expect("placed").members[1];
+            m.server = 2;
+            let (gpus, lo, hi, mem) = (m.gpus, m.cores_lo, m.cores_hi, m.memory_mib);
+            let r = &mut s.servers[1];
+            r.free_gpus |= gpus;
+            r.free_cores_lo |= lo;
+            r.free_cores_hi |= hi;
+            r.free_memory_mib += mem;
+        });
+        assert!(e.contains("held on a removed server"), "{e}");
+        let e = refuse(&|s| s.unhealthy = vec![0, 0, 1, 0, 0]);
+        assert!(e.contains("removed yet has unhealthy"), "{e}");
+        let e = refuse(&|s| {
+            s.cordons.insert(0, v1::Cordon { server: 2, reason: "x".into(), since_ms: 1, drain_by_ms: None });
+            s.cordons.sort_by_key(|c| c.server);
+        });
+        assert!(e.contains("cordoned but removed"), "{e}");
+        let e = refuse(&|s| s.config_sets[0].removed = true);
+        assert!(e.contains("was removed, yet the server is"), "{e}");
+        // A live server's name given to a later tombstone: the name would mean the tombstone.
+        let e = refuse(&|s| s.server_names[2] = s.server_names[0].clone());
+        assert!(e.contains("names two servers"), "{e}");
     }
 
     #[test]

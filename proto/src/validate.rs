@@ -163,11 +163,13 @@ fn check_waiting(s: &ViewSnapshot) -> Result<(), WireError> {
 /// invariants hold (and whose operations cannot trip the view's internal assertions).
 ///
 /// Checks every topology and job spec; that configuration set ids equal their index and every
-/// table index is in range; one unique name per server and at most `MAX_SERVERS` servers; job ids
+/// table index is in range; one unique name per server that is not removed, no live server in a
+/// removed configuration set, and at most `MAX_SERVERS` servers; job ids
 /// unique and below `next_job`; placements present exactly while a job holds resources, whole
 /// (one member per gang member, each with `gpus_per_member` GPUs), on existing servers, within
 /// their topologies, with unique proposal ids; no device or core held twice; every server's
-/// free devices, cores and memory equal to its capacity minus what its jobs hold; and jobs wait
+/// free devices, cores and memory equal to its capacity minus what its jobs hold (nothing, held or
+/// free, on a removed server); and jobs wait
 /// only for earlier jobs that have not ended.
 pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
     for (i, t) in s.topologies.iter().enumerate() {
@@ -204,9 +206,15 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
             format!("{} names for {} servers", s.server_names.len(), s.servers.len()),
         ));
     }
-    let mut names = HashSet::with_capacity(s.server_names.len());
-    for n in &s.server_names {
-        if !names.insert(n.as_str()) {
+    // A name names one server that is not removed; tombstones may share it (a removed server's
+    // name may be given to a later one).
+    // A live server is the last of its name, as the view maps names.
+    let mut last_of: HashMap<&str, usize> = HashMap::with_capacity(s.server_names.len());
+    for (i, n) in s.server_names.iter().enumerate() {
+        last_of.insert(n.as_str(), i);
+    }
+    for (i, (n, r)) in s.server_names.iter().zip(&s.servers).enumerate() {
+        if r.health != Health::Removed && last_of.get(n.as_str()) != Some(&i) {
             return Err(WireError::invalid(SNAPSHOT, "server_names", format!("`{n}` names two servers")));
         }
     }
@@ -222,6 +230,13 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
                 format!("the view has {} configuration sets", s.config_sets.len()),
             ))
         })?;
+        if cs.removed && r.health != Health::Removed {
+            return Err(at(WireError::invalid(
+                "ServerRecord",
+                "config_set",
+                format!("configuration set `{}` was removed, yet the server is {}", cs.name, r.health),
+            )));
+        }
         // Index checked above.
         let t = &s.topologies[cs.topology as usize];
         if r.free_memory_mib > t.memory_mib {
@@ -324,9 +339,25 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
                 format!("server {i} has {} devices", t.devices),
             ));
         }
-        let want_gpus = t.all_devices() & !held_gpus[i] & !unhealthy;
-        let want_cores = t.all_cores().without(held_cores[i]);
-        let want_mem = u64::from(t.memory_mib).checked_sub(held_mem[i]);
+        let removed = r.health == Health::Removed;
+        if removed && unhealthy != 0 {
+            return Err(WireError::invalid(
+                SNAPSHOT,
+                "unhealthy",
+                format!("server {i} was removed yet has unhealthy devices"),
+            ));
+        }
+        // A removed server is held by no job and offers nothing.
+        let (want_gpus, want_cores, want_mem) = if removed {
+            let held = held_gpus[i] != 0 || !held_cores[i].is_empty() || held_mem[i] != 0;
+            (0, CoreMask::EMPTY, (!held).then_some(0))
+        } else {
+            (
+                t.all_devices() & !held_gpus[i] & !unhealthy,
+                t.all_cores().without(held_cores[i]),
+                u64::from(t.memory_mib).checked_sub(held_mem[i]),
+            )
+        };
         if r.free_gpus != want_gpus || r.free_cores != want_cores || want_mem != Some(u64::from(r.free_memory_mib)) {
             return Err(WireError::invalid(
                 "ServerRecord",
@@ -339,7 +370,8 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
                     r.free_memory_mib,
                     format_indices(want_gpus),
                     want_cores.format(),
-                    want_mem.map_or_else(|| "over-committed".to_string(), |m| m.to_string()),
+                    want_mem
+                        .map_or_else(|| "over-committed or held on a removed server".to_string(), |m| m.to_string()),
                 ),
             )
             .at(format!("servers[{i}]")));
@@ -370,6 +402,7 @@ pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
         match s.servers.get(id.index()) {
             None => return Err(at(format!("{id} does not exist ({n} servers)"))),
             Some(r) if r.health == Health::Up => return Err(at(format!("{id} is cordoned but up"))),
+            Some(r) if r.health == Health::Removed => return Err(at(format!("{id} is cordoned but removed"))),
             Some(_) => {}
         }
         if last.is_some_and(|l| l >= *id) {

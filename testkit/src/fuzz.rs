@@ -21,7 +21,7 @@ use tessera_view::{
     ClusterSpec, ClusterView, Command, Health, JobId, JobSpec, Preemption, Proposal, ProposalId, RequestId, ServerId,
     TaskEvent, Topology, invariants,
 };
-use tessera_view_server::service::{MAX_TASK_MESSAGE, cordon_command};
+use tessera_view_server::service::{MAX_TASK_MESSAGE, cordon_command, layout_command};
 
 /// Most commands or messages one input drives: bounds an input's run time.
 const MAX_STEPS: usize = 64;
@@ -127,7 +127,7 @@ fn request_commands(kind: u8, body: &[u8]) -> Vec<Command> {
     let proposals = |ps: Vec<v1::Proposal>| -> Option<Vec<Proposal>> {
         ps.into_iter().take(1024).map(|p| Proposal::try_from(p).ok()).collect()
     };
-    match kind % 10 {
+    match kind % 11 {
         0 => {
             let Some(r) = decode::<v1::SubmitJobRequest>(body) else { return vec![] };
             let request = if r.request_id.is_empty() {
@@ -206,6 +206,11 @@ fn request_commands(kind: u8, body: &[u8]) -> Vec<Command> {
         // An operator's cordon, drain or uncordon, at a fixed time.
         8 => decode::<v1::CordonServerRequest>(body)
             .and_then(|r| cordon_command(&r, 1_700_000_000_000).ok())
+            .map(|c| vec![c])
+            .unwrap_or_default(),
+        // An operator's layout change, at a fixed time.
+        10 => decode::<v1::LayoutRequest>(body)
+            .and_then(|r| layout_command(&r, 1_700_000_000_000).ok())
             .map(|c| vec![c])
             .unwrap_or_default(),
         // What the lease keeper, the drain deadline and the scheduler hosts propose without a
@@ -626,6 +631,54 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     moves.push((9, vec![p.members[0].server.0 as u8, 9, 0]));
     moves.push((9, vec![1, 2, 3, 2, 3]));
     out.push(("wire_commands", "moves".to_string(), encode(&moves)));
+
+    // The layout changed under a running cluster: a configuration set and two servers added,
+    // one brought up by its agent's heartbeat, a job placed there, the other removed; and a
+    // snapshot of the result (tombstone and all).
+    let layout = |change| (10u8, v1::LayoutRequest { change: Some(change) }.encode_to_vec());
+    let topology = Topology::preset("pcie-4gpu").expect("a compiled-in preset");
+    let mut grow = vec![
+        layout(v1::layout_request::Change::AddConfigSet(v1::AddConfigSet {
+            rack: "rack-new".into(),
+            ib_domain: "ib-new".into(),
+            topology: Some(v1::Topology::from(&topology)),
+        })),
+        (0, submit("seed-e", 1, "")),
+    ];
+    let mut v = small_view();
+    for (k, m) in &grow {
+        for c in request_commands(*k, m) {
+            v.apply(&c);
+        }
+    }
+    let cs = (v.config_sets().len() - 1) as u32;
+    let first = v.servers().len() as u32;
+    grow.push(layout(v1::layout_request::Change::AddServers(v1::AddServers {
+        config_set: cs,
+        names: vec!["new-0".into(), "new-1".into()],
+    })));
+    grow.push((7, v1::HeartbeatRequest { server: first, ..Default::default() }.encode_to_vec()));
+    grow.push(layout(v1::layout_request::Change::RemoveServer(v1::RemoveServer { server: first + 1 })));
+    for (k, m) in &grow[2..] {
+        for c in request_commands(*k, m) {
+            v.apply(&c);
+        }
+    }
+    let spec = v.job(JobId(1)).map(|j| j.spec.clone()).expect("the seed's job");
+    let req = tessera_view::fit::member_request(&spec, &topology);
+    let member = tessera_view::MemberPlacement {
+        server: ServerId(first),
+        gpus: 1,
+        cores: tessera_view::CoreMask::range(0, req.want_cores),
+        memory_mib: req.memory_mib,
+    };
+    let p = Proposal { id: ProposalId(1), job: JobId(1), members: vec![member], based_on: v.version() };
+    v.apply(&Command::Propose(vec![p.clone()]));
+    grow.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)] }.encode_to_vec()));
+    out.push(("wire_commands", "layout".to_string(), encode(&grow)));
+    let mut snap = vec![0];
+    snap.extend(v1::ViewSnapshot::from(&v.snapshot()).encode_to_vec());
+    out.push(("wire_snapshot", "layout".to_string(), snap));
 
     // The views those build, as a snapshot and a delta.
     let mut v = small_view();

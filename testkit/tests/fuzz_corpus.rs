@@ -62,6 +62,21 @@ fn the_wire_seeds_run_jobs_to_their_ends() {
     assert!(job(1).error.as_deref().is_some_and(|e| e.contains("went down")), "{:?}", job(1));
 }
 
+/// The layout seed grows the cluster, places a job on a new server and removes another; its
+/// snapshot, tombstone included, passes the wire checks.
+#[test]
+fn the_layout_seed_adds_places_on_and_removes_servers() {
+    use tessera_view::{Health, ServerId};
+    let view = fuzz::wire_commands_view(&seed("wire_commands", "layout"));
+    let n = view.servers().len();
+    let new = ServerId((n - 2) as u32);
+    assert_eq!(view.server_name(new), Some("new-0"));
+    assert_eq!(view.server(new).map(|r| r.health), Some(Health::Up), "its heartbeat brought it up");
+    assert_eq!(view.server(ServerId((n - 1) as u32)).map(|r| r.health), Some(Health::Removed));
+    let job = view.job(JobId(1)).expect("the seed's job");
+    assert!(job.placement.as_ref().is_some_and(|p| p.members[0].server == new), "placed on the new server: {job:?}");
+}
+
 /// The raft seeds make the replica a leader that commits, and a follower that applies.
 #[test]
 fn the_raft_seeds_lead_and_follow() {

@@ -195,7 +195,19 @@ pub fn agent(dir: &Path, view: &str, name: &str, tls: &[String]) -> Child {
 
 /// [`agent`] with more arguments (e.g. `--fake-health-file FILE`).
 pub fn agent_with(dir: &Path, view: &str, name: &str, extra: &[&str]) -> Child {
-    let data = dir.join(format!("agent-{name}"));
+    agent_process(dir, view, name, "seed-8gpu", &format!("agent-{name}"), &format!("{name}.log"), extra)
+}
+
+/// A fake-GPU agent of `topology` (a preset) for server `name`, data in
+/// `dir/agent-<name>-<topology>`, output in `dir/<name>-<topology>.log`: two agents of one name
+/// and different models keep apart.
+pub fn agent_of(dir: &Path, view: &str, name: &str, topology: &str, extra: &[&str]) -> Child {
+    let (data, log) = (format!("agent-{name}-{topology}"), format!("{name}-{topology}.log"));
+    agent_process(dir, view, name, topology, &data, &log, extra)
+}
+
+fn agent_process(dir: &Path, view: &str, name: &str, topology: &str, data: &str, log: &str, extra: &[&str]) -> Child {
+    let data = dir.join(data);
     let data = data.to_str().expect("utf-8 path");
     let mut args = vec![
         "agent",
@@ -205,7 +217,7 @@ pub fn agent_with(dir: &Path, view: &str, name: &str, extra: &[&str]) -> Child {
         "--name",
         name,
         "--topology",
-        "seed-8gpu",
+        topology,
         "--data-dir",
         data,
         "--peers-on-loopback",
@@ -215,7 +227,7 @@ pub fn agent_with(dir: &Path, view: &str, name: &str, extra: &[&str]) -> Child {
         "127.0.0.1:0",
     ];
     args.extend_from_slice(extra);
-    tessera(dir, &format!("{name}.log"), &args)
+    tessera(dir, log, &args)
 }
 
 /// A temporary directory for one process test; `TESSERA_KEEP_TEST_DIR=1` keeps it (and the

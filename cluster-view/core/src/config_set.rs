@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A group of servers with the same topology in the same rack and InfiniBand domain.
 ///
-/// Few exist and they rarely change, so they are kept as read-only metadata beside the server
+/// Few exist and they change only by an operator's layout commands ([`crate::layout`]), so they are kept as read-only metadata beside the server
 /// records, which refer to them by [`ConfigSetId`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConfigSet {
@@ -19,4 +19,8 @@ pub struct ConfigSet {
     pub rack: u32,
     /// Index of its InfiniBand domain in the view's domain table.
     pub ib_domain: u32,
+    /// Removed by an operator (see [`crate::layout`]): it takes no new servers, its name may
+    /// be used again, its id is never reused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }

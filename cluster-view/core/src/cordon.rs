@@ -15,7 +15,7 @@ impl ClusterView {
     /// Cordons (or, with a deadline, drains) a server; replaces a cordon it has. An alive
     /// server becomes [`Health::Draining`]. Setting the cordon it has changes nothing.
     pub fn cordon(&mut self, server: ServerId, cordon: Cordon) -> Result<Vec<JobId>, ViewError> {
-        let rec = *self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        let rec = self.live_server(server)?;
         if cordon.reason.chars().count() > MAX_CORDON_REASON_CHARS {
             return Err(ViewError::BadServer(
                 server,

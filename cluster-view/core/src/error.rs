@@ -131,6 +131,9 @@ pub enum ViewError {
     /// A server would exceed the view's limits (devices, cores, count).
     #[error("server {0}: {1}")]
     BadServer(ServerId, String),
+    /// A layout command was refused (see [`crate::layout`]); the message says why.
+    #[error("layout change refused: {0}")]
+    Layout(String),
     /// A submission's request id is malformed.
     #[error("bad request id: {0}")]
     BadRequestId(String),

@@ -39,7 +39,8 @@ impl Report {
 /// exactly in the states that should; every server's free masks and memory equal its capacity
 /// minus what its jobs hold; a cordoned server takes no placements (it is draining or down); a
 /// job waiting for others is pending, never placed, and waits only for earlier jobs that have
-/// not ended, as the index of waiting jobs says.
+/// not ended, as the index of waiting jobs says; a removed server is held by no job and offers
+/// nothing, and no live server belongs to a removed configuration set.
 pub fn check(view: &ClusterView) -> Report {
     let mut rep = Report::default();
     let n = view.servers.len();
@@ -102,6 +103,23 @@ pub fn check(view: &ClusterView) -> Report {
         }
     }
     for (i, r) in view.servers.iter().enumerate() {
+        if r.health == crate::Health::Removed {
+            // A tombstone: nothing held, nothing offered.
+            if held_gpus[i] != 0 || !held_cores[i].is_empty() || held_mem[i] != 0 {
+                rep.violations.push(format!("server#{i} was removed but jobs still hold resources on it"));
+            }
+            if r.free_gpus != 0 || !r.free_cores.is_empty() || r.free_memory_mib != 0 || view.unhealthy[i] != 0 {
+                rep.violations.push(format!("server#{i} was removed but its record still offers resources"));
+            }
+            continue;
+        }
+        if view.config_sets.get(r.config_set.index()).is_none_or(|cs| cs.removed) {
+            rep.violations.push(format!(
+                "server#{i} belongs to configuration set {} that does not exist or was removed",
+                r.config_set.0
+            ));
+            continue;
+        }
         let t = view.topology_of(r.config_set);
         let want_gpus = t.all_devices() & !held_gpus[i] & !view.unhealthy[i];
         let want_cores = t.all_cores().without(held_cores[i]);
@@ -132,6 +150,7 @@ pub fn check(view: &ClusterView) -> Report {
         match view.servers.get(s.index()).map(|r| r.health) {
             None => rep.violations.push(format!("{s} is cordoned but does not exist")),
             Some(crate::Health::Up) => rep.violations.push(format!("{s} is cordoned but takes placements (up)")),
+            Some(crate::Health::Removed) => rep.violations.push(format!("{s} is cordoned but was removed")),
             Some(_) => {}
         }
     }

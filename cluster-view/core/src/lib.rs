@@ -15,6 +15,7 @@
 //! | [`config_set`] | [`ConfigSet`]: a homogeneous group of servers (topology + network position) |
 //! | [`server`] | [`ServerRecord`]: the 32-byte hot state of one server; [`Cordon`], [`HealthChange`] |
 //! | [`cordon`] | node operations: cordon, drain, uncordon, eviction, health history |
+//! | [`layout`] | configuration sets and servers added and removed on a running view |
 //! | [`job`] | [`JobSpec`] (TOML), [`Job`], [`JobState`], CPU and memory demand |
 //! | [`placement`] | [`Proposal`], [`MemberPlacement`], [`Decision`], [`Rejection`] |
 //! | [`priority`] | [`Priorities`]: priority classes and the preemption bound (cluster spec) |
@@ -41,6 +42,7 @@ pub mod hash;
 pub mod ids;
 pub mod invariants;
 pub mod job;
+pub mod layout;
 pub mod locality;
 pub mod mask;
 pub mod migration_planner;
@@ -61,6 +63,7 @@ pub use job::{
     CpuDemand, DEFAULT_TENANT, Job, JobFile, JobSpec, JobState, MAX_ARRAY, MAX_DEPENDENCIES, Predictor, RestartPolicy,
     TaskEvent, TaskState,
 };
+pub use layout::LayoutChange;
 pub use locality::LocalityLevel;
 pub use mask::CoreMask;
 pub use placement::{Decision, MemberPlacement, Proposal, Rejection};

@@ -17,6 +17,9 @@ pub enum Health {
     Draining = 1,
     /// Lost: its gangs are failed and re-queued.
     Down = 2,
+    /// Removed from the cluster by an operator: a tombstone that offers nothing, whose id is
+    /// never reused (see [`crate::layout`]).
+    Removed = 3,
 }
 
 impl Health {
@@ -26,6 +29,7 @@ impl Health {
             Health::Up => "up",
             Health::Draining => "draining",
             Health::Down => "down",
+            Health::Removed => "removed",
         }
     }
 }

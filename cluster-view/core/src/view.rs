@@ -13,6 +13,7 @@ use crate::fit;
 use crate::hash::StateHasher;
 use crate::ids::{ConfigSetId, JobId, ProposalId, RequestId, ServerId, ViewVersion};
 use crate::job::{Job, JobSpec, JobState, TaskEvent, TaskState};
+use crate::layout::LayoutChange;
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, Proposal};
 use crate::priority::Priorities;
@@ -146,6 +147,37 @@ pub enum Command {
         /// Every unhealthy device (replaces the previous set).
         devices: u64,
     },
+    /// An operator adds a configuration set, with no servers yet (see [`crate::layout`]).
+    AddConfigSet {
+        /// Its rack (added to the rack table if new).
+        rack: String,
+        /// Its InfiniBand domain (added if new; a known rack must already be in it).
+        ib_domain: String,
+        /// Its servers' topology (added to the topology table unless an equal one is there).
+        topology: Box<Topology>,
+    },
+    /// An operator adds servers to a configuration set; they start down until their agents
+    /// register.
+    AddServers {
+        /// The configuration set.
+        config_set: ConfigSetId,
+        /// The new servers' names, in id order.
+        names: Vec<String>,
+        /// Unix milliseconds on the proposing leader, for the servers' history.
+        at_ms: u64,
+    },
+    /// An operator removes a server that hosts no gang; its id is never reused.
+    RemoveServer {
+        /// The server.
+        server: ServerId,
+        /// Unix milliseconds on the proposing leader, for the server's history.
+        at_ms: u64,
+    },
+    /// An operator removes a configuration set none of whose servers is left.
+    RemoveConfigSet {
+        /// The configuration set.
+        config_set: ConfigSetId,
+    },
 }
 
 impl Command {
@@ -170,6 +202,8 @@ pub enum Outcome {
     TaskReported(Result<JobState, ViewError>),
     /// Device health recorded.
     DevicesSet(Result<(), ViewError>),
+    /// What a layout command added (nothing, for a removal), or why it was refused.
+    Layout(Result<crate::layout::LayoutChange, ViewError>),
     /// The view's clock after a [`Command::Clock`] (Unix ms), and the jobs it failed because
     /// their time limit passed.
     Clock {
@@ -291,7 +325,7 @@ pub struct ClusterView {
     pub(crate) log: VecDeque<(ViewVersion, Change)>,
     pub(crate) log_cap: usize,
     pub(crate) log_floor: ViewVersion,
-    /// Servers per configuration set (static: servers are not added after construction).
+    /// Servers (not removed) per configuration set (derived; recounted on layout changes).
     pub(crate) cs_servers: Vec<u64>,
     /// The live jobs waiting for each job, in id order (derived from [`Job::waiting_for`]).
     pub(crate) dependents: HashMap<JobId, Vec<JobId>>,
@@ -300,7 +334,8 @@ pub struct ClusterView {
     pub(crate) keep_forgotten: bool,
     /// Jobs forgotten since the last [`ClusterView::take_forgotten`], in the order forgotten.
     pub(crate) forgotten: Vec<Job>,
-    /// Memo of [`ClusterView::never_fits`] per job shape; derived from static data only.
+    /// Memo of [`ClusterView::never_fits`] per job shape; derived from the layout, dropped when
+    /// it changes.
     pub(crate) fit_memo: HashMap<ShapeKey, Option<String>>,
 }
 
@@ -361,6 +396,7 @@ impl ClusterView {
                 topology: g.topology as u16,
                 rack,
                 ib_domain: ib,
+                removed: false,
             });
             let n = per_rack.entry(g.rack.clone()).or_default();
             for _ in 0..g.servers {
@@ -415,11 +451,7 @@ impl ClusterView {
     }
 
     fn with_derived(mut self) -> ClusterView {
-        let mut counts = vec![0u64; self.config_sets.len()];
-        for r in &self.servers {
-            counts[r.config_set.index()] += 1;
-        }
-        self.cs_servers = counts;
+        self.count_servers();
         self.deadlines = self.jobs.values().filter_map(|j| j.deadline_ms().map(|d| (d, j.id))).collect();
         self.dependents = crate::dependency::dependents_of(&self.jobs);
         self
@@ -567,6 +599,19 @@ impl ClusterView {
             }
             Command::SetUnhealthyDevices { server, devices } => {
                 Outcome::DevicesSet(self.set_unhealthy_devices(*server, *devices))
+            }
+            Command::AddConfigSet { rack, ib_domain, topology } => Outcome::Layout(
+                self.add_config_set(rack, ib_domain, topology)
+                    .map(|cs| LayoutChange { config_set: Some(cs), ..LayoutChange::default() }),
+            ),
+            Command::AddServers { config_set, names, at_ms } => {
+                Outcome::Layout(self.add_servers(*config_set, names, *at_ms))
+            }
+            Command::RemoveServer { server, at_ms } => {
+                Outcome::Layout(self.remove_server(*server, *at_ms).map(|()| LayoutChange::default()))
+            }
+            Command::RemoveConfigSet { config_set } => {
+                Outcome::Layout(self.remove_config_set(*config_set).map(|()| LayoutChange::default()))
             }
         }
     }
@@ -785,7 +830,7 @@ impl ClusterView {
     /// being free; held ones stay with their job and are not freed when it ends; devices that
     /// turn healthy and are not held become free.
     pub fn set_unhealthy_devices(&mut self, server: ServerId, devices: u64) -> Result<(), ViewError> {
-        let rec = *self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        let rec = self.live_server(server)?;
         let all = self.topology_of(rec.config_set).all_devices();
         if devices & !all != 0 {
             return Err(ViewError::BadServer(
@@ -951,7 +996,7 @@ impl ClusterView {
             let by_mem = t.memory_mib.checked_div(req.memory_mib).map_or(u64::MAX, u64::from);
             by_gpus.min(by_cores).min(by_mem)
         };
-        let candidates: Vec<&ConfigSet> = self.config_sets.iter().filter(|cs| typed(cs)).collect();
+        let candidates: Vec<&ConfigSet> = self.config_sets.iter().filter(|cs| !cs.removed && typed(cs)).collect();
         if candidates.is_empty() {
             let ty = spec.gpu_type.as_deref().unwrap_or("any");
             return Some(format!("no server has GPU type `{ty}`"));
@@ -1061,7 +1106,10 @@ impl ClusterView {
 
     /// [`ClusterView::set_health`], recorded in the server's history at `at_ms` (Unix ms).
     pub fn set_health_at(&mut self, server: ServerId, health: Health, at_ms: u64) -> Result<Vec<JobId>, ViewError> {
-        let rec = self.servers.get(server.index()).ok_or_else(|| ViewError::UnknownServer(server.to_string()))?;
+        let rec = self.live_server(server)?;
+        if health == Health::Removed {
+            return Err(ViewError::BadServer(server, "only a RemoveServer command removes a server".into()));
+        }
         let health = match health {
             Health::Up if self.cordons.contains_key(&server) => Health::Draining,
             h => h,
@@ -1083,6 +1131,7 @@ impl ClusterView {
             (Health::Down, n) => format!("down: {n} gang(s) re-queued"),
             (Health::Draining, _) => "up, cordoned: no new placements".to_string(),
             (Health::Up, _) => "up".to_string(),
+            (Health::Removed, _) => unreachable!("refused above"),
         };
         self.remember(server, at_ms, why);
         Ok(requeued)
@@ -1214,6 +1263,41 @@ impl ClusterView {
     /// A hash of the replicated state (not of the change log or caches). Replicas that
     /// applied the same commands have equal hashes.
     pub fn state_hash(&self) -> u64 {
+        let mut h = self.hasher_without_names();
+        // The layout's tables (they change only by layout commands, and only grow).
+        for t in &self.topologies {
+            h.str(&t.name);
+            h.str(&t.device_type);
+            h.u64(((t.devices as u64) << 32) | t.cores_per_socket as u64);
+            h.u64(t.memory_mib as u64);
+            for masks in [&t.sockets, &t.pcie_switches, &t.nvlink_groups] {
+                h.u64(masks.len() as u64);
+                for m in masks {
+                    h.u64(*m);
+                }
+            }
+        }
+        for cs in &self.config_sets {
+            h.str(&cs.name);
+            h.u64(((cs.topology as u64) << 1) | cs.removed as u64);
+            h.u64(((cs.rack as u64) << 32) | cs.ib_domain as u64);
+        }
+        for name in self.racks.iter().chain(&self.ib_domains).chain(&self.server_names) {
+            h.str(name);
+        }
+        h.finish()
+    }
+
+    /// A hash of the replicated state without the layout's tables (topology, configuration
+    /// set, rack, domain and server names; the records that refer to them are in it). A
+    /// cluster's identity is this hash of its starting view (`tessera-view-server`'s
+    /// `cluster_identity`), kept as it was before layouts could change so that data directories
+    /// and peers of earlier releases keep their identity.
+    pub fn identity_hash(&self) -> u64 {
+        self.hasher_without_names().finish()
+    }
+
+    fn hasher_without_names(&self) -> StateHasher {
         let mut h = StateHasher::default();
         h.u64(self.version.0);
         h.u64(self.next_job);
@@ -1309,7 +1393,7 @@ impl ClusterView {
                 }
             }
         }
-        h.finish()
+        h
     }
 
     // ---- internal mutation helpers, shared with the approver ----

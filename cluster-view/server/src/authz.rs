@@ -77,6 +77,8 @@ pub enum Action<'a> {
     },
     /// Cordon, drain, uncordon a server.
     Cordon,
+    /// Add or remove servers and configuration sets.
+    Layout,
     /// Add or remove a replica.
     Membership,
 }
@@ -84,7 +86,7 @@ pub enum Action<'a> {
 impl Action<'_> {
     /// Whether an admin doing this is audited (changes made by operators).
     pub fn is_admin_change(&self) -> bool {
-        matches!(self, Action::Cordon | Action::Membership)
+        matches!(self, Action::Cordon | Action::Layout | Action::Membership)
     }
 }
 
@@ -145,6 +147,7 @@ pub fn check(who: &Identity, action: &Action<'_>) -> Result<(), String> {
             deny("submit or cancel jobs (users and admins do)".into())
         }
         (_, Action::Cordon) => deny("cordon, drain or uncordon servers (admins only)".into()),
+        (_, Action::Layout) => deny("add or remove servers or configuration sets (admins only)".into()),
         (_, Action::Membership) => deny("add or remove replicas (admins only)".into()),
         (_, Action::Schedule { .. }) => deny("propose placements (scheduler hosts do)".into()),
         (_, Action::Adopt { .. }) => deny("adopt jobs (scheduler hosts do)".into()),
@@ -275,7 +278,7 @@ mod tests {
             assert!(!ok(w, Action::Raft), "{w}");
         }
         // Operators' commands.
-        for a in [Action::Cordon, Action::Membership] {
+        for a in [Action::Cordon, Action::Layout, Action::Membership] {
             assert!(ok(&admin, a.clone()));
             for w in [&host, &agent, &user] {
                 assert!(!ok(w, a.clone()), "{w} {a:?}");

@@ -45,11 +45,13 @@ use tessera_proto::v1;
 use tessera_replica::{Replica, ReplicaConfig};
 use tessera_view::ClusterView;
 
-/// The identity replicas agree on: the cluster's name and the hash of the view it starts from,
-/// so replicas started from different cluster specs refuse each other (and each other's data
-/// directories) instead of diverging.
+/// The identity replicas agree on: the cluster's name and the hash of the view it starts from
+/// ([`ClusterView::identity_hash`]), so replicas started from different cluster specs refuse
+/// each other (and each other's data directories) instead of diverging. Servers and
+/// configuration sets added or removed at run time do not change it: the spec file stays the
+/// cluster's starting point, given unchanged to every replica, new ones included.
 pub fn cluster_identity(name: &str, initial: &ClusterView) -> String {
-    format!("{name}@{:016x}", initial.state_hash())
+    format!("{name}@{:016x}", initial.identity_hash())
 }
 
 /// Runs one replica on sockets its caller bound, until `shutdown` resolves or the replica

@@ -60,8 +60,10 @@ pub enum ReadOut {
 /// A step of a watch.
 #[derive(Debug)]
 pub enum WatchStep {
-    /// The whole view (the asked-for changes are no longer held).
-    Snapshot(Box<v1::ViewSnapshot>),
+    /// The whole view (the asked-for changes are no longer held), shared by every watcher
+    /// that needs it at one version: after a layout change resets the change log, each watcher
+    /// needs one, and the driver builds it once.
+    Snapshot(Arc<v1::ViewSnapshot>),
     /// The changes since the asked version.
     Delta(v1::ViewDelta),
 }
@@ -282,6 +284,8 @@ pub struct Driver {
     evicting: HashMap<ServerId, Instant>,
     /// When this leader last wrote a clock entry for a time limit that passed.
     clock_tick: Option<Instant>,
+    /// The last whole view sent to a watcher, at its version (see [`WatchStep::Snapshot`]).
+    watch_snapshot: Option<Arc<v1::ViewSnapshot>>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -338,6 +342,7 @@ impl Driver {
             hash_at: None,
             evicting: HashMap::new(),
             clock_tick: None,
+            watch_snapshot: None,
         };
         (d, handle)
     }
@@ -490,7 +495,18 @@ impl Driver {
                 let view = self.replica.view();
                 let step = match view.delta_since(ViewVersion(from)) {
                     Some(d) => WatchStep::Delta(v1::ViewDelta::from(&d)),
-                    None => WatchStep::Snapshot(Box::new(v1::ViewSnapshot::from(&view.snapshot()))),
+                    None => {
+                        let version = view.version().0;
+                        let snap = match &self.watch_snapshot {
+                            Some(s) if s.version == version => Arc::clone(s),
+                            _ => {
+                                let s = Arc::new(v1::ViewSnapshot::from(&view.snapshot()));
+                                self.watch_snapshot = Some(Arc::clone(&s));
+                                s
+                            }
+                        };
+                        WatchStep::Snapshot(snap)
+                    }
                 };
                 let _ = reply.send(Ok(step));
             }
@@ -527,6 +543,7 @@ impl Driver {
                 let mut out: Vec<(u32, String, String)> = self
                     .agents
                     .iter()
+                    .filter(|(s, _)| view.server(**s).is_some_and(|r| r.health != Health::Removed))
                     .map(|(s, a)| (s.0, view.server_name(*s).unwrap_or_default().to_string(), a.clone()))
                     .collect();
                 out.sort();
@@ -620,13 +637,21 @@ impl Driver {
         }
         let view = self.replica.view();
         let Some(id) = view.server_id(name) else {
-            let _ = reply.send(Err(ViewServerError::NotFound(format!("server `{name}` is not in the cluster spec"))));
+            let _ = reply.send(Err(ViewServerError::NotFound(format!(
+                "server `{name}` is not in the cluster (neither in its spec nor added with `tessera servers add`)"
+            ))));
             return;
         };
         let Some(rec) = view.server(id).copied() else {
             let _ = reply.send(Err(ViewServerError::NotFound(format!("server `{name}` has no record"))));
             return;
         };
+        if rec.health == Health::Removed {
+            let _ = reply.send(Err(ViewServerError::NotFound(format!(
+                "server `{name}` was removed from the cluster; an operator adds it again with `tessera servers add`"
+            ))));
+            return;
+        }
         let want = view.topology_of(rec.config_set);
         if let Some(diff) = topology_mismatch(want, topo) {
             let _ = reply.send(Err(ViewServerError::Precondition(format!(
@@ -655,6 +680,9 @@ impl Driver {
         let Some(rec) = view.server(server).copied() else {
             return Err(ViewServerError::NotFound(format!("no server with id {server}")));
         };
+        if rec.health == Health::Removed {
+            self.agents.remove(&server);
+        }
         let all = view.topology_of(rec.config_set).all_devices();
         let known = view.unhealthy_devices(server);
         self.leases.renew(server, rec.health, now)?;
@@ -739,6 +767,12 @@ impl Driver {
         self.evict_drained(now);
         self.expire_time_limits(now);
         for s in self.leases.expired(now) {
+            if self.replica.view().server(s).is_none_or(|r| r.health == Health::Removed) {
+                // Removed while it held a lease: nothing to mark down.
+                self.leases.marked_down(s);
+                self.agents.remove(&s);
+                continue;
+            }
             let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down, at_ms: unix_ms() });
             if r.is_ok() {
                 // Only once the change is queued; otherwise the next tick tries again.
@@ -796,8 +830,15 @@ impl Driver {
         if leader && !self.was_leader {
             tracing::info!(replica = self.replica.id(), term = self.replica.term(), "became leader");
             self.adoptions.took_office(now);
-            // Every server that is not down gets a full lease from the new leader.
-            let not_down = self.replica.view().servers().iter().enumerate().filter(|(_, s)| s.health != Health::Down);
+            // Every server that is alive (not down, not removed) gets a full lease from the new
+            // leader.
+            let not_down = self
+                .replica
+                .view()
+                .servers()
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !matches!(s.health, Health::Down | Health::Removed));
             self.leases.took_office(now, not_down.map(|(i, _)| ServerId(i as u32)));
         }
         if !leader && self.was_leader {

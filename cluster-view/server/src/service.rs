@@ -22,8 +22,8 @@ use tessera_proto::v1;
 use tessera_replica::Answer;
 use tessera_view::server::MAX_CORDON_REASON_CHARS;
 use tessera_view::{
-    Command, Cordon, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId, TaskEvent,
-    Topology,
+    Command, ConfigSetId, Cordon, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId,
+    TaskEvent, Topology,
 };
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -112,6 +112,49 @@ pub fn cordon_command(r: &v1::CordonServerRequest, now_ms: u64) -> Result<Comman
         Ok(v1::CordonAction::Uncordon) => Ok(Command::Uncordon { server, at_ms: now_ms }),
         Ok(v1::CordonAction::Unspecified) | Err(_) => {
             Err(bad(format!("action: {} is not cordon, drain or uncordon", r.action)))
+        }
+    }
+}
+
+/// The command of a [`v1::LayoutRequest`] at `now_ms` (Unix ms on the leader), or why the
+/// request is malformed. What the view checks (names, counts, ids, a topology's consistency
+/// with the cluster's) it refuses at apply, the same on every replica.
+pub fn layout_command(r: &v1::LayoutRequest, now_ms: u64) -> Result<Command, ViewServerError> {
+    use v1::layout_request::Change;
+    let bad = |m: String| ViewServerError::Invalid(format!("LayoutRequest.{m}"));
+    let u16_id = |v: u32, field: &str| {
+        u16::try_from(v).map(ConfigSetId).map_err(|_| bad(format!("{field}: {v} is not a configuration set id")))
+    };
+    match &r.change {
+        None => {
+            Err(bad("change: missing; give add_config_set, add_servers, remove_server or remove_config_set".into()))
+        }
+        Some(Change::AddConfigSet(a)) => {
+            let topology = a.topology.clone().ok_or_else(|| bad("add_config_set.topology: missing".into()))?;
+            let topology = Topology::try_from(topology).map_err(|e| bad(format!("add_config_set.topology: {e}")))?;
+            Ok(Command::AddConfigSet {
+                rack: a.rack.clone(),
+                ib_domain: a.ib_domain.clone(),
+                topology: Box::new(topology),
+            })
+        }
+        Some(Change::AddServers(a)) => {
+            if a.names.len() > tessera_view::layout::MAX_SERVERS_PER_ADD {
+                return Err(bad(format!(
+                    "add_servers.names: {} names; at most {}",
+                    a.names.len(),
+                    tessera_view::layout::MAX_SERVERS_PER_ADD
+                )));
+            }
+            Ok(Command::AddServers {
+                config_set: u16_id(a.config_set, "add_servers.config_set")?,
+                names: a.names.clone(),
+                at_ms: now_ms,
+            })
+        }
+        Some(Change::RemoveServer(a)) => Ok(Command::RemoveServer { server: ServerId(a.server), at_ms: now_ms }),
+        Some(Change::RemoveConfigSet(a)) => {
+            Ok(Command::RemoveConfigSet { config_set: u16_id(a.config_set, "remove_config_set.config_set")? })
         }
     }
 }
@@ -389,7 +432,7 @@ impl v1::view_server::View for ViewService {
                         }
                         WatchStep::Snapshot(s) => {
                             from = s.version;
-                            v1::watch_event::Event::Snapshot(*s)
+                            v1::watch_event::Event::Snapshot(Arc::unwrap_or_clone(s))
                         }
                     };
                     // A slow reader blocks here; its next step covers everything since.
@@ -593,6 +636,29 @@ impl v1::view_server::View for ViewService {
         match self.command(cmd).await? {
             (Outcome::HealthSet(Ok(_)), version) => Ok(Response::new(v1::WriteResponse { version })),
             (Outcome::HealthSet(Err(e)), _) => Err(ViewServerError::View(e).into()),
+            (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
+        }
+    }
+
+    /// An operator's layout change: logged at info with what it did.
+    #[instrument(level = "info", skip_all)]
+    async fn change_layout(&self, req: Request<v1::LayoutRequest>) -> Result<Response<v1::LayoutResponse>, Status> {
+        let who = self.caller(&req, "ChangeLayout")?;
+        let r = req.into_inner();
+        let detail = || format!("{:?}", r.change);
+        self.allow(&who, "ChangeLayout", detail, Action::Layout)?;
+        let cmd = layout_command(&r, crate::node::unix_ms())?;
+        match self.command(cmd).await? {
+            (Outcome::Layout(Ok(c)), version) => {
+                tracing::info!(version, config_set = ?c.config_set, servers = ?c.names, "layout changed");
+                Ok(Response::new(v1::LayoutResponse {
+                    version,
+                    config_set: c.config_set.map(|cs| u32::from(cs.0)),
+                    servers: c.servers.iter().map(|s| s.0).collect(),
+                    names: c.names,
+                }))
+            }
+            (Outcome::Layout(Err(e)), _) => Err(ViewServerError::View(e).into()),
             (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
         }
     }

@@ -533,14 +533,25 @@ async fn every_documented_route_is_served() {
     let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
     let mut checked = 0;
     for (path, ops) in &paths {
-        let url = path.replace("{id}", &id.to_string()).replace("{name}", &server);
+        // Configuration set 1 is the one `POST /v1/config-sets` adds (paths sort before their
+        // sub-paths); the server removed is the one `POST /v1/servers` adds.
+        let id = if path.starts_with("/v1/config-sets") { "1".to_string() } else { id.to_string() };
+        let url = path.replace("{id}", &id).replace("{name}", &server);
         for method in ops.as_object().expect("operations").keys() {
             let req = match method.as_str() {
                 // `/` answers a redirect, which this client must not follow.
                 "get" if path == "/" => plain.get(api.url(&url)),
                 "get" => api.http.get(api.url(&url)),
                 "post" if url.ends_with("/drain") => api.http.post(api.url(&format!("{url}?timeout_s=600"))),
+                "post" if url == "/v1/config-sets" => api
+                    .http
+                    .post(api.url(&url))
+                    .json(&json!({ "rack": "doc", "ib_domain": "ib-doc", "topology": "pcie-4gpu" })),
+                "post" if url == "/v1/servers" => {
+                    api.http.post(api.url(&url)).json(&json!({ "config_set": 0, "names": ["doc-server"] }))
+                }
                 "post" => api.http.post(api.url(&url)).json(&json!({ "name": "doc2", "gpus": 1 })),
+                "delete" if path == "/v1/servers/{name}" => api.http.delete(api.url("/v1/servers/doc-server")),
                 "delete" => api.http.delete(api.url(&url)),
                 other => panic!("the document names method {other} on {path}, which this test does not know"),
             };
@@ -748,6 +759,122 @@ async fn servers_are_cordoned_drained_and_uncordoned_over_http() {
     assert_error(&api.checked("get", detail_path, resp).await, StatusCode::NOT_FOUND, "unknown_server");
     // Nothing above changed the server.
     assert_eq!(detail().await.1["history"].as_array().map(Vec::len), Some(3));
+}
+
+/// An operator's layout changes over HTTP: a configuration set and servers added (named and
+/// counted), listed, refused when malformed or in conflict, a server removed (hidden from the
+/// list but for `health=removed`), and the set removed once empty; every answer as documented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_sets_and_servers_are_added_and_removed_over_http() {
+    let r = Replica::start().await;
+    let api = Api::new(&r).await;
+    let api = &api;
+    let post = |path: &'static str, body: Value| async move {
+        let resp = api.http.post(api.url(path)).json(&body).send().await.expect("POST");
+        api.checked("post", path, resp).await
+    };
+    // A type the cluster lacks is refused; a configuration set of it makes room.
+    let a100 = json!({ "name": "a100", "gpus": 1, "gpu_type": "nvidia-a100-40g" });
+    assert_error(&api.submit_json(a100.clone()).await, StatusCode::UNPROCESSABLE_ENTITY, "never_fits");
+    let got = post("/v1/config-sets", json!({ "rack": "r9", "ib_domain": "ib-9", "topology": "pcie-4gpu" })).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    assert_eq!((got.1["action"].as_str(), got.1["config_set"].as_u64()), (Some("add-config-set"), Some(1)));
+    let got = post("/v1/servers", json!({ "config_set": 1, "count": 2 })).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    assert_eq!(got.1["servers"], json!(["r9-s00", "r9-s01"]), "{}", got.1);
+    let got = post("/v1/servers", json!({ "config_set": 1, "names": ["gpu-17"] })).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    let (s, list) = api.get("/v1/config-sets", "/v1/config-sets").await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    assert_eq!(list["config_sets"][1]["name"], "r9/pcie-4gpu", "{list}");
+    assert_eq!(list["config_sets"][1]["servers"], 3, "{list}");
+    let (_, servers) = api.get("/v1/servers", "/v1/servers").await;
+    assert_eq!(servers["total"], 5, "{servers}");
+    assert_eq!(servers["servers"][4]["name"], "gpu-17", "{servers}");
+    assert_eq!(servers["servers"][4]["health"], "down", "down until its agent registers: {servers}");
+    let job = api.admit(a100).await;
+
+    // Refusals: malformed bodies, and what the view refuses (in its words).
+    for (path, body, status, code) in [
+        ("/v1/config-sets", json!({ "rack": "r9" }), StatusCode::BAD_REQUEST, "malformed_json"),
+        (
+            "/v1/config-sets",
+            json!({ "rack": "r", "ib_domain": "i", "topology": "nope" }),
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+        ),
+        (
+            "/v1/config-sets",
+            json!({ "rack": "r", "ib_domain": "i", "topology": "pcie-4gpu", "topology_toml": "x" }),
+            StatusCode::BAD_REQUEST,
+            "bad_body",
+        ),
+        (
+            "/v1/config-sets",
+            json!({ "rack": "r9", "ib_domain": "ib-0", "topology": "dgx-h100" }),
+            StatusCode::CONFLICT,
+            "conflict",
+        ),
+        (
+            "/v1/config-sets",
+            json!({ "rack": "r9", "ib_domain": "ib-9", "topology": "pcie-4gpu" }),
+            StatusCode::CONFLICT,
+            "conflict",
+        ),
+        ("/v1/servers", json!({ "config_set": 1 }), StatusCode::BAD_REQUEST, "bad_body"),
+        ("/v1/servers", json!({ "config_set": 1, "count": 5000 }), StatusCode::BAD_REQUEST, "bad_body"),
+        ("/v1/servers", json!({ "config_set": 1, "count": 1, "names": ["x"] }), StatusCode::BAD_REQUEST, "bad_body"),
+        ("/v1/servers", json!({ "config_set": 1, "names": ["gpu-17"] }), StatusCode::CONFLICT, "conflict"),
+        ("/v1/servers", json!({ "config_set": 1, "names": ["bad name"] }), StatusCode::CONFLICT, "conflict"),
+        ("/v1/servers", json!({ "config_set": 7, "names": ["x"] }), StatusCode::CONFLICT, "conflict"),
+        (
+            "/v1/servers",
+            json!({ "config_set": 1, "names": ["x"], "extra": 1 }),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+    ] {
+        let got = post(path, body.clone()).await;
+        assert_error(&got, status, code);
+        if code == "conflict" {
+            assert!(
+                got.1["message"].as_str().is_some_and(|m| m.contains("layout change refused")),
+                "{body}: {}",
+                got.1
+            );
+        }
+    }
+    let del = |path: String, template: &'static str| async move { api.delete(template, &path).await };
+    assert_error(
+        &del("/v1/servers/no-such".into(), "/v1/servers/{name}").await,
+        StatusCode::NOT_FOUND,
+        "unknown_server",
+    );
+    assert_error(&del("/v1/config-sets/x".into(), "/v1/config-sets/{id}").await, StatusCode::BAD_REQUEST, "bad_path");
+    let got = del("/v1/config-sets/1".into(), "/v1/config-sets/{id}").await;
+    assert_error(&got, StatusCode::CONFLICT, "conflict");
+    assert!(got.1["message"].as_str().is_some_and(|m| m.contains("still has 3 server(s)")), "{}", got.1);
+
+    // Removed: gone from the list but for `health=removed`, its name free again.
+    for name in ["r9-s00", "r9-s01", "gpu-17"] {
+        let got = del(format!("/v1/servers/{name}"), "/v1/servers/{name}").await;
+        assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    }
+    assert_error(&del("/v1/servers/gpu-17".into(), "/v1/servers/{name}").await, StatusCode::CONFLICT, "conflict");
+    let (_, servers) = api.get("/v1/servers", "/v1/servers").await;
+    assert_eq!(servers["total"], 2, "{servers}");
+    let (_, removed) = api.get("/v1/servers", "/v1/servers?health=removed").await;
+    assert_eq!(removed["total"], 3, "{removed}");
+    let (_, st) = api.get("/v1/status", "/v1/status").await;
+    assert_eq!(st["servers"]["removed"], 3, "{st}");
+    assert_eq!(st["gpus"]["total"], 16, "removed servers hold no GPUs: {st}");
+    let got = del("/v1/config-sets/1".into(), "/v1/config-sets/{id}").await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    let (_, list) = api.get("/v1/config-sets", "/v1/config-sets").await;
+    assert_eq!(list["config_sets"][1]["removed"], true, "{list}");
+    // The job of the removed type still waits: removing servers cancels nothing.
+    let (_, j) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{job}")).await;
+    assert_eq!(j["state"], "pending", "{j}");
 }
 
 /// Reads the next Server-Sent Event of `resp` (buffered in `buf`): its event name and data.

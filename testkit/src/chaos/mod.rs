@@ -433,7 +433,7 @@ async fn recover(cfg: &ChaosConfig, c: &mut ViewClient, timeout: Duration) -> Re
 
 async fn servers_down(c: &mut ViewClient) -> Result<usize, KitError> {
     let v = read_view(c, None).await?;
-    Ok(v.servers().iter().filter(|s| s.health != Health::Up).count())
+    Ok(v.servers().iter().filter(|s| !matches!(s.health, Health::Up | Health::Removed)).count())
 }
 
 async fn wait_servers_up(c: &mut ViewClient, timeout: Duration) -> Result<(), KitError> {

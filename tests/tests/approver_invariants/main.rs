@@ -122,10 +122,10 @@ fn fresh_view(p: &Params, spec: &ClusterSpec) -> ClusterView {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Static layout and small helpers
+// Layout and small helpers
 // ---------------------------------------------------------------------------------------------
 
-/// The static part of the view (topologies and configuration sets never change).
+/// The view's layout as the world last saw it (refreshed after every layout change).
 #[derive(Clone, Debug)]
 struct Layout {
     topologies: Vec<Topology>,

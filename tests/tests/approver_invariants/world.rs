@@ -3,6 +3,8 @@
 
 use super::*;
 
+mod layout_ops;
+
 /// What the scenarios exercised, summed over runs (for the coverage test).
 #[derive(Clone, Debug, Default)]
 struct Stats {
@@ -58,6 +60,17 @@ struct Stats {
     dep_pending: u64,
     dep_ready: u64,
     dep_failed: u64,
+    /// Layout changes: servers and configuration sets added and removed, and changes refused
+    /// by the rule that refused them.
+    layout_added_servers: u64,
+    layout_removed_servers: u64,
+    layout_added_sets: u64,
+    layout_removed_sets: u64,
+    layout_refused: BTreeMap<String, u64>,
+    /// Gangs accepted with a member on a server added at run time.
+    placed_on_added: u64,
+    /// Servers added under a removed server's name.
+    layout_readded_names: u64,
 }
 
 impl Stats {
@@ -102,6 +115,15 @@ impl Stats {
         self.dep_pending += o.dep_pending;
         self.dep_ready += o.dep_ready;
         self.dep_failed += o.dep_failed;
+        self.layout_added_servers += o.layout_added_servers;
+        self.layout_removed_servers += o.layout_removed_servers;
+        self.layout_added_sets += o.layout_added_sets;
+        self.layout_removed_sets += o.layout_removed_sets;
+        self.placed_on_added += o.placed_on_added;
+        self.layout_readded_names += o.layout_readded_names;
+        for (k, v) in &o.layout_refused {
+            *self.layout_refused.entry(k.clone()).or_default() += v;
+        }
         self.preempted += o.preempted;
         self.preempted_victims += o.preempted_victims;
         for (k, v) in &o.preempt_refused {
@@ -131,6 +153,8 @@ struct World {
     accepted: Vec<Proposal>,
     times_accepted: HashMap<ProposalId, u32>,
     checkpoints: Vec<Checkpoint>,
+    /// The version of the last layout change: readers behind it take snapshots.
+    last_layout: ViewVersion,
     /// Submissions made under a request id: the id, the job it admitted and its spec.
     requests: Vec<(RequestId, JobId, JobSpec)>,
     /// A view rebuilt from a (JSON round-tripped) snapshot mid-run, fed the same commands.
@@ -164,6 +188,7 @@ impl World {
             accepted: Vec::new(),
             times_accepted: HashMap::new(),
             checkpoints: Vec::new(),
+            last_layout: ViewVersion(0),
             requests: Vec::new(),
             replica: None,
             clock: 1_700_000_000_000 + p.seed % 1000 * 3_600_000,
@@ -227,6 +252,7 @@ impl World {
             Outcome::HealthSet(r) => (r.is_ok() && v1 != v0) as u64,
             Outcome::TaskReported(r) => (r.is_ok() && v1 != v0) as u64,
             Outcome::DevicesSet(r) => (r.is_ok() && v1 != v0) as u64,
+            Outcome::Layout(r) => r.is_ok() as u64,
             // The clock is the one command that changes state (the clock, the ledger's
             // retention) without a version: versions count what readers see in deltas.
             Outcome::Clock { expired, .. } => expired.len() as u64,
@@ -375,6 +401,8 @@ impl World {
                 }
                 self.accepted.push(p.clone());
                 self.stats.accepted += 1;
+                let spec_servers = self.spec.groups.iter().map(|g| g.servers as usize).sum::<usize>();
+                self.stats.placed_on_added += p.members.iter().any(|m| m.server.index() >= spec_servers) as u64;
             }
             (Expect::AlreadyApplied, Decision::AlreadyApplied { job, proposal, version }) => {
                 ensure!(*job == p.job && *proposal == p.id && *version == view.version(), "already-applied fields");
@@ -578,6 +606,12 @@ impl World {
                         for s in &conflicting {
                             ensure!(!refreshed.contains(s), "retry conflicted again on refreshed {s}");
                         }
+                    }
+                    if fresh.iter().any(|(s, _)| s.index() >= self.scheds[k].servers.len()) {
+                        // A server added since its copy: the copy's layout is old, and the
+                        // scheduler reads the view whole (as the SDK's cache does).
+                        self.scheds[k] = Sched::from_snapshot(self.view.snapshot());
+                        refreshed.extend(fresh.iter().map(|(s, _)| *s));
                     }
                     for (s, rec) in fresh {
                         self.scheds[k].servers[s.index()] = rec;
@@ -931,6 +965,11 @@ impl World {
             ensure!(self.view.state_hash() == before.state_hash(), "unknown server changed state");
             return Ok(());
         };
+        if old.health == Health::Removed {
+            ensure!(matches!(res, Err(ViewError::BadServer(..))), "health of removed {server}: {res:?}");
+            ensure!(self.view.state_hash() == before.state_hash(), "a removed server's health changed state");
+            return Ok(());
+        }
         let requeued = res.map_err(|e| anyhow::anyhow!("set health of {server}: {e}"))?;
         // A cordoned server that comes up takes no placements.
         let health = if asked == Health::Up && before.cordon_of(server).is_some() { Health::Draining } else { asked };
@@ -1034,6 +1073,11 @@ impl World {
             ensure!(self.view.state_hash() == before.state_hash(), "unknown server changed state");
             return Ok(());
         };
+        if old.health == Health::Removed && matches!(cmd, Command::Cordon { .. }) {
+            ensure!(matches!(res, Err(ViewError::BadServer(..))), "cordon of removed {server}: {res:?}");
+            ensure!(self.view.state_hash() == before.state_hash(), "a refused cordon changed state");
+            return Ok(());
+        }
         let was_cordoned = before.cordon_of(server).is_some();
         let now = *self.view.server(server).context("server vanished")?;
         let mut want_servers = before.servers().to_vec();
@@ -1186,7 +1230,8 @@ impl World {
         let before = self.view.clone();
         let out = self.exec(Command::SetUnhealthyDevices { server, devices })?;
         let Outcome::DevicesSet(res) = out else { bail!("device health answered {out:?}") };
-        if server.0 >= n || devices & !all != 0 {
+        let removed = self.view.server(server).is_some_and(|r| r.health == Health::Removed);
+        if server.0 >= n || devices & !all != 0 || removed {
             ensure!(res.is_err(), "bad device report accepted: {server} {devices:#x}");
             ensure!(self.view.state_hash() == before.state_hash(), "a refused device report changed state");
             return Ok(());
@@ -1235,7 +1280,10 @@ impl World {
                         self.stats.refresh_by_delta += 1;
                     }
                     None => {
-                        ensure!(self.p.log_cap.is_some(), "delta from {since} refused with an unbounded change log");
+                        ensure!(
+                            self.p.log_cap.is_some() || since < self.last_layout,
+                            "delta from {since} refused with an unbounded change log and no layout change since"
+                        );
                         self.stats.refresh_delta_none += 1;
                         self.scheds[k] = Sched::from_snapshot(self.view.snapshot());
                     }
@@ -1295,7 +1343,7 @@ impl World {
         if self.clock_rng.random_range(0..4) == 0 {
             self.op_clock()?;
         }
-        match rng.random_range(0..100) {
+        match rng.random_range(0..101) {
             0..=13 => self.op_submit(rng),
             14..=39 => self.op_propose(rng, true),
             40..=43 => self.op_propose_skewed(rng),
@@ -1312,6 +1360,7 @@ impl World {
             88..=92 => self.op_refresh(rng),
             93 => self.op_cordon(rng),
             94..=97 => self.op_preempt(rng),
+            98 => self.op_layout(rng),
             _ => {
                 self.op_checkpoint();
                 Ok(())
@@ -1376,7 +1425,11 @@ impl World {
                 }
                 None => {
                     ensure!(!reachable, "delta_since refuses what for_each_changed_server serves");
-                    ensure!(self.p.log_cap.is_some(), "delta from {} refused with an unbounded log", cp.version);
+                    ensure!(
+                        self.p.log_cap.is_some() || cp.version < self.last_layout,
+                        "delta from {} refused with an unbounded log and no layout change since",
+                        cp.version
+                    );
                 }
             }
         }
@@ -1479,6 +1532,12 @@ fn scenarios_exercise_every_path() {
         ("dep_pending", t.dep_pending),
         ("dep_ready", t.dep_ready),
         ("dep_failed", t.dep_failed),
+        ("layout_added_servers", t.layout_added_servers),
+        ("layout_removed_servers", t.layout_removed_servers),
+        ("layout_added_sets", t.layout_added_sets),
+        ("layout_removed_sets", t.layout_removed_sets),
+        ("placed_on_added", t.placed_on_added),
+        ("layout_readded_names", t.layout_readded_names),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }
@@ -1491,6 +1550,12 @@ fn scenarios_exercise_every_path() {
         assert!(t.bad.get(&format!("{kind:?}")).copied().unwrap_or(0) > 0, "no `{kind:?}` proposal was sent");
     }
     assert!(t.preempted > 0 && t.preempted_victims >= t.preempted, "no preemption applied: {total:#?}");
+    for why in ["unknown set", "names", "taken", "busy", "rack domain", "topology name", "set exists", "servers left"] {
+        assert!(
+            t.layout_refused.get(why).copied().unwrap_or(0) > 0,
+            "no layout change refused for `{why}`: {total:#?}"
+        );
+    }
     for code in ["victim:not_lower", "victim:exhausted", "victim:not_needed"] {
         assert!(t.preempt_refused.get(code).copied().unwrap_or(0) > 0, "no preemption refused as `{code}`: {total:#?}");
     }

@@ -91,7 +91,7 @@ pub(super) async fn get_job(api: web::Data<Api>, id: web::Path<String>) -> Resul
 }
 
 /// Reads the body up to the limit; a declared length over it is refused before reading.
-async fn read_body(api: &Api, req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
+pub(super) async fn read_body(api: &Api, req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
     let declared =
         req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > api.max_body_bytes as u64) {

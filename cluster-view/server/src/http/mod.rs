@@ -14,6 +14,8 @@
 //! | `GET /v1/servers` | every server with its GPU bitmap | [`servers`] |
 //! | `GET /v1/servers/{name}` | one server with its cordon and health history | [`servers`] |
 //! | `POST /v1/servers/{name}/cordon`, `…/drain`, `…/uncordon` | an operator's cordon, drain (with a deadline) or uncordon | [`servers`] |
+//! | `POST /v1/servers`, `DELETE /v1/servers/{name}` | an operator adds servers to a configuration set, removes an empty server | [`layout`] |
+//! | `GET /v1/config-sets`, `POST /v1/config-sets`, `DELETE /v1/config-sets/{id}` | the configuration sets; an operator adds or removes one | [`layout`] |
 //! | `GET /v1/jobs`, `POST /v1/jobs` | jobs (filtered by state, tenant, user; paged by id); submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
 //! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
 //! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
@@ -44,6 +46,7 @@ pub mod error;
 pub mod events;
 pub mod history;
 pub mod jobs;
+pub mod layout;
 pub mod logs;
 pub mod metrics;
 pub mod openapi;
@@ -409,8 +412,22 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .route(web::delete().to(jobs::cancel)),
         )
         .service(resource("/v1/jobs/{id}/logs", GET).route(web::get().to(logs::logs)))
-        .service(resource("/v1/servers", GET).route(web::get().to(servers::servers)))
-        .service(resource("/v1/servers/{name}", GET).route(web::get().to(servers::server)))
+        .service(
+            resource("/v1/servers", "GET, POST")
+                .route(web::get().to(servers::servers))
+                .route(web::post().to(layout::add_servers)),
+        )
+        .service(
+            resource("/v1/servers/{name}", "GET, DELETE")
+                .route(web::get().to(servers::server))
+                .route(web::delete().to(layout::remove_server)),
+        )
+        .service(
+            resource("/v1/config-sets", "GET, POST")
+                .route(web::get().to(layout::config_sets))
+                .route(web::post().to(layout::add_config_set)),
+        )
+        .service(resource("/v1/config-sets/{id}", "DELETE").route(web::delete().to(layout::remove_config_set)))
         .service(resource("/v1/servers/{name}/cordon", "POST").route(web::post().to(servers::cordon)))
         .service(resource("/v1/servers/{name}/drain", "POST").route(web::post().to(servers::drain)))
         .service(resource("/v1/servers/{name}/uncordon", "POST").route(web::post().to(servers::uncordon)))

@@ -81,7 +81,7 @@ pub(super) async fn replicas(api: web::Data<Api>) -> Result<HttpResponse, ApiErr
     path = "/v1/servers",
     tag = "cluster",
     params(
-        ("health" = Option<String>, Query, pattern = "^(up|draining|down)(,(up|draining|down))*$", description = "only these healths, comma-separated: up, draining, down"),
+        ("health" = Option<String>, Query, pattern = "^(up|draining|down|removed)(,(up|draining|down|removed))*$", description = "only these healths, comma-separated: up, draining, down, removed (without it, every server but the removed ones)"),
         ("rack" = Option<String>, Query, description = "only this rack's servers"),
         ("type" = Option<String>, Query, description = "only servers of this GPU type (e.g. nvidia-h100-80g)"),
         ("min_free_gpus" = Option<u32>, Query, maximum = 64, description = "only servers with at least this many GPUs free to place on"),
@@ -132,9 +132,10 @@ pub(super) async fn servers(api: web::Data<Api>, req: HttpRequest) -> Result<Htt
     Ok(HttpResponse::Ok().json(filter.list(&snap)))
 }
 
-/// A server's id by name, from a view.
-fn server_index(snap: &ViewSnapshot, name: &str) -> Result<usize, ApiError> {
-    snap.server_names.iter().position(|n| n == name).ok_or_else(|| ApiError::UnknownServer(name.to_string()))
+/// A server's id by name, from a view: the last server of that name (a removed server's name
+/// may have been given to a later one, which it then means).
+pub(super) fn server_index(snap: &ViewSnapshot, name: &str) -> Result<usize, ApiError> {
+    snap.server_names.iter().rposition(|n| n == name).ok_or_else(|| ApiError::UnknownServer(name.to_string()))
 }
 
 /// One server: its state, its cordon, and its latest health changes (at most 16, oldest first).
@@ -171,6 +172,7 @@ pub(super) async fn server(api: web::Data<Api>, name: web::Path<String>) -> Resu
         (status = 200, description = "cordoned", body = CordonChanged),
         (status = 400, description = "a bad query (code `bad_query`)", body = ErrorBody),
         (status = 404, description = "no such server (code `unknown_server`)", body = ErrorBody),
+        (status = 409, description = "the server was removed from the cluster (code `conflict`)", body = ErrorBody),
         (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
         (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
     )
@@ -200,6 +202,7 @@ pub(super) async fn cordon(
         (status = 200, description = "draining", body = CordonChanged),
         (status = 400, description = "a bad or missing query parameter (code `bad_query`)", body = ErrorBody),
         (status = 404, description = "no such server (code `unknown_server`)", body = ErrorBody),
+        (status = 409, description = "the server was removed from the cluster (code `conflict`)", body = ErrorBody),
         (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
         (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
     )

@@ -52,13 +52,20 @@ impl ServerLeases {
     }
 
     /// A server's heartbeat, with its record's `health` in the view: a full lease from `now`.
-    /// A server already marked down renews nothing; it must register again (its agent does so
+    /// A server already marked down (or removed) renews nothing; it must register again (its agent does so
     /// on this error). A lease that ran out but whose server is not marked down yet is renewed:
     /// the server is alive, and if the `SetHealth` already queued takes it down, its next
     /// heartbeat is refused and it registers again.
     pub fn renew(&mut self, server: ServerId, health: Health, now: Instant) -> Result<(), ViewServerError> {
-        if health == Health::Down {
-            return Err(ViewServerError::ServerDown { server });
+        match health {
+            Health::Down => return Err(ViewServerError::ServerDown { server }),
+            Health::Removed => {
+                // Its agent registers again on this error (FAILED_PRECONDITION) and is refused
+                // for good; nothing is left to expire.
+                self.deadlines.remove(&server);
+                return Err(ViewServerError::Precondition(format!("{server} was removed from the cluster")));
+            }
+            Health::Up | Health::Draining => {}
         }
         self.register(server, now);
         Ok(())
@@ -184,6 +191,17 @@ mod tests {
         // Registering brings the lease back.
         l.register(s(1), late);
         assert_eq!(l.deadline(s(1)), Some(late + LEASE));
+    }
+
+    #[test]
+    fn a_removed_server_renews_nothing_and_its_lease_is_forgotten() {
+        let t0 = Instant::now();
+        let mut l = ServerLeases::new(LEASE);
+        l.register(s(1), t0);
+        let err = l.renew(s(1), Health::Removed, t0 + Duration::from_secs(1)).expect_err("removed");
+        assert!(matches!(&err, ViewServerError::Precondition(m) if m.contains("was removed")), "{err:?}");
+        assert_eq!(l.deadline(s(1)), None, "nothing left to expire");
+        assert!(l.expired(t0 + LEASE * 2).is_empty());
     }
 
     #[test]
