@@ -81,7 +81,8 @@ pub enum ServersAction {
     /// No new placements on SERVER; its running gangs go on. Lasts until `uncordon`, across
     /// agent restarts and lost leases.
     Cordon(CordonArgs),
-    /// Cordon SERVER, and re-queue the gangs still on it after --timeout-s (whole, to restart
+    /// Cordon SERVER; move its gangs now where they fit no looser (checkpointed and
+    /// restarted there), and re-queue those still on it after --timeout-s (whole, to restart
     /// elsewhere from their checkpoints).
     Drain(DrainArgs),
     /// Lift SERVER's cordon: it takes placements again.
@@ -171,7 +172,7 @@ fn change(view: &ViewArg, name: &str, action: v1::CordonAction, reason: &str, ti
         let done = CordonChanged { server: name.to_string(), action: action_word(action).into(), version };
         match action {
             v1::CordonAction::Drain => println!(
-                "draining {}: no new placements; gangs still there in {timeout_s} s are re-queued (view version {})",
+                "draining {}: no new placements; gangs move where they fit, those still there in {timeout_s} s are re-queued (view version {})",
                 done.server, done.version
             ),
             v1::CordonAction::Cordon => {

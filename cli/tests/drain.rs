@@ -68,14 +68,28 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
         let other = ServerId(1 - first.0);
         assert_eq!(live_tasks(&d.join(format!("agent-{name}"))).len(), 1, "the job's task runs on {name}");
 
-        // Drain with a 2 s deadline: the job cannot finish in time and is re-queued whole, then
-        // placed on the other server (the drained one takes nothing new).
+        // The other server fills up, so the drain finds the job no early home.
+        let mut filler = JobSpec::simple("filler", 1, 8);
+        filler.command = vec!["sh".into(), "-c".into(), "sleep 120".into()];
+        let r = c.submit(vec![v1::JobSpec::from(&filler)]).await.expect("submit");
+        let filler = JobId(r[0].job);
+        wait_view(&mut c, deadline, "the filler running on the other server", |s| server_of(s, filler) == Some(other))
+            .await;
+
+        // Drain with a 2 s deadline: the job cannot finish in time nor move, and is re-queued
+        // whole at the deadline; once the filler is gone it is placed on the other server (the
+        // drained one takes nothing new).
         let (ok, out) =
             cli(&view, &["servers", "drain", name, "--view", &addr, "--timeout-s", "2", "--reason", "swap a PSU"]);
         assert!(ok && out.contains(&format!("draining {name}")), "{out}");
         let t0 = Instant::now();
+        wait_view(&mut c, deadline, "the job re-queued", |s| {
+            s.jobs.iter().any(|j| j.id == job && j.state == JobState::Pending)
+        })
+        .await;
+        assert!(t0.elapsed() >= Duration::from_millis(1500), "re-queued before the deadline: {:?}", t0.elapsed());
+        c.cancel(filler.0).await.expect("cancel the filler");
         wait_view(&mut c, deadline, "the job running on the other server", |s| server_of(s, job) == Some(other)).await;
-        assert!(t0.elapsed() >= Duration::from_millis(1500), "moved before the deadline: {:?}", t0.elapsed());
         let s = snapshot(&mut c).await;
         let j = s.jobs.iter().find(|j| j.id == job).expect("job");
         assert_eq!(j.proposals.len(), 2, "placed twice: {j:?}");
@@ -126,6 +140,52 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
         wait_view(&mut c, deadline, "the server up", |s| s.servers[first.index()].health == Health::Up).await;
         let (ok, out) = cli(&view, &["servers", "cordon", "no-such-server", "--view", &addr]);
         assert!(!ok && out.contains("no server `no-such-server`"), "{out}");
+    });
+    drop(view);
+}
+
+/// A drain with room elsewhere moves the gang at once, long before its deadline: whole, by a
+/// migration (its task stopped on the drained server, started on the other), never re-queued.
+#[test]
+fn a_drain_moves_a_gang_early_when_another_server_has_room() {
+    let dir = test_dir("tessera-drain-move-");
+    let d = dir.path();
+    let (view, addr, mut procs, servers) = two_agent_cluster(d, tuning());
+    let host_tls = tls(&view, Role::Scheduler, "h1");
+    procs.push("h1", tessera(d, "h1.log", &with(&["scheduler", "run", "--view", &addr, "--name", "h1"], &host_tls)));
+    rt().block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut c = admin_client(&view, vec![addr.clone()]);
+        c.wait_for_leader().await.expect("leader");
+        let mut spec = JobSpec::simple("long", 1, 2);
+        spec.command = vec!["sh".into(), "-c".into(), "sleep 120".into()];
+        let r = c.submit(vec![v1::JobSpec::from(&spec)]).await.expect("submit");
+        let job = JobId(r[0].job);
+        let mut first = None;
+        wait_view(&mut c, deadline, "the job running", |s| {
+            first = server_of(s, job);
+            first.is_some()
+        })
+        .await;
+        let first = first.expect("placed");
+        let name = servers[first.index()];
+        let other = ServerId(1 - first.0);
+        let (ok, out) = cli(&view, &["servers", "drain", name, "--view", &addr, "--timeout-s", "3600"]);
+        assert!(ok, "{out}");
+        wait_view(&mut c, deadline, "the job running on the other server", |s| server_of(s, job) == Some(other)).await;
+        let s = snapshot(&mut c).await;
+        let j = s.jobs.iter().find(|j| j.id == job).expect("job");
+        assert_eq!(j.proposals.len(), 2, "placed, then moved: {j:?}");
+        assert_eq!(j.restarts, 0, "moved, not re-queued: {j:?}");
+        let data = d.join(format!("agent-{name}"));
+        while !live_tasks(&data).is_empty() {
+            assert!(Instant::now() < deadline, "the moved task still runs on {name}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (ok, out) = cli(&view, &["servers", "show", name, "--view", &addr, "--json"]);
+        assert!(ok, "{out}");
+        let detail: ServerDetail = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert!(detail.history.iter().all(|h| !h.why.contains("deadline passed")), "{:?}", detail.history);
     });
     drop(view);
 }

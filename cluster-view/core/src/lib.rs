@@ -15,6 +15,7 @@
 //! | [`config_set`] | [`ConfigSet`]: a homogeneous group of servers (topology + network position) |
 //! | [`server`] | [`ServerRecord`]: the 32-byte hot state of one server; [`Cordon`], [`HealthChange`] |
 //! | [`cordon`] | node operations: cordon, drain, uncordon, eviction, health history |
+//! | [`drain`] | a drain's early moves: gangs off a drained server to no looser placements |
 //! | [`layout`] | configuration sets and servers added and removed on a running view |
 //! | [`job`] | [`JobSpec`] (TOML), [`Job`], [`JobState`], CPU and memory demand |
 //! | [`placement`] | [`Proposal`], [`MemberPlacement`], [`Decision`], [`Rejection`] |
@@ -36,6 +37,7 @@ pub mod cluster_spec;
 pub mod config_set;
 pub mod cordon;
 pub mod dependency;
+pub mod drain;
 pub mod error;
 pub mod fit;
 pub mod hash;

@@ -23,7 +23,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_replica::{Answer, Replica, ReplicaError, Ticket};
-use tessera_view::{Command, Health, JobId, Outcome, Proposal, ServerId, Topology, ViewVersion};
+use tessera_view::drain::{MAX_DRAIN_MOVES, drain_moves};
+use tessera_view::{Command, Health, JobId, Outcome, Proposal, ProposalId, ServerId, Topology, ViewVersion};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// A reply to a request: the answer, or why there is none.
@@ -286,7 +287,14 @@ pub struct Driver {
     clock_tick: Option<Instant>,
     /// The last whole view sent to a watcher, at its version (see [`WatchStep::Snapshot`]).
     watch_snapshot: Option<Arc<v1::ViewSnapshot>>,
+    /// Drained servers this leader last planned early moves for, and when.
+    drain_moved: HashMap<ServerId, Instant>,
+    /// The sequence in the proposal ids of those moves.
+    move_seq: u64,
 }
+
+/// How often a drained server's gangs are planned for early moves.
+const DRAIN_MOVE_EVERY: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -343,6 +351,8 @@ impl Driver {
             evicting: HashMap::new(),
             clock_tick: None,
             watch_snapshot: None,
+            drain_moved: HashMap::new(),
+            move_seq: 0,
         };
         (d, handle)
     }
@@ -733,6 +743,51 @@ impl Driver {
         }
     }
 
+    /// Proposes `Migrate` for the gangs a drain can move before its deadline
+    /// ([`tessera_view::drain::drain_moves`]: whole, to placements no looser than theirs): for
+    /// every drained server whose deadline is ahead and that hosts gangs, at most every
+    /// [`DRAIN_MOVE_EVERY`] per server and [`MAX_DRAIN_MOVES`] gangs at a time (leader only).
+    /// Gangs with no such placement stay until the deadline's eviction.
+    fn move_drained(&mut self, now: Instant) {
+        let now_ms = unix_ms();
+        let view = self.replica.view();
+        let due: Vec<ServerId> = view
+            .cordons()
+            .filter(|(_, c)| c.drain_by_ms.is_some_and(|by| by > now_ms))
+            .map(|(s, _)| s)
+            .filter(|s| self.drain_moved.get(s).is_none_or(|at| now.duration_since(*at) >= DRAIN_MOVE_EVERY))
+            .filter(|s| view.hosts_gangs(*s))
+            .collect();
+        self.drain_moved.retain(|s, _| view.cordon_of(*s).is_some());
+        let mut batches = Vec::new();
+        for s in due {
+            self.drain_moved.insert(s, now);
+            let moves = drain_moves(view, s, MAX_DRAIN_MOVES);
+            if moves.is_empty() {
+                continue;
+            }
+            let proposals: Vec<Proposal> = moves
+                .into_iter()
+                .map(|m| {
+                    self.move_seq = self.move_seq.wrapping_add(1);
+                    // Unique among this leader's (a millisecond and a sequence) and, with
+                    // overwhelming odds, among the hosts' random ids; a collision is refused.
+                    let id = ProposalId((now_ms << 16) | (self.move_seq & 0xffff) | 1);
+                    Proposal { id, job: m.job, members: m.to, based_on: view.version() }
+                })
+                .collect();
+            batches.push((s, proposals));
+        }
+        for (s, proposals) in batches {
+            let jobs: Vec<u64> = proposals.iter().map(|p| p.job.0).collect();
+            let r = self.replica.propose(Command::Migrate(proposals));
+            if r.is_ok() {
+                tracing::info!(server = s.0, jobs = ?jobs, "drain: moving gangs off the server before its deadline");
+            }
+            let _ = self.track(r, Pending::Internal, now);
+        }
+    }
+
     /// Writes a clock entry when a placement's time limit has passed (leader only, at most once
     /// a second): the view fails such jobs as its clock reaches their deadline, and on a busy
     /// cluster every entry moves the clock anyway, but an idle log would hold them forever.
@@ -764,6 +819,7 @@ impl Driver {
         if !self.replica.is_leader() {
             return;
         }
+        self.move_drained(now);
         self.evict_drained(now);
         self.expire_time_limits(now);
         for s in self.leases.expired(now) {

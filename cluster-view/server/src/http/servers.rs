@@ -186,8 +186,9 @@ pub(super) async fn cordon(
     change(&api, name.into_inner(), v1::CordonAction::Cordon, reason(&q)?, 0).await
 }
 
-/// Drains a server: a cordon, and the gangs still on it after `timeout_s` are re-queued whole
-/// (to restart elsewhere from their checkpoints).
+/// Drains a server: a cordon; its gangs move now where they fit no looser (the leader's
+/// early moves), and those still on it after `timeout_s` are re-queued whole (to restart
+/// elsewhere from their checkpoints).
 #[utoipa::path(
     post,
     path = "/v1/servers/{name}/drain",
