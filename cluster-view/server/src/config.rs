@@ -111,6 +111,10 @@ pub struct Tuning {
     /// Most concurrent `Watch` streams.
     #[serde(default = "d_max_watchers")]
     pub max_watchers: usize,
+    /// Most concurrent `Watch` streams of one caller (one identity; replicas and admins count
+    /// toward `max_watchers` only).
+    #[serde(default = "d_max_watchers_per_caller")]
+    pub max_watchers_per_caller: usize,
     /// Requests per second one caller (one identity; replicas and admins exempt) may make to
     /// this replica, sustained; bursts up to a second's worth. 0 turns the limit off.
     #[serde(default = "d_caller_rate")]
@@ -133,6 +137,7 @@ impl Default for Tuning {
             server_lease_ms: 0,
             scheduler_lease_ms: d_scheduler_lease_ms(),
             max_watchers: d_max_watchers(),
+            max_watchers_per_caller: d_max_watchers_per_caller(),
             caller_rate: d_caller_rate(),
         }
     }
@@ -349,6 +354,9 @@ fn d_request_timeout_ms() -> u64 {
 fn d_max_watchers() -> usize {
     1_024
 }
+fn d_max_watchers_per_caller() -> usize {
+    16
+}
 fn d_caller_rate() -> u32 {
     2_000
 }
@@ -556,8 +564,8 @@ impl ServeConfig {
         if t.heartbeat_tick == 0 || t.election_tick <= t.heartbeat_tick {
             return bad("need 0 < heartbeat_tick < election_tick");
         }
-        if t.max_batch == 0 || t.max_in_flight == 0 || t.max_watchers == 0 {
-            return bad("max_batch, max_in_flight and max_watchers must be at least 1");
+        if t.max_batch == 0 || t.max_in_flight == 0 || t.max_watchers == 0 || t.max_watchers_per_caller == 0 {
+            return bad("max_batch, max_in_flight, max_watchers and max_watchers_per_caller must be at least 1");
         }
         if t.max_request_bytes < 1024 {
             return bad("max_request_bytes must be at least 1024");

@@ -15,6 +15,7 @@
 //! | [`service`] | the `View` service: request checks, conversions, leader hints |
 //! | [`transport`] | per-peer raft streams and the `Raft` service |
 //! | [`usage`], [`history`] | the `Usage` and `History` reads: requests checked and bounded into queries |
+//! | [`watchers`] | open `Watch` streams, bounded per replica and per caller |
 //! | [`http`] | the HTTP/JSON API (actix-web) over the view client, OpenAPI document, metrics |
 //! | [`error`] | [`ViewServerError`], the crate's one error type, and its gRPC status |
 
@@ -28,6 +29,7 @@ pub mod node;
 pub mod service;
 pub mod transport;
 pub mod usage;
+pub mod watchers;
 
 pub use config::{ListenAddrs, Listeners, ServeConfig, ServeFile, Tuning};
 pub use error::{LEADER_KEY, ViewServerError};
@@ -37,7 +39,6 @@ use node::{Driver, DriverConfig, PeerSenders};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tessera_proto::tls::Security;
@@ -178,8 +179,7 @@ pub async fn serve(
         approvals: approvals.clone(),
         node: handle.clone(),
         cluster: identity.clone(),
-        watchers: Arc::new(AtomicUsize::new(0)),
-        max_watchers: t.max_watchers,
+        watchers: watchers::Watchers::new(t.max_watchers, t.max_watchers_per_caller),
         security: security.clone(),
         audit: audit.clone(),
         limiter: Arc::new(std::sync::Mutex::new(authz::RateLimiter::new(t.caller_rate))),

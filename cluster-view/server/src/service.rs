@@ -16,7 +16,6 @@ use crate::error::{ViewServerError, chain};
 use crate::node::{NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_proto::tls::{Identity, Role, Security};
 use tessera_proto::v1;
 use tessera_replica::Answer;
@@ -42,10 +41,8 @@ pub struct ViewService {
     pub node: NodeHandle,
     /// Cluster identity, for Status.
     pub cluster: String,
-    /// Watch streams open now.
-    pub watchers: Arc<AtomicUsize>,
-    /// Most watch streams.
-    pub max_watchers: usize,
+    /// Watch streams open now, bounded per replica and per caller.
+    pub watchers: Arc<crate::watchers::Watchers>,
     /// How callers are authenticated.
     pub security: Security,
     /// Refusals and admin actions.
@@ -395,23 +392,22 @@ impl v1::view_server::View for ViewService {
     /// replica.
     #[instrument(level = "debug", skip_all, fields(from_version = req.get_ref().from_version))]
     async fn watch(&self, req: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
-        self.admit(&req, "Watch", Action::ReadView)?;
+        let who = self.admit(&req, "Watch", Action::ReadView)?;
         let mut from = req.into_inner().from_version;
         if *self.node.leader.borrow() == 0 {
             return Err(Status::unavailable(
                 "this replica knows no leader (an election, or cut off from the others): watch another",
             ));
         }
-        let n = self.watchers.fetch_add(1, Ordering::SeqCst);
-        if n >= self.max_watchers {
-            self.watchers.fetch_sub(1, Ordering::SeqCst);
-            let why = format!("{n} watch streams open; at most {}", self.max_watchers);
-            return Err(ViewServerError::Busy(why).into());
-        }
+        let slot = self.watchers.open(&who).map_err(|why| {
+            tracing::debug!(%who, %why, "watch refused");
+            Status::from(ViewServerError::Busy(why))
+        })?;
         let (tx, rx) = mpsc::channel(16);
         let node = self.node.clone();
-        let watchers = self.watchers.clone();
         tokio::spawn(async move {
+            // Held while the stream runs; given back when this task ends.
+            let _slot = slot;
             let mut version = node.version.clone();
             let mut leader = node.leader.clone();
             // Since when this replica has known no leader, while it knows none.
@@ -466,7 +462,6 @@ impl v1::view_server::View for ViewService {
                     () = tx.closed() => break,
                 }
             }
-            watchers.fetch_sub(1, Ordering::SeqCst);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

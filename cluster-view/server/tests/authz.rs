@@ -270,3 +270,50 @@ async fn a_caller_over_its_rate_is_told_to_back_off_and_others_are_served() {
     }
     cluster.stop().await.expect("stop");
 }
+
+/// Watch streams are bounded per caller as well as per replica: one scheduler host cannot hold
+/// them all; another caller still gets its own; a stream closed gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_cannot_take_every_watch_stream() {
+    let spec_ = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 1, 1, 1);
+    let tuning = Tuning { tick_ms: 20, sync: false, max_watchers: 4, max_watchers_per_caller: 2, ..Tuning::default() };
+    let cluster = LocalCluster::builder(spec_).name("watchers").tuning(tuning).start().await.expect("cluster");
+    cluster.client().expect("admin").wait_for_leader().await.expect("leader");
+    let raw = |sec: Security| {
+        let addr = cluster.addrs()[0].clone();
+        async move {
+            let ep = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+                .expect("endpoint")
+                .tls_config(sec.client_config().expect("TLS"))
+                .expect("TLS config");
+            v1::view_client::ViewClient::new(ep.connect().await.expect("connect"))
+        }
+    };
+    let watch = |mut c: v1::view_client::ViewClient<tonic::transport::Channel>| async move {
+        c.watch(v1::WatchRequest { from_version: 0 }).await.map(tonic::Response::into_inner)
+    };
+    let host_a = raw(cluster.security_for(Role::Scheduler, "host-a", &[]).expect("cert")).await;
+    let host_b = raw(cluster.security_for(Role::Scheduler, "host-b", &[]).expect("cert")).await;
+    let admin = raw(cluster.security()).await;
+    let first = watch(host_a.clone()).await.expect("host-a's first stream");
+    let _second = watch(host_a.clone()).await.expect("host-a's second stream");
+    let refused = watch(host_a.clone()).await.expect_err("a third stream of one caller");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("at most 2 per caller"), "{}", refused.message());
+    let _b = watch(host_b.clone()).await.expect("another caller is served");
+    let _admin = watch(admin.clone()).await.expect("an admin counts toward the replica's bound only");
+    let full = watch(admin.clone()).await.expect_err("the replica's bound");
+    assert!(full.message().contains("at most 4"), "{}", full.message());
+    // A closed stream gives its place back (once the replica's task sees it closed).
+    drop(first);
+    let t0 = Instant::now();
+    loop {
+        match watch(host_a.clone()).await {
+            Ok(_) => break,
+            Err(s) => assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "the closed stream's place never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.stop().await.expect("stop");
+}
