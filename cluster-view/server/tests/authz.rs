@@ -34,6 +34,16 @@ fn spec(name: &str, tenant: Option<&str>) -> v1::JobSpec {
     v1::JobSpec::from(&s)
 }
 
+/// A plain gRPC client of the cluster's first replica as `sec` (no retries, no leader
+/// following: every refusal is seen as it is).
+async fn raw_client(cluster: &LocalCluster, sec: Security) -> v1::view_client::ViewClient<tonic::transport::Channel> {
+    let ep = tonic::transport::Endpoint::from_shared(format!("https://{}", cluster.addrs()[0]))
+        .expect("endpoint")
+        .tls_config(sec.client_config().expect("TLS"))
+        .expect("TLS config");
+    v1::view_client::ViewClient::new(ep.connect().await.expect("connect"))
+}
+
 /// A TLS directory with the CA's certificate alone (a token's caller).
 fn ca_only(pki: &Pki, dir: &Path) -> Security {
     std::fs::create_dir_all(dir).expect("dir");
@@ -243,16 +253,7 @@ async fn a_caller_over_its_rate_is_told_to_back_off_and_others_are_served() {
     let tuning = Tuning { tick_ms: 20, sync: false, caller_rate: 5, ..Tuning::default() };
     let cluster = LocalCluster::builder(spec_).name("rate").tuning(tuning).start().await.expect("cluster");
     cluster.client().expect("admin").wait_for_leader().await.expect("leader");
-    let raw = |sec: Security| {
-        let addr = cluster.addrs()[0].clone();
-        async move {
-            let ep = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
-                .expect("endpoint")
-                .tls_config(sec.client_config().expect("TLS"))
-                .expect("TLS config");
-            v1::view_client::ViewClient::new(ep.connect().await.expect("connect"))
-        }
-    };
+    let raw = |sec: Security| raw_client(&cluster, sec);
     let mut alice = raw(cluster.security_for(Role::User, "alice", &["vision"]).expect("cert")).await;
     let mut codes = Vec::new();
     for _ in 0..8 {
@@ -279,16 +280,7 @@ async fn one_caller_cannot_take_every_watch_stream() {
     let tuning = Tuning { tick_ms: 20, sync: false, max_watchers: 4, max_watchers_per_caller: 2, ..Tuning::default() };
     let cluster = LocalCluster::builder(spec_).name("watchers").tuning(tuning).start().await.expect("cluster");
     cluster.client().expect("admin").wait_for_leader().await.expect("leader");
-    let raw = |sec: Security| {
-        let addr = cluster.addrs()[0].clone();
-        async move {
-            let ep = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
-                .expect("endpoint")
-                .tls_config(sec.client_config().expect("TLS"))
-                .expect("TLS config");
-            v1::view_client::ViewClient::new(ep.connect().await.expect("connect"))
-        }
-    };
+    let raw = |sec: Security| raw_client(&cluster, sec);
     let watch = |mut c: v1::view_client::ViewClient<tonic::transport::Channel>| async move {
         c.watch(v1::WatchRequest { from_version: 0 }).await.map(tonic::Response::into_inner)
     };
