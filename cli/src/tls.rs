@@ -1,5 +1,5 @@
-//! `tessera tls init | issue` and `tessera token create`: the cluster CA, its certificates and
-//! bearer tokens; and [`SecurityArgs`], the flags every client command takes (`--tls`,
+//! `tessera tls init | issue | revoke` and `tessera token create`: the cluster CA, its
+//! certificates and bearer tokens, and their revocation; and [`SecurityArgs`], the flags every client command takes (`--tls`,
 //! `--token`, `--insecure`).
 
 use anyhow::{Context, Result, bail};
@@ -70,6 +70,26 @@ pub enum TlsCommand {
     /// directory a component's `--tls` names). Renewing over an existing one is picked up
     /// without a restart.
     Issue(IssueArgs),
+    /// Revoke a certificate or a token before it expires (a stolen key, a leaked token): adds
+    /// its fingerprint to the `revoked` file of each TLS directory given. Give every replica's
+    /// (and every agent's, for its log service); each reloads it within a second.
+    Revoke(RevokeArgs),
+}
+
+#[derive(Args)]
+pub struct RevokeArgs {
+    /// The TLS directories whose `revoked` file gets the line (every replica's).
+    #[arg(long = "tls-dir", value_name = "DIR", required = true)]
+    dirs: Vec<PathBuf>,
+    /// The certificate to revoke (PEM, as `tessera tls issue` wrote it).
+    #[arg(long, value_name = "FILE", required_unless_present = "token", conflicts_with = "token")]
+    cert: Option<PathBuf>,
+    /// The token to revoke (as `tessera token create` printed it).
+    #[arg(long)]
+    token: Option<String>,
+    /// Why, kept after the fingerprint as a comment (one line).
+    #[arg(long, default_value = "")]
+    note: String,
 }
 
 #[derive(Args)]
@@ -152,8 +172,46 @@ pub fn run(cmd: TlsCommand) -> Result<ExitCode> {
             issue_dir(&a.who.ca, &req, &a.out)?;
             println!("certificate for {id}, valid {} days: {}", a.days, a.out.display());
         }
+        TlsCommand::Revoke(a) => revoke(&a)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Appends the certificate's or token's fingerprint to each directory's `revoked` file, by a
+/// rename over it (a replica reading it meanwhile sees the old list or the new, never half).
+fn revoke(a: &RevokeArgs) -> Result<()> {
+    use tessera_proto::tls::material::{REVOKED_FILE, certificate_der, fingerprint};
+    let (fp, what) = match (&a.cert, &a.token) {
+        (Some(path), _) => {
+            let der = certificate_der(path)?;
+            let who = Identity::from_cert_der(&der).map_or_else(|e| format!("? ({e})"), |i| i.to_string());
+            (fingerprint(&der), format!("certificate of {who}"))
+        }
+        (None, Some(t)) => (fingerprint(t.trim().as_bytes()), "token".to_string()),
+        (None, None) => bail!("give --cert FILE or --token TOKEN"),
+    };
+    let note = a.note.replace(['\n', '\r'], " ");
+    for dir in &a.dirs {
+        let path = dir.join(REVOKED_FILE);
+        let mut text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        if text.lines().any(|l| l.split_whitespace().next() == Some(fp.as_str())) {
+            println!("{}: {fp} is already revoked", path.display());
+            continue;
+        }
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!("{fp} {what} {note}\n"));
+        let tmp = dir.join(format!(".{REVOKED_FILE}.tmp"));
+        std::fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
+        println!("{}: revoked {what} ({fp})", path.display());
+    }
+    Ok(())
 }
 
 pub fn token(cmd: TokenCommand) -> Result<ExitCode> {

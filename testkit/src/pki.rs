@@ -34,6 +34,12 @@ impl Pki {
         self.dir.join("ca")
     }
 
+    /// Where [`Pki::issue`] puts `role` `name`'s TLS directory (a replica `replica-<id>`'s is
+    /// the one it serves with).
+    pub fn dir_of(&self, role: Role, name: &str) -> PathBuf {
+        self.dir.join(format!("{role}-{name}"))
+    }
+
     /// A TLS directory for `role` `name` (a user's `tenants`), valid 30 days, for loopback
     /// and `hosts`.
     pub fn issue(&self, role: Role, name: &str, tenants: &[&str], hosts: &[&str]) -> Result<PathBuf, KitError> {
@@ -42,7 +48,7 @@ impl Pki {
             .map_err(|e| KitError::Fault { what: "identity".into(), why: e.to_string() })?;
         let mut all = vec!["127.0.0.1".to_string(), "localhost".to_string()];
         all.extend(hosts.iter().map(|h| h.to_string()));
-        let out = self.dir.join(format!("{role}-{name}"));
+        let out = self.dir_of(role, name);
         let req = Request::for_days(id, all, 30).map_err(tls_error("certificate"))?;
         issue_dir(&self.ca_dir(), &req, &out).map_err(tls_error("certificate"))?;
         Ok(out)

@@ -7,6 +7,11 @@
 //! certificate is used by the next handshake without a restart. Files that do not load (a
 //! half-written copy) leave the last good material in use, and the error is logged once.
 //! Replace the files by renaming new ones over them.
+//!
+//! An optional `revoked` file lists the certificates and tokens refused although the CA signed
+//! them and they have not expired (a stolen key, a leaked token), one SHA-256 fingerprint per
+//! line (`sha256:<64 hex digits>`, then anything: a comment), `#` lines ignored; see
+//! [`fingerprint`] and `tessera tls revoke`. It is reloaded like the others.
 
 use super::TlsError;
 use super::identity::Identity;
@@ -29,6 +34,8 @@ pub const CA_KEY_FILE: &str = "ca.key";
 pub const CERT_FILE: &str = "cert.pem";
 /// A component's private key.
 pub const KEY_FILE: &str = "key.pem";
+/// The fingerprints of revoked certificates and tokens, optional.
+pub const REVOKED_FILE: &str = "revoked";
 /// How often [`Tls::current`] looks at the files.
 pub const RECHECK: Duration = Duration::from_millis(500);
 
@@ -56,6 +63,8 @@ pub struct Material {
     /// Verifies clients' certificates against the CA (a client without one passes the
     /// handshake; the services then ask for a token).
     pub client_verifier: Arc<dyn ClientCertVerifier>,
+    /// Fingerprints ([`fingerprint`]) of the certificates and tokens refused (`revoked`).
+    pub revoked: std::collections::HashSet<String>,
     /// Counts loads: a client rebuilds its connections when it changes.
     pub generation: u64,
 }
@@ -108,7 +117,9 @@ impl Material {
             cert_pem = Some(c);
             key_pem = Some(k);
         }
+        let revoked = read_revoked(&dir.join(REVOKED_FILE))?;
         Ok(Material {
+            revoked,
             ca_pem,
             ca_public_key,
             roots,
@@ -122,11 +133,55 @@ impl Material {
     }
 }
 
+/// The SHA-256 fingerprint of a certificate (its DER bytes) or a token (its text), as the
+/// `revoked` file lists it: `sha256:` and 64 lowercase hex digits.
+pub fn fingerprint(bytes: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let hex: String = d.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// The first certificate of a PEM file, DER (what [`fingerprint`] takes for a certificate).
+pub fn certificate_der(path: &Path) -> Result<Vec<u8>, TlsError> {
+    let text = read(path)?;
+    let first = CertificateDer::pem_slice_iter(text.as_bytes()).next();
+    match first {
+        Some(Ok(c)) => Ok(c.to_vec()),
+        Some(Err(e)) => Err(TlsError::Pem { path: path.to_path_buf(), why: e.to_string() }),
+        None => Err(TlsError::Pem { path: path.to_path_buf(), why: "no certificate".into() }),
+    }
+}
+
+/// The fingerprints of a `revoked` file (none when there is no file); a malformed line is an
+/// error naming it.
+fn read_revoked(path: &Path) -> Result<std::collections::HashSet<String>, TlsError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(source) => return Err(TlsError::Io { path: path.to_path_buf(), source }),
+    };
+    let mut out = std::collections::HashSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fp = line.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
+        let hex = fp.strip_prefix("sha256:").unwrap_or("");
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let why = format!("line {}: `{line}` is not `sha256:` and 64 hex digits", i + 1);
+            return Err(TlsError::Pem { path: path.to_path_buf(), why });
+        }
+        out.insert(fp);
+    }
+    Ok(out)
+}
+
 /// What the files looked like when last loaded: (size, modification time) of each.
 type Stamp = Vec<Option<(u64, SystemTime)>>;
 
 fn stamp(dir: &Path) -> Stamp {
-    [CA_FILE, CERT_FILE, KEY_FILE]
+    [CA_FILE, CERT_FILE, KEY_FILE, REVOKED_FILE]
         .iter()
         .map(|f| std::fs::metadata(dir.join(f)).ok().and_then(|m| Some((m.len(), m.modified().ok()?))))
         .collect()

@@ -158,6 +158,9 @@ pub enum AuthError {
     /// A malformed on-behalf identity.
     #[error("bad {ON_BEHALF_OF}: {0}")]
     BadOnBehalf(String),
+    /// A certificate or token listed in the TLS directory's `revoked` file.
+    #[error("{0} was revoked")]
+    Revoked(String),
 }
 
 /// Who every caller is in plaintext: trusted as a replica (everything allowed).
@@ -175,11 +178,22 @@ pub fn authenticate(
     now_s: u64,
 ) -> Result<Identity, AuthError> {
     let Security::Tls(tls) = security else { return Ok(insecure_identity()) };
+    let m = tls.current();
+    let revoked = |what: &str, bytes: &[u8], who: &Identity| {
+        let fp = material::fingerprint(bytes);
+        if m.revoked.contains(&fp) { Err(AuthError::Revoked(format!("the {what} {fp} of {who}"))) } else { Ok(()) }
+    };
     let caller = match (certs.and_then(|c| c.first()), bearer) {
-        (Some(leaf), _) => Identity::from_cert_der(leaf).map_err(|e| AuthError::BadCertificate(e.to_string()))?,
+        (Some(leaf), _) => {
+            let who = Identity::from_cert_der(leaf).map_err(|e| AuthError::BadCertificate(e.to_string()))?;
+            revoked("certificate", leaf, &who)?;
+            who
+        }
         (None, Some(b)) => {
             let t = b.strip_prefix("Bearer ").unwrap_or(b).trim();
-            token::verify(&tls.current().ca_public_key, t, now_s).map_err(AuthError::BadToken)?
+            let who = token::verify(&m.ca_public_key, t, now_s).map_err(AuthError::BadToken)?;
+            revoked("token", t.as_bytes(), &who)?;
+            who
         }
         (None, None) => return Err(AuthError::Anonymous),
     };
@@ -289,6 +303,46 @@ mod tests {
         let certs: Vec<CertificateDer<'_>> = vec![cert];
         assert_eq!(authenticate(&sec, Some(&certs), None, Some(&behalf), unix_s()), Ok(alice));
         assert_eq!(authenticate(&Security::Insecure, None, None, None, 0), Ok(insecure_identity()));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn revoked_certificates_and_tokens_are_refused_once_listed() {
+        use material::{CERT_FILE, REVOKED_FILE, fingerprint};
+        let dir = tempfile_dir();
+        let (tls, key) = ca(&dir);
+        let sec = Security::Tls(tls);
+        let alice = Identity::new(Role::User, "alice", &["vision".into()]).expect("id");
+        let req = issue::Request::for_days(alice.clone(), vec![], 1).expect("request");
+        issue::issue_dir(&dir.join("ca"), &req, &dir.join("alice")).expect("issue");
+        let cert: CertificateDer<'static> =
+            tokio_rustls::rustls::pki_types::pem::PemObject::from_pem_file(dir.join("alice").join(CERT_FILE))
+                .expect("cert");
+        let certs = vec![cert.clone()];
+        let t = token::create(&key, &alice, unix_s(), 600).expect("token");
+        let other = token::create(&key, &alice, unix_s(), 601).expect("another token");
+        let (bearer, other) = (format!("Bearer {t}"), format!("Bearer {other}"));
+        assert_eq!(authenticate(&sec, Some(&certs), None, None, unix_s()), Ok(alice.clone()));
+        assert_eq!(authenticate(&sec, None, Some(&bearer), None, unix_s()), Ok(alice.clone()));
+        let list =
+            format!("# alice's laptop was stolen\n{} laptop\n{}\n", fingerprint(&cert), fingerprint(t.as_bytes()));
+        std::fs::write(dir.join("r1").join(REVOKED_FILE), list).expect("write");
+        // Reloaded within RECHECK.
+        let t0 = std::time::Instant::now();
+        while authenticate(&sec, Some(&certs), None, None, unix_s()).is_ok() {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5), "the revoked list was never loaded");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let e = authenticate(&sec, Some(&certs), None, None, unix_s()).expect_err("revoked");
+        assert!(matches!(&e, AuthError::Revoked(m) if m.contains("certificate sha256:") && m.contains("alice")), "{e}");
+        let e = authenticate(&sec, None, Some(&bearer), None, unix_s()).expect_err("revoked");
+        assert!(matches!(&e, AuthError::Revoked(m) if m.starts_with("the token sha256:")), "{e}");
+        assert_eq!(authenticate(&sec, None, Some(&other), None, unix_s()), Ok(alice), "another token still works");
+        // A malformed list does not load; the last good one stays in force.
+        std::fs::write(dir.join("r1").join(REVOKED_FILE), "sha256:nothex\n").expect("write");
+        assert!(material::Material::load(&dir.join("r1"), 9).is_err_and(|e| e.to_string().contains("line 1")));
+        std::thread::sleep(material::RECHECK * 2);
+        assert!(authenticate(&sec, Some(&certs), None, None, unix_s()).is_err(), "still revoked");
         let _ = std::fs::remove_dir_all(dir);
     }
 
