@@ -6,14 +6,13 @@
 use crate::jobs::{ViewArg, rt, snapshot};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_proto::api::{ConfigSetList, LayoutChanged};
+use tessera_proto::api::{ConfigSetList, LayoutChanged, free_server_names};
 use tessera_proto::v1;
 use tessera_proto::v1::layout_request::Change;
 use tessera_view::Topology;
-use tessera_view::layout::{MAX_SERVERS_PER_ADD, free_names};
+use tessera_view::layout::MAX_SERVERS_PER_ADD;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -198,10 +197,7 @@ pub fn add_servers(a: AddServersArgs) -> Result<ExitCode> {
         let (snap, _) = snapshot(&mut c).await?;
         let cs = ConfigSetList::of(&snap).find(&a.config_set).map_err(anyhow::Error::msg)?.clone();
         let names = match a.count {
-            Some(n) => {
-                let taken: HashSet<&str> = snap.server_names.iter().map(String::as_str).collect();
-                free_names(&cs.rack, |x| taken.contains(x), n as usize)
-            }
+            Some(n) => free_server_names(&snap, cs.id, n as usize).context("the configuration set vanished")?,
             None => a.names.clone(),
         };
         let r = c.change_layout(Change::AddServers(v1::AddServers { config_set: cs.id, names })).await?;

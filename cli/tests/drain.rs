@@ -29,6 +29,22 @@ fn server_of(s: &tessera_view::ViewSnapshot, job: JobId) -> Option<ServerId> {
     (j.state == JobState::Running).then(|| j.placement.as_ref().map(|p| p.members[0].server)).flatten()
 }
 
+/// Submits a 2-GPU job that sleeps two minutes and waits for it to run: the job and its server.
+async fn long_job_running(c: &mut tessera_view_server::ViewClient, deadline: Instant) -> (JobId, ServerId) {
+    let mut spec = JobSpec::simple("long", 1, 2);
+    spec.command = vec!["sh".into(), "-c".into(), "sleep 120".into()];
+    let r = c.submit(vec![v1::JobSpec::from(&spec)]).await.expect("submit");
+    assert!(r[0].error.is_empty(), "{}", r[0].error);
+    let job = JobId(r[0].job);
+    let mut on = None;
+    wait_view(c, deadline, "the job running", |s| {
+        on = server_of(s, job);
+        on.is_some()
+    })
+    .await;
+    (job, on.expect("placed"))
+}
+
 #[test]
 fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
     let dir = test_dir("tessera-drain-");
@@ -52,18 +68,7 @@ fn a_drained_servers_gang_moves_and_its_cordon_outlives_the_agent() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
 
-        let mut spec = JobSpec::simple("long", 1, 2);
-        spec.command = vec!["sh".into(), "-c".into(), "sleep 120".into()];
-        let r = c.submit(vec![v1::JobSpec::from(&spec)]).await.expect("submit");
-        assert!(r[0].error.is_empty(), "{}", r[0].error);
-        let job = JobId(r[0].job);
-        let mut first = None;
-        wait_view(&mut c, deadline, "the job running", |s| {
-            first = server_of(s, job);
-            first.is_some()
-        })
-        .await;
-        let first = first.expect("placed");
+        let (job, first) = long_job_running(&mut c, deadline).await;
         let name = servers[first.index()];
         let other = ServerId(1 - first.0);
         assert_eq!(live_tasks(&d.join(format!("agent-{name}"))).len(), 1, "the job's task runs on {name}");
@@ -157,17 +162,7 @@ fn a_drain_moves_a_gang_early_when_another_server_has_room() {
         let deadline = Instant::now() + Duration::from_secs(90);
         let mut c = admin_client(&view, vec![addr.clone()]);
         c.wait_for_leader().await.expect("leader");
-        let mut spec = JobSpec::simple("long", 1, 2);
-        spec.command = vec!["sh".into(), "-c".into(), "sleep 120".into()];
-        let r = c.submit(vec![v1::JobSpec::from(&spec)]).await.expect("submit");
-        let job = JobId(r[0].job);
-        let mut first = None;
-        wait_view(&mut c, deadline, "the job running", |s| {
-            first = server_of(s, job);
-            first.is_some()
-        })
-        .await;
-        let first = first.expect("placed");
+        let (job, first) = long_job_running(&mut c, deadline).await;
         let name = servers[first.index()];
         let other = ServerId(1 - first.0);
         let (ok, out) = cli(&view, &["servers", "drain", name, "--view", &addr, "--timeout-s", "3600"]);

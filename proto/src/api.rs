@@ -11,7 +11,7 @@
 //! [`GpuCounts::of`].
 
 mod layout;
-pub use layout::{AddConfigSetBody, AddServersBody, ConfigSetInfo, ConfigSetList, LayoutChanged};
+pub use layout::{AddConfigSetBody, AddServersBody, ConfigSetInfo, ConfigSetList, LayoutChanged, free_server_names};
 
 use crate::v1;
 use serde::{Deserialize, Serialize};

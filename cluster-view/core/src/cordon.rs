@@ -78,7 +78,14 @@ impl ClusterView {
 
     /// Whether any placed gang has a member on `server`.
     pub fn hosts_gangs(&self, server: ServerId) -> bool {
-        self.jobs.values().any(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
+        self.jobs.values().any(|j| j.placed_on(server))
+    }
+
+    /// The jobs with a member on `server`, in id order.
+    pub fn gangs_on(&self, server: ServerId) -> Vec<JobId> {
+        let mut hit: Vec<JobId> = self.jobs.values().filter(|j| j.placed_on(server)).map(|j| j.id).collect();
+        hit.sort();
+        hit
     }
 
     /// A server's cordon, if it has one.
@@ -98,13 +105,7 @@ impl ClusterView {
 
     /// Re-queues, in job order, every gang with a member on `server`.
     pub(crate) fn requeue_server(&mut self, server: ServerId, why: &str) -> Vec<JobId> {
-        let mut hit: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
-            .map(|j| j.id)
-            .collect();
-        hit.sort();
+        let hit = self.gangs_on(server);
         for &job in &hit {
             self.requeue(job, why.to_string());
         }

@@ -36,7 +36,7 @@ pub fn drain_moves(view: &ClusterView, server: ServerId, max: usize) -> Vec<Move
         .jobs()
         .into_iter()
         .filter(|j| matches!(j.state, JobState::Placed | JobState::Running))
-        .filter(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
+        .filter(|j| j.placed_on(server))
         // Ends by its time limit before the deadline: left to end.
         .filter(|j| j.deadline_ms().is_none_or(|d| d > by))
         .collect();

@@ -905,6 +905,11 @@ impl Job {
         (self.spec.priority, std::cmp::Reverse(self.service_queue))
     }
 
+    /// Whether its placement has a member on `server`.
+    pub fn placed_on(&self, server: crate::ids::ServerId) -> bool {
+        self.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server))
+    }
+
     /// When its current placement's time limit runs out (Unix ms): none without a placement,
     /// a limit, or a placement time (placed before the log carried clocks).
     pub fn deadline_ms(&self) -> Option<u64> {

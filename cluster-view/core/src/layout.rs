@@ -228,15 +228,9 @@ impl ClusterView {
         if rec.health == Health::Removed {
             return Err(ViewError::BadServer(server, format!("`{name}` was already removed")));
         }
-        let mut holders: Vec<u64> = self
-            .jobs
-            .values()
-            .filter(|j| j.placement.as_ref().is_some_and(|p| p.members.iter().any(|m| m.server == server)))
-            .map(|j| j.id.0)
-            .collect();
+        let holders = self.gangs_on(server);
         if !holders.is_empty() {
-            holders.sort_unstable();
-            let shown: Vec<String> = holders.iter().take(8).map(|j| j.to_string()).collect();
+            let shown: Vec<String> = holders.iter().take(8).map(|j| j.0.to_string()).collect();
             let more = if holders.len() > 8 { format!(" and {} more", holders.len() - 8) } else { String::new() };
             return Err(ViewError::BadServer(
                 server,

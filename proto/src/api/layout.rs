@@ -82,6 +82,16 @@ impl ConfigSetList {
     }
 }
 
+/// `count` names for new servers of configuration set `cs` of a view, `<rack>-sNN` with the
+/// smallest numbers no server has (`tessera servers add --count`, `POST /v1/servers`), or
+/// `None` for an unknown set.
+pub fn free_server_names(s: &ViewSnapshot, cs: u32, count: usize) -> Option<Vec<String>> {
+    let set = s.config_sets.get(cs as usize)?;
+    let rack = s.racks.get(set.rack as usize).map_or("", String::as_str);
+    let taken: std::collections::HashSet<&str> = s.server_names.iter().map(String::as_str).collect();
+    Some(tessera_view::layout::free_names(rack, |n| taken.contains(n), count))
+}
+
 /// The body of `POST /v1/config-sets`: a configuration set to add, with no servers yet.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

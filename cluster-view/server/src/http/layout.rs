@@ -8,12 +8,13 @@ use super::servers::server_index;
 use super::{Api, ApiError, Place, query};
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::de::DeserializeOwned;
-use std::collections::HashSet;
-use tessera_proto::api::{AddConfigSetBody, AddServersBody, ConfigSetList, ErrorBody, LayoutChanged};
+use tessera_proto::api::{
+    AddConfigSetBody, AddServersBody, ConfigSetList, ErrorBody, LayoutChanged, free_server_names,
+};
 use tessera_proto::v1;
 use tessera_proto::v1::layout_request::Change;
 use tessera_view::Topology;
-use tessera_view::layout::{MAX_SERVERS_PER_ADD, free_names};
+use tessera_view::layout::MAX_SERVERS_PER_ADD;
 
 /// Every configuration set, by id, removed ones included, with how many servers each has.
 #[utoipa::path(
@@ -197,13 +198,7 @@ pub(super) async fn remove_server(
 
 /// `count` free names for configuration set `cs` of a view.
 fn names_for(snap: &tessera_view::ViewSnapshot, cs: u32, count: usize) -> Result<Vec<String>, ApiError> {
-    let set = snap
-        .config_sets
-        .get(cs as usize)
-        .ok_or_else(|| bad("config_set", format!("no configuration set with id {cs}")))?;
-    let rack = snap.racks.get(set.rack as usize).map_or("", String::as_str);
-    let taken: HashSet<&str> = snap.server_names.iter().map(String::as_str).collect();
-    Ok(free_names(rack, |n| taken.contains(n), count))
+    free_server_names(snap, cs, count).ok_or_else(|| bad("config_set", format!("no configuration set with id {cs}")))
 }
 
 async fn send(api: &Api, change: Change) -> Result<v1::LayoutResponse, ApiError> {
