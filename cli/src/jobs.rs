@@ -13,12 +13,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_proto::api::{self, GpuCounts, JobDetail, JobList};
-use tessera_proto::v1;
+use tessera_proto::{trace, v1};
 use tessera_scheduler::ViewCache;
 use tessera_view::mask::format_indices;
 use tessera_view::{Health, Job, JobId, JobSpec, JobState, ViewSnapshot};
 use tessera_view_server::ViewClient;
 use tessera_view_server::client::ClientError;
+use tracing::Instrument;
 
 /// Where the view is.
 #[derive(Args, Clone)]
@@ -70,6 +71,10 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// With a job id: its trace id (to find its spans in the OTLP back end) and the timeline of
+    /// its life, each step with the component that took it and the time since submission.
+    #[arg(long, requires = "job")]
+    trace: bool,
 }
 
 #[derive(Args)]
@@ -219,8 +224,16 @@ fn with_flags(specs: Vec<JobSpec>, args: &SubmitArgs) -> Result<Vec<JobSpec>, St
 /// Submits checked specs read from `files`; prints each job's id (an array's ids) or why it
 /// was refused, and answers the admitted jobs' ids (every member of an array) and how many
 /// specs were refused.
+///
+/// The submission is a `cli.submit` span, the root of the jobs' trace, or a child of the
+/// caller's when `TRACEPARENT` is set (a pipeline that submits jobs inside its own trace).
 pub async fn submit_files(c: &mut ViewClient, specs: &[JobSpec], files: &[PathBuf]) -> Result<(Vec<JobId>, usize)> {
-    let results = c.submit(specs.iter().map(v1::JobSpec::from).collect()).await?;
+    let span = tracing::info_span!(target: trace::TARGET, "cli.submit", specs = specs.len());
+    let outer = std::env::var("TRACEPARENT").unwrap_or_default();
+    if let Some(cx) = trace::remote_from(|k| (k == trace::TRACEPARENT).then_some(outer.as_str())) {
+        trace::set_parent(&span, cx);
+    }
+    let results = c.submit(specs.iter().map(v1::JobSpec::from).collect()).instrument(span).await?;
     let mut ids = Vec::new();
     let mut refused = 0;
     for ((r, spec), f) in results.iter().zip(specs).zip(files) {
@@ -342,6 +355,27 @@ fn placement_text(j: &Job, s: &ViewSnapshot) -> String {
     }
 }
 
+/// `status JOB --trace`: the trace to look up, then each step at its offset from the first.
+fn print_trace(d: &JobDetail) {
+    use crate::usage::{format_ms, format_span};
+    let j = &d.job;
+    println!("job {} `{}`: {}", j.id, j.name, j.state.as_str());
+    match (&d.trace_id, &d.traceparent) {
+        (Some(id), Some(parent)) => println!("  trace    {id} (admitted under traceparent {parent})"),
+        _ => println!("  trace    none (admitted by a release that recorded no traces)"),
+    }
+    let first = d.timeline.first().map_or(0, |s| s.at_ms);
+    for s in &d.timeline {
+        let since = s.at_ms.saturating_sub(first);
+        let offset = if since < 60_000 {
+            format!("+{:.3} s", since as f64 / 1000.0)
+        } else {
+            format!("+{}", format_span(since))
+        };
+        println!("  {offset:>12}  {:<9} {:<9} {}  {}", s.step, s.by, format_ms(s.at_ms), s.detail);
+    }
+}
+
 /// A job's times, as `status` prints them: submitted, placed (with the wait), started, ended
 /// (with the run time), and the GPU time its placements held.
 fn time_lines(j: &Job, now_ms: u64) -> Vec<String> {
@@ -396,6 +430,10 @@ pub fn status(args: StatusArgs) -> Result<ExitCode> {
                 Err(_) => Vec::new(),
             };
             let waiting = waiting.as_ref().map(api::WaitInfo::of_wire);
+            if args.trace && !args.json {
+                print_trace(&JobDetail::of(j, &server_names));
+                return Ok(ExitCode::SUCCESS);
+            }
             if args.json {
                 let mut detail = JobDetail::of(j, &server_names);
                 detail.waiting = waiting;

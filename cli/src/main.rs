@@ -17,6 +17,7 @@ mod place;
 mod scheduler;
 mod servers;
 mod sim;
+mod telemetry;
 mod tls;
 mod usage;
 mod view;
@@ -29,6 +30,11 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Export jobs' traces (submission, placement, approval, task starts) as OpenTelemetry
+    /// spans to this OTLP/gRPC endpoint, e.g. http://127.0.0.1:4317. Without it no span leaves
+    /// the process, but trace ids still travel with every call and job.
+    #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -90,12 +96,22 @@ fn main() -> ExitCode {
     // `tessera dev` runs every agent in this process: their start-up warnings about fake-GPU
     // mode (repeated once per server) would bury the output a newcomer reads. RUST_LOG wins.
     let default = if matches!(cli.command, Command::Dev(_)) { "warn,tessera_agent=error" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into()))
-        .with_writer(std::io::stderr)
-        // Colour codes only on a terminal: journald, `docker logs` and log files get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // The service a trace back end shows each span under.
+    let service = match cli.command {
+        Command::Agent(_) => "tessera-agent",
+        Command::View(_) => "tessera-view",
+        Command::Scheduler(_) => "tessera-scheduler",
+        Command::Dev(_) => "tessera-dev",
+        _ => "tessera-cli",
+    };
+    let otlp = cli.otlp_endpoint.as_deref().filter(|e| !e.is_empty());
+    let telemetry = match telemetry::Telemetry::init(service, default, otlp) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = match cli.command {
         Command::Agent(args) => agent::run(args),
         Command::Bench(args) => bench::run(args),
@@ -117,6 +133,7 @@ fn main() -> ExitCode {
         Command::Tls(args) => tls::run(args),
         Command::Token(args) => tls::token(args),
     };
+    telemetry.shutdown();
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -45,11 +45,13 @@ use rand::{Rng, SeedableRng};
 use std::time::{Duration, Instant};
 use tessera_proto::backoff::Backoff;
 use tessera_proto::client::{ClientError, ViewClient};
-use tessera_proto::{RemoteDecision, v1};
+use tessera_proto::{RemoteDecision, trace, v1};
 use tessera_view::{
     Decision, Job, JobId, JobState, LocalityLevel, Preemption, Proposal, ProposalId, ServerId, ServerRecord,
     ViewVersion,
 };
+use tracing::Instrument;
+use tracing::field::Empty;
 
 /// Longest sleep of a job waiting out its restart backoff before it looks at the view again.
 const RESTART_LOOK: Duration = Duration::from_secs(30);
@@ -519,6 +521,10 @@ fn fresh_id(rng: &mut impl Rng) -> ProposalId {
 /// started waiting (for `relax_after_s`).
 ///
 /// The shell of [`PlaceMachine`]: its clock is the time since `waited_from`.
+///
+/// Runs in a `host.place` span under the job's trace (see [`tessera_proto::trace`]), each call
+/// to the leader in a `host.propose` or `host.preempt` span within it: the leader's approval
+/// joins the trace.
 pub async fn place_job(
     client: &mut ViewClient,
     cache: &ViewCache,
@@ -527,65 +533,84 @@ pub async fn place_job(
     waited_from: Instant,
     opts: &RuntimeOptions,
 ) -> Result<Placed, SchedulerError> {
-    // A job that waits for other jobs is not placed before they end (the approver would refuse
-    // it): wait for its record to change; its wait for a placement starts when they have.
-    let waited_from = if waits_for_others(cache, job).await { Instant::now() } else { waited_from };
-    let now = || waited_from.elapsed();
-    let look = |m: &mut PlaceMachine<'_>| {
-        let version = cache.version();
-        cache.read(|s| {
-            // A restarted job waits out its restart backoff (the view's clock, read on this
-            // machine's wall clock; looked at again at least every RESTART_LOOK).
-            if let Some(j) = s.jobs.get(&job).filter(|j| j.state == JobState::Pending) {
-                let hold = Duration::from_millis(j.not_before_ms.saturating_sub(crate::host::wall_ms()));
-                if !hold.is_zero() {
-                    return Action::Sleep { until: now() + hold.min(RESTART_LOOK) };
+    let of_job = cache.read(|s| s.jobs.get(&job).and_then(|j| j.trace));
+    let span = trace::on_job(
+        tracing::info_span!(target: trace::TARGET, "host.place", job_id = job.0, outcome = Empty),
+        of_job.as_ref(),
+    );
+    let placed = async {
+        // A job that waits for other jobs is not placed before they end (the approver would refuse
+        // it): wait for its record to change; its wait for a placement starts when they have.
+        let waited_from = if waits_for_others(cache, job).await { Instant::now() } else { waited_from };
+        let now = || waited_from.elapsed();
+        let look = |m: &mut PlaceMachine<'_>| {
+            let version = cache.version();
+            cache.read(|s| {
+                // A restarted job waits out its restart backoff (the view's clock, read on this
+                // machine's wall clock; looked at again at least every RESTART_LOOK).
+                if let Some(j) = s.jobs.get(&job).filter(|j| j.state == JobState::Pending) {
+                    let hold = Duration::from_millis(j.not_before_ms.saturating_sub(crate::host::wall_ms()));
+                    if !hold.is_zero() {
+                        return Action::Sleep { until: now() + hold.min(RESTART_LOOK) };
+                    }
                 }
-            }
-            let ahead = s.jobs.get(&job).map_or(0, |j| s.same_kind_ahead(j));
-            let ctx = Context { running: &s.running, releases: &s.releases, ahead };
-            m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version, ctx })
-        })
-    };
-    let mut m = PlaceMachine::new(scheduler, job, Duration::ZERO, opts);
-    let mut action = look(&mut m);
-    loop {
-        action = match action {
-            Action::Propose(p) => {
-                let sent = Instant::now();
-                let answer = answer(client.propose(vec![v1::Proposal::from(&p)]).await, cache, job);
-                observe(opts, "propose", &answer, sent);
-                m.step(now(), Event::Answer(answer))
-            }
-            Action::Preempt(pre) => {
-                let sent = Instant::now();
-                let answer = answer(client.preempt(v1::Preemption::from(&pre)).await, cache, job);
-                observe(opts, "preempt", &answer, sent);
-                m.step(now(), Event::Answer(answer))
-            }
-            Action::Sleep { until } => {
-                tokio::time::sleep(until.saturating_sub(now())).await;
-                look(&mut m)
-            }
-            Action::WaitForView { seen, until } => {
-                cache.changed_since(seen, until.saturating_sub(now())).await;
-                look(&mut m)
-            }
-            Action::ReadJob => {
-                let state = match client.job(job.0, true).await {
-                    Ok(r) => r.job.map(|j| job_state(j.state)),
-                    Err(_) => None,
-                };
-                m.step(now(), Event::JobState(state))
-            }
-            Action::GiveUp { reason } => {
-                let r = client.cancel_because(job.0, &reason).await.map(|_| ());
-                m.step(now(), Event::Cancelled(r))
-            }
-            Action::Done(p) => return Ok(p),
-            Action::Fail(e) => return Err(e),
+                let ahead = s.jobs.get(&job).map_or(0, |j| s.same_kind_ahead(j));
+                let ctx = Context { running: &s.running, releases: &s.releases, ahead };
+                m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version, ctx })
+            })
         };
+        let mut m = PlaceMachine::new(scheduler, job, Duration::ZERO, opts);
+        let mut action = look(&mut m);
+        loop {
+            action = match action {
+                Action::Propose(p) => {
+                    let sent = Instant::now();
+                    let call = tracing::info_span!(target: trace::TARGET, "host.propose", proposal = p.id.0);
+                    let answer =
+                        answer(client.propose(vec![v1::Proposal::from(&p)]).instrument(call).await, cache, job);
+                    observe(opts, "propose", &answer, sent);
+                    m.step(now(), Event::Answer(answer))
+                }
+                Action::Preempt(pre) => {
+                    let sent = Instant::now();
+                    let call = tracing::info_span!(
+                        target: trace::TARGET,
+                        "host.preempt",
+                        proposal = pre.proposal.id.0,
+                        victims = pre.victims.len()
+                    );
+                    let answer = answer(client.preempt(v1::Preemption::from(&pre)).instrument(call).await, cache, job);
+                    observe(opts, "preempt", &answer, sent);
+                    m.step(now(), Event::Answer(answer))
+                }
+                Action::Sleep { until } => {
+                    tokio::time::sleep(until.saturating_sub(now())).await;
+                    look(&mut m)
+                }
+                Action::WaitForView { seen, until } => {
+                    cache.changed_since(seen, until.saturating_sub(now())).await;
+                    look(&mut m)
+                }
+                Action::ReadJob => {
+                    let state = match client.job(job.0, true).await {
+                        Ok(r) => r.job.map(|j| job_state(j.state)),
+                        Err(_) => None,
+                    };
+                    m.step(now(), Event::JobState(state))
+                }
+                Action::GiveUp { reason } => {
+                    let r = client.cancel_because(job.0, &reason).await.map(|_| ());
+                    m.step(now(), Event::Cancelled(r))
+                }
+                Action::Done(p) => return Ok(p),
+                Action::Fail(e) => return Err(e),
+            };
+        }
     }
+    .instrument(span.clone())
+    .await;
+    span.record("outcome", if placed.is_ok() { "done" } else { "failed" });
+    placed
 }
 
 /// Waits while `job` is pending and waits for other jobs to end (its dependencies are only ever

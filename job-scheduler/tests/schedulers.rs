@@ -157,6 +157,7 @@ fn an_absent_gpu_type_gives_up_with_the_reason() {
         ready_ms: 0,
         array_index: None,
         cancel_grace_s: None,
+        trace: None,
     };
     let local = LocalView::of_view(&v);
     let overlay = Overlay::default();

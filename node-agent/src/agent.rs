@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tessera_proto::client::{ClientError, ViewClient};
 use tessera_proto::tls::Security;
-use tessera_proto::v1;
+use tessera_proto::{trace, v1};
 use tessera_view::{Job, JobId, JobState, ServerId, Topology, ViewDelta, ViewSnapshot};
 use tonic::Code;
 use tracing::{Instrument, error, info, instrument, warn};
@@ -630,11 +630,28 @@ impl Agent {
 
     /// Starts a round's tasks together (each waits for its shim to report the process) and
     /// reports each start, or its failure.
+    ///
+    /// Each start is an `agent.start` span under its job's trace, and the task gets that span
+    /// as `TRACEPARENT` (the OpenTelemetry convention), so its own spans can join the trace.
     async fn launch(&mut self, specs: Vec<TaskSpec>) {
         let mut starting = tokio::task::JoinSet::new();
-        for spec in specs {
+        for mut spec in specs {
             let runner = self.runner.clone();
-            starting.spawn(async move { (spec.id, runner.start(spec).await) }.in_current_span());
+            let of_job = self.jobs.get(&spec.id.job).and_then(|j| j.trace);
+            let span = trace::on_job(
+                tracing::info_span!(
+                    target: trace::TARGET,
+                    "agent.start",
+                    job_id = spec.id.job,
+                    member = spec.id.member,
+                    server = %self.cfg.name
+                ),
+                of_job.as_ref(),
+            );
+            if let Some(t) = trace::trace_of(&span).or(of_job) {
+                spec.env.push(("TRACEPARENT".into(), t.traceparent()));
+            }
+            starting.spawn(async move { (spec.id, runner.start(spec).await) }.instrument(span));
         }
         while let Some(done) = starting.join_next().await {
             let Ok((id, r)) = done else { continue };

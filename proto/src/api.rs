@@ -11,7 +11,9 @@
 //! [`GpuCounts::of`].
 
 mod layout;
+mod timeline;
 pub use layout::{AddConfigSetBody, AddServersBody, ConfigSetInfo, ConfigSetList, LayoutChanged, free_server_names};
+pub use timeline::{TimelineStep, timeline};
 
 use crate::v1;
 use serde::{Deserialize, Serialize};
@@ -752,6 +754,13 @@ pub struct JobDetail {
     pub tasks: Vec<Task>,
     /// Why it waits, while it is pending (null otherwise).
     pub waiting: Option<WaitInfo>,
+    /// The distributed trace it was admitted under, 32 hex digits: search a tracing back end
+    /// for it (null: admitted without one).
+    pub trace_id: Option<String>,
+    /// Its admission span as a W3C `traceparent` (null: no trace).
+    pub traceparent: Option<String>,
+    /// The steps of its life, oldest first (see `tessera status JOB --trace`).
+    pub timeline: Vec<TimelineStep>,
 }
 
 impl JobDetail {
@@ -773,6 +782,9 @@ impl JobDetail {
             proposals: j.proposals.iter().map(|p| p.0).collect(),
             tasks,
             waiting: None,
+            trace_id: j.trace.as_ref().map(tessera_view::JobTrace::trace_hex),
+            traceparent: j.trace.as_ref().map(tessera_view::JobTrace::traceparent),
+            timeline: timeline(j),
         }
     }
 }

@@ -36,7 +36,9 @@ use tessera_view::{
     MemberPlacement, Predictor, Preemption, Priorities, Proposal, ProposalId, Rejection, RequestId, ServerId,
     ServerRecord, TaskState, Topology, ViewDelta, ViewError, ViewSnapshot, ViewVersion,
 };
-use tessera_view::{Cordon, HealthChange, HeldSpan, JobTimes, Usage, UsageBy, UsageKey, UsageReport, UsageRow};
+use tessera_view::{
+    Cordon, HealthChange, HeldSpan, JobTimes, JobTrace, Usage, UsageBy, UsageKey, UsageReport, UsageRow,
+};
 
 // ---------------------------------------------------------------- helpers
 
@@ -569,7 +571,27 @@ impl From<&Job> for v1::Job {
             ready_ms: j.ready_ms,
             array_index: j.array_index,
             cancel_grace_s: j.cancel_grace_s,
+            trace: j.trace.as_ref().map(Into::into),
         }
+    }
+}
+
+impl From<&JobTrace> for v1::JobTrace {
+    fn from(t: &JobTrace) -> Self {
+        v1::JobTrace { trace_id: t.trace_id.to_be_bytes().to_vec(), span_id: t.span_id }
+    }
+}
+
+/// A trace of 16 bytes and a span id, neither zero.
+impl TryFrom<v1::JobTrace> for JobTrace {
+    type Error = WireError;
+    fn try_from(w: v1::JobTrace) -> Result<Self, WireError> {
+        let bytes: [u8; 16] =
+            w.trace_id.as_slice().try_into().map_err(|_| {
+                WireError::invalid("JobTrace", "trace_id", format!("16 bytes, got {}", w.trace_id.len()))
+            })?;
+        JobTrace::new(u128::from_be_bytes(bytes), w.span_id)
+            .ok_or_else(|| WireError::invalid("JobTrace", "trace_id", "a trace id or span id of 0"))
     }
 }
 
@@ -640,6 +662,7 @@ impl TryFrom<v1::Job> for Job {
             ready_ms: w.ready_ms,
             array_index: w.array_index,
             cancel_grace_s: w.cancel_grace_s,
+            trace: w.trace.map(JobTrace::try_from).transpose().map_err(|e| e.at("trace"))?,
         };
         validate::check_job(&job)?;
         Ok(job)

@@ -37,6 +37,7 @@ pub mod convert;
 pub mod error;
 pub mod prom;
 pub mod tls;
+pub mod trace;
 pub mod validate;
 
 /// Generated messages of protobuf package `tessera.v1`.

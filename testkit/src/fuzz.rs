@@ -148,7 +148,9 @@ fn request_commands(kind: u8, body: &[u8]) -> Vec<Command> {
                     },
                     None => None,
                 };
-                cmds.push(Command::Submit { spec: Box::new(spec), request, user: None });
+                // The leader admits every job under a trace (its own, or the caller's).
+                let trace = tessera_view::JobTrace::new(i as u128 + 1, body.len() as u64 + 1);
+                cmds.push(Command::Submit { spec: Box::new(spec), request, user: None, trace });
             }
             cmds
         }

@@ -133,6 +133,7 @@ pub struct LocalClusterBuilder {
     data_dir: Option<PathBuf>,
     listen: Option<Vec<ListenAddrs>>,
     log_filter: String,
+    env: Vec<(String, String)>,
     tls: bool,
 }
 
@@ -149,6 +150,13 @@ impl LocalClusterBuilder {
     /// [`LocalClusterBuilder::start_processes`]).
     pub fn log_filter(mut self, filter: &str) -> Self {
         self.log_filter = filter.to_string();
+        self
+    }
+
+    /// An environment variable of replica processes (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`); see
+    /// [`LocalClusterBuilder::start_processes`].
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
         self
     }
 
@@ -296,6 +304,7 @@ impl LocalCluster {
             data_dir: None,
             listen: None,
             log_filter: "info".to_string(),
+            env: Vec::new(),
             tls: true,
         }
     }

@@ -39,6 +39,7 @@ pub struct ProcessCluster {
     raft_ports: bool,
     tuning: tessera_view_server::Tuning,
     log_filter: String,
+    env: Vec<(String, String)>,
     replicas: Vec<Replica>,
     pki: Option<crate::Pki>,
     client_security: tessera_proto::tls::Security,
@@ -71,6 +72,7 @@ impl LocalClusterBuilder {
             raft_ports: self.raft_ports,
             tuning: self.tuning.clone(),
             log_filter: self.log_filter.clone(),
+            env: self.env.clone(),
             replicas: Vec::with_capacity(bound.len()),
             pki,
             client_security,
@@ -250,7 +252,7 @@ impl ProcessCluster {
             names.push("http");
             fds.push(h.into());
         }
-        let (bin, filter) = (self.bin.clone(), self.log_filter.clone());
+        let (bin, filter, env) = (self.bin.clone(), self.log_filter.clone(), self.env.clone());
         let r = self.replica_mut(id)?;
         let err = |why: String| KitError::Process { replica: id, why };
         let log = std::fs::OpenOptions::new()
@@ -269,6 +271,7 @@ impl ProcessCluster {
             .env("LISTEN_FDS", n.to_string())
             .env("LISTEN_FDNAMES", names.join(":"))
             .env_remove("LISTEN_PID")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log);

@@ -880,6 +880,10 @@ pub struct Job {
     /// The stop grace its cancel asked for, seconds (over its spec's `stop_grace_s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel_grace_s: Option<u64>,
+    /// The trace its admission was recorded under (see [`crate::trace`]); none for a job
+    /// admitted without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::JobTrace>,
 }
 
 impl Job {

@@ -308,6 +308,7 @@ mod tests {
             spec: Box::new(JobSpec { class: Some("production".into()), ..batch }),
             request: None,
             user: None,
+            trace: None,
         });
         let Outcome::Submitted(Ok(c)) = out else { panic!("{out:?}") };
         assert_eq!(v.job(c).expect("job").spec.priority, 100);

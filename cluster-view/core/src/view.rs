@@ -46,6 +46,10 @@ pub enum Command {
         /// from the request body).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user: Option<String>,
+        /// The trace its admission was recorded under, set by the leader from the caller's
+        /// trace context (see [`crate::trace`]); every member of an array shares it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<crate::JobTrace>,
     },
     /// The proposing leader's wall clock, Unix milliseconds, written first in every log entry.
     /// The view's clock becomes the largest stamp applied (it never goes back); jobs' times
@@ -183,7 +187,7 @@ pub enum Command {
 impl Command {
     /// Admit `spec` with no request id (no deduplication of retries).
     pub fn submit(spec: JobSpec) -> Command {
-        Command::Submit { spec: Box::new(spec), request: None, user: None }
+        Command::Submit { spec: Box::new(spec), request: None, user: None, trace: None }
     }
 }
 
@@ -573,8 +577,8 @@ impl ClusterView {
     /// Applies one command. Deterministic.
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
         match cmd {
-            Command::Submit { spec, request, user } => {
-                Outcome::Submitted(self.submit_as(spec, request.as_ref(), user.as_deref()))
+            Command::Submit { spec, request, user, trace } => {
+                Outcome::Submitted(self.submit_traced(spec, request.as_ref(), user.as_deref(), *trace))
             }
             Command::Clock { at_ms } => {
                 let (now_ms, expired) = self.advance_clock_expiring(*at_ms);
@@ -861,7 +865,7 @@ impl ClusterView {
 
     /// Admits a job as pending, or refuses it with the reason it can never fit.
     pub fn submit(&mut self, spec: JobSpec) -> Result<JobId, ViewError> {
-        self.admit(spec, None, "")
+        self.admit(spec, None, "", None)
     }
 
     /// Admits a job at most once per request id: a retry under an id the view remembers (its
@@ -878,6 +882,17 @@ impl ClusterView {
         request: Option<&RequestId>,
         user: Option<&str>,
     ) -> Result<JobId, ViewError> {
+        self.submit_traced(spec, request, user, None)
+    }
+
+    /// [`ClusterView::submit_as`], the job (each member of an array) recorded under `trace`.
+    pub fn submit_traced(
+        &mut self,
+        spec: &JobSpec,
+        request: Option<&RequestId>,
+        user: Option<&str>,
+        trace: Option<crate::JobTrace>,
+    ) -> Result<JobId, ViewError> {
         let spec = self.with_class_resolved(spec.clone())?;
         if let Some(r) = request
             && let Some(&job) = self.requests.get(r)
@@ -891,7 +906,7 @@ impl ClusterView {
                 None => Err(ViewError::RequestReused { request: r.to_string(), job }),
             };
         }
-        self.admit(spec, request.cloned(), user.unwrap_or(""))
+        self.admit(spec, request.cloned(), user.unwrap_or(""), trace)
     }
 
     /// The job admitted under `request`, while it is remembered (an array's first id, while
@@ -909,7 +924,13 @@ impl ClusterView {
         Ok(spec)
     }
 
-    fn admit(&mut self, spec: JobSpec, request: Option<RequestId>, user: &str) -> Result<JobId, ViewError> {
+    fn admit(
+        &mut self,
+        spec: JobSpec,
+        request: Option<RequestId>,
+        user: &str,
+        trace: Option<crate::JobTrace>,
+    ) -> Result<JobId, ViewError> {
         let spec = self.with_class_resolved(spec)?;
         spec.validate().map_err(ViewError::InvalidSpec)?;
         let key = ShapeKey::of(&spec);
@@ -961,6 +982,7 @@ impl ClusterView {
                     ready_ms: 0,
                     array_index: spec.array.map(|_| index),
                     cancel_grace_s: None,
+                    trace,
                 },
             );
             self.note(Change::Job(id));
@@ -1380,6 +1402,13 @@ impl ClusterView {
             h.u64(j.ready_ms);
             h.u64(j.array_index.map_or(0, |i| u64::from(i) + 1));
             h.u64(j.cancel_grace_s.map_or(0, |g| g.saturating_add(1)));
+            // Only when present: the hash of a job without a trace is what it was before jobs
+            // carried one.
+            if let Some(t) = j.trace {
+                h.u64((t.trace_id >> 64) as u64);
+                h.u64(t.trace_id as u64);
+                h.u64(t.span_id);
+            }
             if let Some(p) = &j.placement {
                 h.u64(p.proposal.0);
                 h.u64(p.placed_at.0);

@@ -17,6 +17,7 @@ use crate::node::{NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 use std::pin::Pin;
 use std::sync::Arc;
 use tessera_proto::tls::{Identity, Role, Security};
+use tessera_proto::trace;
 use tessera_proto::v1;
 use tessera_replica::Answer;
 use tessera_view::server::MAX_CORDON_REASON_CHARS;
@@ -29,7 +30,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::field::Empty;
-use tracing::{Span, instrument};
+use tracing::{Instrument, Span, instrument};
 
 /// Most proposals or job specs in one request.
 pub const MAX_ITEMS: usize = 1024;
@@ -65,6 +66,35 @@ fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
 
 /// Longest task exit message accepted (bytes); the view keeps it as the job's error.
 pub const MAX_TASK_MESSAGE: usize = 4096;
+
+/// Runs an approval call (`Propose`, `Migrate`, `Preempt`) in a `view.approve` span that
+/// continues the caller's trace (`caller`, from its metadata), when there is one (a scheduler host sends the
+/// trace of the job it places); a call from outside any trace is not traced. The span records
+/// the first proposal's outcome.
+async fn traced_approval(
+    call: &'static str,
+    caller: Option<trace::Context>,
+    work: impl Future<Output = Result<Response<v1::ProposeResponse>, Status>>,
+) -> Result<Response<v1::ProposeResponse>, Status> {
+    let Some(cx) = caller else { return work.await };
+    let span = tracing::info_span!(
+        target: trace::TARGET,
+        "view.approve",
+        call,
+        job_id = Empty,
+        proposal = Empty,
+        victims = Empty,
+        outcome = Empty
+    );
+    trace::set_parent(&span, cx);
+    let answer = work.instrument(span.clone()).await;
+    let outcome = match &answer {
+        Ok(r) => r.get_ref().results.first().map_or("none", |r| crate::http::metrics::outcome_of(r).0),
+        Err(_) => "failed",
+    };
+    span.record("outcome", outcome);
+    answer
+}
 
 /// The result of one decided command (a proposal or a preemption): its decision, or why its
 /// outcome is unknown; a follower's refusal is the request's error (retry at the leader).
@@ -326,6 +356,87 @@ impl ViewService {
         Ok(Response::new(v1::ProposeResponse { results }))
     }
 
+    /// `SubmitJob`, in the admission's `span`: the jobs are admitted under `admission`.
+    async fn submit_job_call(
+        &self,
+        req: Request<v1::SubmitJobRequest>,
+        admission: tessera_view::JobTrace,
+        span: &Span,
+    ) -> Result<Response<v1::SubmitJobResponse>, Status> {
+        let who = self.caller(&req, "SubmitJob")?;
+        let req = req.into_inner();
+        count("job specs", req.specs.len())?;
+        let request = if req.request_id.is_empty() {
+            None
+        } else {
+            let id = RequestId::new(req.request_id)
+                .map_err(|e| ViewServerError::Invalid(format!("SubmitJobRequest.request_id: {e}")))?;
+            Some(id)
+        };
+        let mut items = Vec::with_capacity(req.specs.len());
+        let mut waits = Vec::with_capacity(req.specs.len());
+        let mut specs = Vec::with_capacity(req.specs.len());
+        for (i, s) in req.specs.into_iter().enumerate() {
+            let mut spec = JobSpec::try_from(s).map_err(|e| ViewServerError::Invalid(format!("specs[{i}]: {e}")))?;
+            // Tenants come from the identity: a user of one tenant who names none submits for it.
+            if let [only] = who.tenants.as_slice()
+                && spec.tenant == tessera_view::DEFAULT_TENANT
+            {
+                spec.tenant = only.clone();
+            }
+            specs.push(spec);
+        }
+        let tenants = specs.iter().map(|s| s.tenant.as_str()).collect();
+        let user = user_name(&who);
+        self.allow(&who, "SubmitJob", String::new, Action::Submit { tenants })?;
+        for (i, spec) in specs.into_iter().enumerate() {
+            let request = match &request {
+                Some(r) => Some(r.item(i).map_err(|e| ViewServerError::Invalid(format!("request_id: {e}")))?),
+                None => None,
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            items.push((
+                Command::Submit { spec: Box::new(spec), request, user: Some(user.clone()), trace: Some(admission) },
+                tx,
+            ));
+            waits.push(rx);
+        }
+        // One queue slot for all: either every spec reaches the driver or none does.
+        self.node.send(NodeRequest::Commands(items))?;
+        let mut results = Vec::with_capacity(waits.len());
+        let mut version = 0;
+        for rx in waits {
+            let r = match self.node.wait(rx).await {
+                Ok((Answer::Applied(Outcome::Submitted(Ok(job))), v)) => {
+                    version = version.max(v);
+                    v1::SubmitResult::admitted(job)
+                }
+                Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => v1::SubmitResult::refused(&e),
+                // With a request id the whole request is safe to send again: the client retries
+                // it (Unavailable) and gets the jobs already admitted back, never a second copy.
+                Ok((other, _)) if request.is_some() => {
+                    return Err(ViewServerError::OutcomeUnknown(format!(
+                        "outcome of submission {} unknown ({other:?}); retry with the same request id",
+                        results.len()
+                    ))
+                    .into());
+                }
+                Err(e @ ViewServerError::Timeout { .. }) if request.is_some() => {
+                    return Err(ViewServerError::OutcomeUnknown(format!("{e}; retry with the same request id")).into());
+                }
+                Err(e) if request.is_some() => return Err(e.into()),
+                Ok((other, _)) => v1::SubmitResult::outcome_unknown(format!("outcome unknown ({other:?})")),
+                Err(e @ ViewServerError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
+                Err(e) => v1::SubmitResult::outcome_unknown(format!("outcome unknown: {}", chain(&e))),
+            };
+            results.push(r);
+        }
+        if let Some(first) = results.iter().find(|r| r.job != 0) {
+            span.record("job_id", first.job);
+        }
+        Ok(Response::new(v1::SubmitJobResponse { results, version }))
+    }
+
     /// `Preempt`; the caller counts its answer.
     async fn preempt_call(&self, req: Request<v1::PreemptRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let who = self.caller(&req, "Preempt")?;
@@ -474,7 +585,7 @@ impl v1::view_server::View for ViewService {
     )]
     async fn propose(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let start = std::time::Instant::now();
-        let answer = self.propose_call(req).await;
+        let answer = traced_approval("Propose", trace::remote(req.metadata()), self.propose_call(req)).await;
         self.approvals.observe("propose", &answer, start.elapsed());
         answer
     }
@@ -486,7 +597,7 @@ impl v1::view_server::View for ViewService {
     )]
     async fn migrate(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let start = std::time::Instant::now();
-        let answer = self.migrate_call(req).await;
+        let answer = traced_approval("Migrate", trace::remote(req.metadata()), self.migrate_call(req)).await;
         self.approvals.observe("migrate", &answer, start.elapsed());
         answer
     }
@@ -495,7 +606,7 @@ impl v1::view_server::View for ViewService {
     #[instrument(level = "debug", skip_all, fields(job_id = Empty, proposal = Empty, victims = Empty))]
     async fn preempt(&self, req: Request<v1::PreemptRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let start = std::time::Instant::now();
-        let answer = self.preempt_call(req).await;
+        let answer = traced_approval("Preempt", trace::remote(req.metadata()), self.preempt_call(req)).await;
         self.approvals.observe("preempt", &answer, start.elapsed());
         answer
     }
@@ -515,72 +626,15 @@ impl v1::view_server::View for ViewService {
         fields(specs = req.get_ref().specs.len(), request_id = %req.get_ref().request_id)
     )]
     async fn submit_job(&self, req: Request<v1::SubmitJobRequest>) -> Result<Response<v1::SubmitJobResponse>, Status> {
-        let who = self.caller(&req, "SubmitJob")?;
-        let req = req.into_inner();
-        count("job specs", req.specs.len())?;
-        let request = if req.request_id.is_empty() {
-            None
-        } else {
-            let id = RequestId::new(req.request_id)
-                .map_err(|e| ViewServerError::Invalid(format!("SubmitJobRequest.request_id: {e}")))?;
-            Some(id)
-        };
-        let mut items = Vec::with_capacity(req.specs.len());
-        let mut waits = Vec::with_capacity(req.specs.len());
-        let mut specs = Vec::with_capacity(req.specs.len());
-        for (i, s) in req.specs.into_iter().enumerate() {
-            let mut spec = JobSpec::try_from(s).map_err(|e| ViewServerError::Invalid(format!("specs[{i}]: {e}")))?;
-            // Tenants come from the identity: a user of one tenant who names none submits for it.
-            if let [only] = who.tenants.as_slice()
-                && spec.tenant == tessera_view::DEFAULT_TENANT
-            {
-                spec.tenant = only.clone();
-            }
-            specs.push(spec);
+        // The admission's span continues the caller's trace; the jobs remember it, so what is
+        // done for them later (placement, approval, task starts) joins the same trace.
+        let span = tracing::info_span!(target: trace::TARGET, "view.submit", specs = req.get_ref().specs.len(), job_id = Empty);
+        let remote = trace::remote(req.metadata());
+        if let Some(cx) = remote.clone() {
+            trace::set_parent(&span, cx);
         }
-        let tenants = specs.iter().map(|s| s.tenant.as_str()).collect();
-        let user = user_name(&who);
-        self.allow(&who, "SubmitJob", String::new, Action::Submit { tenants })?;
-        for (i, spec) in specs.into_iter().enumerate() {
-            let request = match &request {
-                Some(r) => Some(r.item(i).map_err(|e| ViewServerError::Invalid(format!("request_id: {e}")))?),
-                None => None,
-            };
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            items.push((Command::Submit { spec: Box::new(spec), request, user: Some(user.clone()) }, tx));
-            waits.push(rx);
-        }
-        // One queue slot for all: either every spec reaches the driver or none does.
-        self.node.send(NodeRequest::Commands(items))?;
-        let mut results = Vec::with_capacity(waits.len());
-        let mut version = 0;
-        for rx in waits {
-            let r = match self.node.wait(rx).await {
-                Ok((Answer::Applied(Outcome::Submitted(Ok(job))), v)) => {
-                    version = version.max(v);
-                    v1::SubmitResult::admitted(job)
-                }
-                Ok((Answer::Applied(Outcome::Submitted(Err(e))), _)) => v1::SubmitResult::refused(&e),
-                // With a request id the whole request is safe to send again: the client retries
-                // it (Unavailable) and gets the jobs already admitted back, never a second copy.
-                Ok((other, _)) if request.is_some() => {
-                    return Err(ViewServerError::OutcomeUnknown(format!(
-                        "outcome of submission {} unknown ({other:?}); retry with the same request id",
-                        results.len()
-                    ))
-                    .into());
-                }
-                Err(e @ ViewServerError::Timeout { .. }) if request.is_some() => {
-                    return Err(ViewServerError::OutcomeUnknown(format!("{e}; retry with the same request id")).into());
-                }
-                Err(e) if request.is_some() => return Err(e.into()),
-                Ok((other, _)) => v1::SubmitResult::outcome_unknown(format!("outcome unknown ({other:?})")),
-                Err(e @ ViewServerError::NotLeader { .. }) if results.is_empty() => return Err(e.into()),
-                Err(e) => v1::SubmitResult::outcome_unknown(format!("outcome unknown: {}", chain(&e))),
-            };
-            results.push(r);
-        }
-        Ok(Response::new(v1::SubmitJobResponse { results, version }))
+        let admission = trace::admission_trace(&span, remote.as_ref());
+        self.submit_job_call(req, admission, &span).instrument(span.clone()).await
     }
 
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job))]

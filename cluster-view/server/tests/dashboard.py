@@ -312,7 +312,18 @@ if events < 2:
 done_steps = [e["attrs"]["data-step"] for e in dom.with_class("done")]
 if done_steps != ["submitted", "placed", "started", "ended"]:
     fail(f"live job page: timeline {done_steps}")
-print(f"  live: job {waiter}'s open page went from pending to finished on {events} view events, never reloaded")
+# The job's trace and its steps, as the API gives them.
+detail = api(f"/v1/jobs/{waiter}")
+if dom.text("job-trace") != detail["trace_id"]:
+    fail(f"job page: trace {dom.text('job-trace')} but the API says {detail['trace_id']}")
+steps_text = dom.text("job-steps")
+for s in detail["timeline"]:
+    if s["step"] not in steps_text:
+        fail(f"job page: timeline lacks the step {s['step']}: {steps_text}")
+if [s["step"] for s in detail["timeline"]][-1] != "ended":
+    fail(f"API: the finished job's timeline does not end with `ended`: {detail['timeline']}")
+print(f"  live: job {waiter}'s open page went from pending to finished on {events} view events, never reloaded; "
+      f"trace {detail['trace_id']}, {len(detail['timeline'])} steps")
 # Its output, from the logs link of the ended job (fetched from its node agent).
 browser.eval("document.querySelector('#logs-links a').click()")
 browser.wait("the ended job's log shows on its page",

@@ -485,6 +485,29 @@ async fn endpoints_answer_as_documented_and_refuse_bad_input() {
     let (_, list) = api.get("/v1/jobs", "/v1/jobs").await;
     let keyed = list["jobs"].as_array().expect("jobs").iter().filter(|j| j["name"] == "keyed").count();
     assert_eq!(keyed, 1, "one job admitted under the key: {list}");
+
+    // A `traceparent` header puts the job in the caller's trace; a malformed one is ignored and
+    // the job gets a trace of its own. The job's page names the trace and its first step.
+    let caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let traced = |header: &'static str| {
+        let req = api.http.post(api.url("/v1/jobs")).header("content-type", "application/json");
+        req.header("traceparent", header).body(json!({ "name": "traced", "gpus": 1 }).to_string()).send()
+    };
+    let mut traces = Vec::new();
+    for header in [caller, "00-not-a-trace-01"] {
+        let (s, a) = api.checked("post", "/v1/jobs", traced(header).await.expect("POST")).await;
+        assert_eq!(s, StatusCode::CREATED, "{a}");
+        let id = a["job"].as_u64().expect("a job id");
+        let (s, detail) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{id}")).await;
+        assert_eq!(s, StatusCode::OK, "{detail}");
+        let trace = detail["trace_id"].as_str().unwrap_or_else(|| panic!("no trace: {detail}")).to_string();
+        let parent = detail["traceparent"].as_str().expect("traceparent");
+        assert!(parent.starts_with(&format!("00-{trace}-")) && parent.ends_with("-01"), "{parent}");
+        assert_eq!(detail["timeline"][0]["step"], "submitted", "{detail}");
+        traces.push(trace);
+    }
+    assert_eq!(traces[0], "0af7651916cd43dd8448eb211c80319c", "the job joined the caller's trace");
+    assert!(traces[1].len() == 32 && traces[1] != traces[0], "a malformed header starts a fresh trace: {traces:?}");
 }
 
 /// `promtool check metrics` on the text too, where promtool is installed (Debian's

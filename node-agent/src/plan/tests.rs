@@ -368,6 +368,7 @@ fn the_members_wanted_here() {
                     ready_ms: 0,
                     array_index: None,
                     cancel_grace_s: None,
+                    trace: None,
                 };
                 let got = desired([&job], server);
                 let holds = matches!(state, JobState::Placed | JobState::Running | JobState::Migrating);

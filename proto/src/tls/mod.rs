@@ -210,7 +210,8 @@ pub fn unix_s() -> u64 {
 }
 
 /// What a client sends besides TLS: a bearer token, and (a replica's HTTP API) the caller it
-/// acts for. Added to every call's metadata.
+/// acts for. Added to every call's metadata, with the current span's trace context
+/// ([`crate::trace::inject`]).
 #[derive(Clone, Debug, Default)]
 pub struct CallerAuth {
     /// `authorization: Bearer …`.
@@ -238,6 +239,8 @@ impl tonic::service::Interceptor for CallerAuth {
         if let Some(o) = &self.on_behalf {
             req.metadata_mut().insert(ON_BEHALF_OF, o.clone());
         }
+        // Every call continues the caller's trace, when it is in one.
+        crate::trace::inject(req.metadata_mut());
         Ok(req)
     }
 }

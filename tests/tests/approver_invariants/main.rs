@@ -40,8 +40,8 @@ use tessera_view::preemption::VictimProblem;
 use tessera_view::view::{DEFAULT_CHANGE_LOG, DEFAULT_ENDED_JOBS_KEPT};
 use tessera_view::{
     ClusterSpec, ClusterView, Command, ConfigSet, Cordon, CpuDemand, Decision, Health, Job, JobId, JobSpec, JobState,
-    LocalityLevel, MemberPlacement, Outcome, Predictor, Preemption, Proposal, ProposalId, Rejection, RequestId,
-    ServerId, ServerRecord, TaskEvent, TaskState, Topology, Usage, ViewError, ViewSnapshot, ViewVersion,
+    JobTrace, LocalityLevel, MemberPlacement, Outcome, Predictor, Preemption, Proposal, ProposalId, Rejection,
+    RequestId, ServerId, ServerRecord, TaskEvent, TaskState, Topology, Usage, ViewError, ViewSnapshot, ViewVersion,
 };
 
 const PRESETS: [&str; 4] = ["seed-8gpu", "dgx1-v100", "dgx-h100", "pcie-4gpu"];

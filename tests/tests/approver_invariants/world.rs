@@ -480,8 +480,11 @@ impl World {
             return self.submit_checked(rng, sent, Some(request));
         }
         let before = self.view.clone();
-        let out =
-            self.exec(Command::Submit { spec: Box::new(sent.clone()), request: Some(request.clone()), user: None })?;
+        // A retry comes in another trace; the job keeps the first one's. (Traces come from the
+        // job counter, not the scenario's rng, so they leave its stream as it was.)
+        let trace = JobTrace::new(u128::MAX - u128::from(self.next_name), 1);
+        let retry = Command::Submit { spec: Box::new(sent.clone()), request: Some(request.clone()), user: None, trace };
+        let out = self.exec(retry)?;
         ensure!(self.view.state_hash() == before.state_hash(), "a retried submission changed the state");
         ensure!(self.view.version() == before.version(), "a retried submission changed the version");
         match out {
@@ -502,7 +505,13 @@ impl World {
         let before = self.view.clone();
         let never = before.never_fits(&spec);
         let waits = dependencies::expected_waiting(&before, &spec);
-        let out = self.exec(Command::Submit { spec: Box::new(spec.clone()), request: request.clone(), user: None })?;
+        // Half the submissions come in a trace (the leader's edge sets one); every member of an
+        // array is admitted under it.
+        // (From the job counter, not the scenario's rng: its stream stays as it was.)
+        let n = u128::from(self.next_name);
+        let trace = if n % 2 == 0 { JobTrace::new(n << 64 | 0x5eed, n as u64 | 1) } else { None };
+        let out =
+            self.exec(Command::Submit { spec: Box::new(spec.clone()), request: request.clone(), user: None, trace })?;
         match out {
             Outcome::Submitted(Ok(id)) => {
                 ensure!(never.is_none(), "admitted {id} though never_fits says {never:?}");
@@ -520,6 +529,7 @@ impl World {
                     ensure!(j.request == want, "{jid} keeps request {:?}, sent {request:?}", j.request);
                     ensure!(j.waiting_for == waits, "{jid} waits for {:?}, the oracle says {waits:?}", j.waiting_for);
                     ensure!(j.array_index == spec.array.map(|_| i), "{jid} has array index {:?}", j.array_index);
+                    ensure!(j.trace == trace, "{jid} is in trace {:?}, submitted in {trace:?}", j.trace);
                 }
                 ensure!(self.view.job(JobId(id.0 + u64::from(count))).is_none(), "more jobs than the array");
                 ensure!(self.view.servers() == before.servers(), "submit changed servers");

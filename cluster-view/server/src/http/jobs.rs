@@ -8,7 +8,9 @@ use super::{Api, ApiError, Place, job_id, query, query_number};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use tessera_proto::api::{Cancelled, ErrorBody, JobDetail, JobFilter, JobList, MAX_JOB_PAGE, Submitted, WaitInfo};
+use tessera_proto::trace::{self, FutureExt as _};
 use tessera_proto::v1;
+use tracing::Instrument;
 
 /// Longest cancellation reason, bytes (the view's own bound).
 const MAX_REASON_BYTES: usize = 4096;
@@ -132,6 +134,7 @@ fn body_format(req: &HttpRequest) -> Result<BodyFormat, ApiError> {
     ),
     params(
         ("Idempotency-Key" = Option<String>, Header, description = "the submission's request id (1-96 printable ASCII characters, no spaces): a retry with the same key and body admits nothing new"),
+        ("traceparent" = Option<String>, Header, description = "a W3C trace context: the job is admitted under this trace (a malformed one is ignored)"),
     ),
     responses(
         (status = 201, description = "admitted", body = Submitted),
@@ -154,13 +157,25 @@ pub(super) async fn submit(
     let body = read_body(&api, &req, payload).await?;
     let spec = parse_spec(&body, format)?;
     let wire = v1::JobSpec::from(&spec);
+    // The call to the leader continues the caller's trace (a `traceparent` header), so the job
+    // is admitted under it. The call also runs in the caller's context, which is what travels
+    // when no subscriber records the span (a library user's process).
+    let span = tracing::info_span!(target: trace::TARGET, "http.submit");
+    let caller = trace::remote_from(|k| req.headers().get(k).and_then(|v| v.to_str().ok()));
+    if let Some(cx) = caller.clone() {
+        trace::set_parent(&span, cx);
+    }
     let results = api
-        .call(|mut c| async move {
-            let r = match &key {
-                Some(k) => c.submit_as(k.as_str(), vec![wire]).await,
-                None => c.submit(vec![wire]).await,
-            };
-            (c, r.map_err(ApiError::from))
+        .call(|mut c| {
+            async move {
+                let r = match &key {
+                    Some(k) => c.submit_as(k.as_str(), vec![wire]).await,
+                    None => c.submit(vec![wire]).await,
+                };
+                (c, r.map_err(ApiError::from))
+            }
+            .instrument(span)
+            .with_context(caller.unwrap_or_default())
         })
         .await?;
     let r = results.into_iter().next().ok_or_else(|| ApiError::Internal("the view answered no result".into()))?;

@@ -162,7 +162,7 @@ impl Default for ApprovalMetrics {
 }
 
 /// The outcome and reason labels of one answered proposal.
-fn outcome_of(r: &v1::ProposeResult) -> (&'static str, String) {
+pub(crate) fn outcome_of(r: &v1::ProposeResult) -> (&'static str, String) {
     use v1::decision::Outcome;
     match r.decision.as_ref().and_then(|d| d.outcome.as_ref()) {
         Some(Outcome::Accepted(_)) => ("accepted", String::new()),

@@ -75,6 +75,7 @@ use utoipa::OpenApi;
         api::UsageLine,
         api::UsageReport,
         api::WaitInfo,
+        api::TimelineStep,
         api::QueuedJob,
         api::Queue,
         api::ReplicaState,
