@@ -14,8 +14,8 @@ pub struct TimelineStep {
     /// When, Unix ms on the view's clock.
     pub at_ms: u64,
     /// What happened: `submitted`, `ready` (the jobs it waited for ended), `placed`,
-    /// `started`, `released` (a placement given back: preempted, migrated, failed and
-    /// restarted), `restart` (not placed again before this time) or `ended`.
+    /// `started`, `released` (a placement given back before the end: preempted, migrated,
+    /// failed and restarted), `restart` (not placed again before this time) or `ended`.
     pub step: String,
     /// The component that took the step: `view` (the leader that admitted or released it),
     /// `scheduler` (a host's proposal, approved by the leader) or `agents`.
@@ -37,9 +37,13 @@ pub fn timeline(j: &Job) -> Vec<TimelineStep> {
     step(t.submitted_ms, "submitted", "view", format!("admitted for tenant {}{who}", j.spec.tenant));
     step(j.ready_ms, "ready", "view", "the jobs it waited for ended".into());
     // Placements given back, then the one it holds (its span is not in `held` until released).
-    for h in &j.held {
+    // An ended job's last placement was given back by its end, which is its own step.
+    let ended = matches!(j.state, JobState::Finished | JobState::Failed);
+    for (i, h) in j.held.iter().enumerate() {
         step(h.from_ms, "placed", "scheduler", format!("{} GPUs, {} cores", h.gpus, h.cores));
-        step(h.to_ms, "released", "view", "placement given back".into());
+        if !(ended && i + 1 == j.held.len()) {
+            step(h.to_ms, "released", "view", "placement given back".into());
+        }
     }
     if let Some(p) = &j.placement {
         let servers: std::collections::BTreeSet<_> = p.members.iter().map(|m| m.server).collect();
@@ -69,4 +73,74 @@ pub fn timeline(j: &Job) -> Vec<TimelineStep> {
     // Stable: steps at one time keep the order they were taken in.
     out.sort_by_key(|s| s.at_ms);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::{ClusterSpec, ClusterView, HeldSpan, JobSpec, JobTimes, Topology};
+
+    fn steps(j: &Job) -> Vec<(u64, &'static str)> {
+        let names = ["submitted", "ready", "placed", "released", "started", "restart", "ended"];
+        timeline(j).iter().map(|s| (s.at_ms, *names.iter().find(|n| **n == s.step).expect("a known step"))).collect()
+    }
+
+    #[test]
+    fn a_timeline_lists_each_placement_and_ends_with_the_end() {
+        let mut v =
+            ClusterView::from_spec(&ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 1, 1, 1));
+        let id = v.submit_as(&JobSpec::simple("t", 1, 2), None, Some("ana")).expect("admitted");
+        let mut j = v.job(id).expect("the job").clone();
+        let held = |from_ms, to_ms| HeldSpan { from_ms, to_ms, gpus: 2, cores: 8 };
+
+        // Pending, never placed: its submission only (times not yet reached are left out).
+        j.times = JobTimes { submitted_ms: 1_000, ..JobTimes::default() };
+        assert_eq!(steps(&j), [(1_000, "submitted")]);
+        assert_eq!(timeline(&j)[0].detail, "admitted for tenant default by ana");
+
+        // Waited for another job, placed, failed and restarted: placed and released, then the
+        // restart's earliest time.
+        j.ready_ms = 1_500;
+        j.held = vec![held(2_000, 5_000)];
+        j.restarts = 1;
+        j.not_before_ms = 6_000;
+        j.times = JobTimes { submitted_ms: 1_000, placed_ms: 2_000, started_ms: 2_100, ended_ms: 0 };
+        assert_eq!(
+            steps(&j),
+            [
+                (1_000, "submitted"),
+                (1_500, "ready"),
+                (2_000, "placed"),
+                (2_100, "started"),
+                (5_000, "released"),
+                (6_000, "restart")
+            ]
+        );
+
+        // Placed again and finished: its last placement ends with the job, not a release.
+        j.held.push(held(7_000, 9_000));
+        j.state = JobState::Finished;
+        j.times = JobTimes { submitted_ms: 1_000, placed_ms: 7_000, started_ms: 7_200, ended_ms: 9_000 };
+        assert_eq!(
+            steps(&j),
+            [
+                (1_000, "submitted"),
+                (1_500, "ready"),
+                (2_000, "placed"),
+                (5_000, "released"),
+                (7_000, "placed"),
+                (7_200, "started"),
+                (9_000, "ended"),
+            ]
+        );
+
+        // A failure says why, and the view took it.
+        j.state = JobState::Failed;
+        j.error = Some("cancelled: by ana".into());
+        let last = timeline(&j).pop().expect("a step");
+        assert_eq!(
+            (last.step.as_str(), last.by.as_str(), last.detail.as_str()),
+            ("ended", "view", "failed: cancelled: by ana")
+        );
+    }
 }
