@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use std::time::Duration;
 use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
@@ -33,6 +33,22 @@ pub struct Telemetry {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
+/// The OTLP/gRPC exporter to `endpoint` (plaintext `http://`: a collector beside the process;
+/// the exporter is built without TLS, so an `https://` endpoint is refused here) and the
+/// runtime its client runs on.
+fn exporter(endpoint: &str) -> Result<(tokio::runtime::Runtime, opentelemetry_otlp::SpanExporter)> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("otlp-export")
+        .enable_all()
+        .build()
+        .context("a runtime for the OTLP exporter")?;
+    let exporter = rt
+        .block_on(async { opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint).build() })
+        .with_context(|| format!("the OTLP exporter to {endpoint}"))?;
+    Ok((rt, exporter))
+}
+
 /// How long the last export may take when the process ends.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 
@@ -42,22 +58,20 @@ impl Telemetry {
     pub fn init(service: &str, default_log: &str, otlp: Option<&str>) -> Result<Telemetry> {
         let service = std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()).unwrap_or(service.into());
         let resource = Resource::builder().with_service_name(service).build();
-        let mut builder = SdkTracerProvider::builder().with_resource(resource);
+        // Every job's trace is recorded whole: a host or an agent acting on a job later cannot
+        // know a caller's sampling decision, so the admission is always sampled too.
+        let mut builder = SdkTracerProvider::builder().with_resource(resource).with_sampler(Sampler::AlwaysOn);
         let mut runtime = None;
+        // An exporter that cannot be made costs the traces, never the process: it logs why.
+        let mut unexported = None;
         if let Some(endpoint) = otlp {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("otlp-export")
-                .enable_all()
-                .build()
-                .context("a runtime for the OTLP exporter")?;
-            let exporter = rt
-                .block_on(async {
-                    opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(endpoint).build()
-                })
-                .with_context(|| format!("the OTLP exporter to {endpoint}"))?;
-            builder = builder.with_batch_exporter(exporter);
-            runtime = Some(rt);
+            match exporter(endpoint) {
+                Ok((rt, exporter)) => {
+                    builder = builder.with_batch_exporter(exporter);
+                    runtime = Some(rt);
+                }
+                Err(e) => unexported = Some(format!("{e:#}")),
+            }
         }
         let provider = builder.build();
         let traces = tracing_opentelemetry::layer()
@@ -69,6 +83,9 @@ impl Telemetry {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| default_log.into()));
         Registry::default().with(logs).with(traces).try_init().context("installing the tracing subscriber")?;
+        if let Some(why) = unexported {
+            tracing::warn!(error = %why, "spans are not exported");
+        }
         Ok(Telemetry { provider, runtime })
     }
 

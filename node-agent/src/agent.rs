@@ -632,7 +632,8 @@ impl Agent {
     /// reports each start, or its failure.
     ///
     /// Each start is an `agent.start` span under its job's trace, and the task gets that span
-    /// as `TRACEPARENT` (the OpenTelemetry convention), so its own spans can join the trace.
+    /// as `TRACEPARENT` (the OpenTelemetry convention), so its own spans can join the trace
+    /// (unless the job's `env` sets one).
     async fn launch(&mut self, specs: Vec<TaskSpec>) {
         let mut starting = tokio::task::JoinSet::new();
         for mut spec in specs {
@@ -648,7 +649,9 @@ impl Agent {
                 ),
                 of_job.as_ref(),
             );
-            if let Some(t) = trace::trace_of(&span).or(of_job) {
+            // A job that sets its own TRACEPARENT keeps it.
+            let own = spec.env.iter().any(|(k, _)| k == "TRACEPARENT");
+            if let Some(t) = trace::trace_of(&span).or(of_job).filter(|_| !own) {
                 spec.env.push(("TRACEPARENT".into(), t.traceparent()));
             }
             starting.spawn(async move { (spec.id, runner.start(spec).await) }.instrument(span));

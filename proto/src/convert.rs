@@ -1088,6 +1088,28 @@ mod tests {
         back
     }
 
+    #[test]
+    fn a_job_keeps_its_trace_on_the_wire_and_a_malformed_trace_is_refused() {
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(seed(), 1, 1, 1));
+        let trace = JobTrace::new(0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c, 0xb7ad_6b71_6920_3331);
+        let id = v.submit_traced(&JobSpec::simple("t", 1, 1), None, None, trace).expect("admitted");
+        let job = v.job(id).expect("the job").clone();
+        let wire = wire_trip(&v1::Job::from(&job));
+        assert_eq!(wire.trace.as_ref().map(|t| t.trace_id.len()), Some(16));
+        assert_eq!(Job::try_from(wire.clone()).expect("valid"), job);
+        let snap = v.snapshot();
+        assert_eq!(ViewSnapshot::try_from(wire_trip(&v1::ViewSnapshot::from(&snap))).expect("valid"), snap);
+
+        for (trace_id, span_id, why) in
+            [(vec![1; 15], 1, "16 bytes"), (vec![0; 16], 1, "of 0"), (vec![1; 16], 0, "of 0"), (vec![], 1, "16 bytes")]
+        {
+            let mut w = wire.clone();
+            w.trace = Some(v1::JobTrace { trace_id, span_id });
+            let e = Job::try_from(w).expect_err("a malformed trace").to_string();
+            assert!(e.contains("trace") && e.contains(why), "{e}");
+        }
+    }
+
     /// A spec that sets every field away from its default.
     fn rich_spec() -> JobSpec {
         let mut spec = JobSpec::simple("train", 2, 2);

@@ -37,11 +37,11 @@ pub fn timeline(j: &Job) -> Vec<TimelineStep> {
     step(t.submitted_ms, "submitted", "view", format!("admitted for tenant {}{who}", j.spec.tenant));
     step(j.ready_ms, "ready", "view", "the jobs it waited for ended".into());
     // Placements given back, then the one it holds (its span is not in `held` until released).
-    // An ended job's last placement was given back by its end, which is its own step.
-    let ended = matches!(j.state, JobState::Finished | JobState::Failed);
-    for (i, h) in j.held.iter().enumerate() {
+    // A placement given back by the job's end is the end's step; one given back earlier (a
+    // preemption, a failure before a restart, then a cancel while pending) is a release.
+    for h in &j.held {
         step(h.from_ms, "placed", "scheduler", format!("{} GPUs, {} cores", h.gpus, h.cores));
-        if !(ended && i + 1 == j.held.len()) {
+        if h.to_ms != t.ended_ms {
             step(h.to_ms, "released", "view", "placement given back".into());
         }
     }
@@ -141,6 +141,22 @@ mod tests {
         assert_eq!(
             (last.step.as_str(), last.by.as_str(), last.detail.as_str()),
             ("ended", "view", "failed: cancelled: by ana")
+        );
+    }
+
+    #[test]
+    fn a_release_before_a_cancel_while_pending_stays_a_step() {
+        let mut v =
+            ClusterView::from_spec(&ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 1, 1, 1));
+        let id = v.submit(JobSpec::simple("t", 1, 2)).expect("admitted");
+        let mut j = v.job(id).expect("the job").clone();
+        j.held = vec![HeldSpan { from_ms: 2_000, to_ms: 5_000, gpus: 2, cores: 8 }];
+        j.state = JobState::Failed;
+        j.error = Some("cancelled".into());
+        j.times = JobTimes { submitted_ms: 1_000, placed_ms: 2_000, started_ms: 2_100, ended_ms: 5_500 };
+        assert_eq!(
+            steps(&j),
+            [(1_000, "submitted"), (2_000, "placed"), (2_100, "started"), (5_000, "released"), (5_500, "ended")]
         );
     }
 }
