@@ -14,6 +14,7 @@ mod dev;
 mod jobs;
 mod layout;
 mod place;
+mod policy;
 mod scheduler;
 mod servers;
 mod sim;
@@ -74,6 +75,8 @@ enum Command {
     Servers(servers::ServersArgs),
     /// The configuration sets (servers of one topology in one rack); `add`, `remove` one.
     ConfigSets(layout::ConfigSetsArgs),
+    /// Tenants' GPU quotas and priority classes; `quota`, `class` set one (admins).
+    Policy(policy::PolicyArgs),
     /// Cancel a job.
     Cancel(jobs::CancelArgs),
     /// GPU-hours and CPU-core-hours per tenant, user or job over a time range.
@@ -126,6 +129,7 @@ fn main() -> ExitCode {
         Command::Jobs(args) => jobs::jobs(args),
         Command::Servers(args) => servers::run(args),
         Command::ConfigSets(args) => layout::config_sets(args),
+        Command::Policy(args) => policy::run(args),
         Command::Cancel(args) => jobs::cancel(args),
         Command::Usage(args) => usage::run(args),
         Command::Logs(args) => jobs::logs(args),

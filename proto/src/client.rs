@@ -534,6 +534,18 @@ impl ViewClient {
         .await
     }
 
+    /// Admins: sets or removes a tenant's quota or a priority class; answers the view version.
+    pub async fn set_policy(&mut self, change: v1::policy_request::Change) -> Result<u64, ClientError> {
+        let req = v1::PolicyRequest { change: Some(change) };
+        let r = self
+            .call(|mut g| {
+                let req = req.clone();
+                async move { g.set_policy(req).await }
+            })
+            .await?;
+        Ok(r.version)
+    }
+
     /// Scheduler hosts: renews the hold on `held` and asks for up to `want` more pending jobs.
     pub async fn adopt_jobs(
         &mut self,

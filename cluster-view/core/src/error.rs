@@ -134,6 +134,9 @@ pub enum ViewError {
     /// A layout command was refused (see [`crate::layout`]); the message says why.
     #[error("layout change refused: {0}")]
     Layout(String),
+    /// A quota or priority-class change was refused (see [`crate::policy`]).
+    #[error("policy change refused: {0}")]
+    Policy(String),
     /// A submission's request id is malformed.
     #[error("bad request id: {0}")]
     BadRequestId(String),

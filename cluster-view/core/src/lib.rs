@@ -49,6 +49,7 @@ pub mod locality;
 pub mod mask;
 pub mod migration_planner;
 pub mod placement;
+pub mod policy;
 pub mod preemption;
 pub mod priority;
 pub mod server;

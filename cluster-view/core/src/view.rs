@@ -182,6 +182,20 @@ pub enum Command {
         /// The configuration set.
         config_set: ConfigSetId,
     },
+    /// An admin sets a tenant's GPU quota, or removes it (see [`crate::policy`]).
+    SetQuota {
+        /// The tenant.
+        tenant: String,
+        /// Its quota in GPUs; `None` removes it.
+        gpus: Option<u32>,
+    },
+    /// An admin sets a priority class's priority (adding the class), or removes the class.
+    SetPriorityClass {
+        /// The class.
+        class: String,
+        /// Its priority; `None` removes it.
+        priority: Option<i32>,
+    },
 }
 
 impl Command {
@@ -208,6 +222,8 @@ pub enum Outcome {
     DevicesSet(Result<(), ViewError>),
     /// What a layout command added (nothing, for a removal), or why it was refused.
     Layout(Result<crate::layout::LayoutChange, ViewError>),
+    /// A quota or priority class set, or why it was refused.
+    Policy(Result<(), ViewError>),
     /// The view's clock after a [`Command::Clock`] (Unix ms), and the jobs it failed because
     /// their time limit passed.
     Clock {
@@ -617,6 +633,8 @@ impl ClusterView {
             Command::RemoveConfigSet { config_set } => {
                 Outcome::Layout(self.remove_config_set(*config_set).map(|()| LayoutChange::default()))
             }
+            Command::SetQuota { tenant, gpus } => Outcome::Policy(self.set_quota(tenant, *gpus)),
+            Command::SetPriorityClass { class, priority } => Outcome::Policy(self.set_priority_class(class, *priority)),
         }
     }
 
@@ -1306,6 +1324,11 @@ impl ClusterView {
         }
         for name in self.racks.iter().chain(&self.ib_domains).chain(&self.server_names) {
             h.str(name);
+        }
+        // Quotas (an admin may change them; see `policy`).
+        for (tenant, gpus) in &self.quotas {
+            h.str(tenant);
+            h.u64(u64::from(*gpus));
         }
         h.finish()
     }

@@ -79,6 +79,8 @@ pub enum Action<'a> {
     Cordon,
     /// Add or remove servers and configuration sets.
     Layout,
+    /// Set quotas or priority classes.
+    Policy,
     /// Add or remove a replica.
     Membership,
 }
@@ -86,7 +88,7 @@ pub enum Action<'a> {
 impl Action<'_> {
     /// Whether an admin doing this is audited (changes made by operators).
     pub fn is_admin_change(&self) -> bool {
-        matches!(self, Action::Cordon | Action::Layout | Action::Membership)
+        matches!(self, Action::Cordon | Action::Layout | Action::Policy | Action::Membership)
     }
 }
 
@@ -148,6 +150,7 @@ pub fn check(who: &Identity, action: &Action<'_>) -> Result<(), String> {
         }
         (_, Action::Cordon) => deny("cordon, drain or uncordon servers (admins only)".into()),
         (_, Action::Layout) => deny("add or remove servers or configuration sets (admins only)".into()),
+        (_, Action::Policy) => deny("set quotas or priority classes (admins only)".into()),
         (_, Action::Membership) => deny("add or remove replicas (admins only)".into()),
         (_, Action::Schedule { .. }) => deny("propose placements (scheduler hosts do)".into()),
         (_, Action::Adopt { .. }) => deny("adopt jobs (scheduler hosts do)".into()),
@@ -278,7 +281,7 @@ mod tests {
             assert!(!ok(w, Action::Raft), "{w}");
         }
         // Operators' commands.
-        for a in [Action::Cordon, Action::Layout, Action::Membership] {
+        for a in [Action::Cordon, Action::Layout, Action::Policy, Action::Membership] {
             assert!(ok(&admin, a.clone()));
             for w in [&host, &agent, &user] {
                 assert!(!ok(w, a.clone()), "{w} {a:?}");

@@ -67,33 +67,35 @@ fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
 /// Longest task exit message accepted (bytes); the view keeps it as the job's error.
 pub const MAX_TASK_MESSAGE: usize = 4096;
 
-/// Runs an approval call (`Propose`, `Migrate`, `Preempt`) in a `view.approve` span that
-/// continues the caller's trace (`caller`, from its metadata), when there is one (a scheduler host sends the
-/// trace of the job it places); a call from outside any trace is not traced. The span records
-/// the first proposal's outcome.
+/// Runs an approval call (`Propose`, `Migrate`, `Preempt`) under a `view.approve` span that
+/// continues the caller's trace (`caller`, from its metadata), when there is one (a scheduler
+/// host sends the trace of the job it places); a call from outside any trace is not traced.
+/// The span names the first proposal (`first`: job, proposal id) and records its outcome. It
+/// times the call without being entered, so the handler's own span keeps its fields in logs.
 async fn traced_approval(
     call: &'static str,
     caller: Option<trace::Context>,
+    first: Option<(u64, u64)>,
     work: impl Future<Output = Result<Response<v1::ProposeResponse>, Status>>,
 ) -> Result<Response<v1::ProposeResponse>, Status> {
     let Some(cx) = caller else { return work.await };
-    let span = tracing::info_span!(
-        target: trace::TARGET,
-        "view.approve",
-        call,
-        job_id = Empty,
-        proposal = Empty,
-        victims = Empty,
-        outcome = Empty
-    );
+    let span = tracing::info_span!(target: trace::TARGET, "view.approve", call, job_id = Empty, proposal = Empty, outcome = Empty);
     trace::set_parent(&span, cx);
-    let answer = work.instrument(span.clone()).await;
+    if let Some((job, proposal)) = first {
+        span.record("job_id", job).record("proposal", proposal);
+    }
+    let answer = work.await;
     let outcome = match &answer {
         Ok(r) => r.get_ref().results.first().map_or("none", |r| crate::http::metrics::outcome_of(r).0),
         Err(_) => "failed",
     };
     span.record("outcome", outcome);
     answer
+}
+
+/// The job and id of a request's first proposal, for its span.
+fn first_proposal(r: &v1::ProposeRequest) -> Option<(u64, u64)> {
+    r.proposals.first().map(|p| (p.job, p.id))
 }
 
 /// The result of one decided command (a proposal or a preemption): its decision, or why its
@@ -585,7 +587,13 @@ impl v1::view_server::View for ViewService {
     )]
     async fn propose(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let start = std::time::Instant::now();
-        let answer = traced_approval("Propose", trace::remote(req.metadata()), self.propose_call(req)).await;
+        let answer = traced_approval(
+            "Propose",
+            trace::remote(req.metadata()),
+            first_proposal(req.get_ref()),
+            self.propose_call(req),
+        )
+        .await;
         self.approvals.observe("propose", &answer, start.elapsed());
         answer
     }
@@ -597,7 +605,13 @@ impl v1::view_server::View for ViewService {
     )]
     async fn migrate(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let start = std::time::Instant::now();
-        let answer = traced_approval("Migrate", trace::remote(req.metadata()), self.migrate_call(req)).await;
+        let answer = traced_approval(
+            "Migrate",
+            trace::remote(req.metadata()),
+            first_proposal(req.get_ref()),
+            self.migrate_call(req),
+        )
+        .await;
         self.approvals.observe("migrate", &answer, start.elapsed());
         answer
     }
@@ -606,7 +620,13 @@ impl v1::view_server::View for ViewService {
     #[instrument(level = "debug", skip_all, fields(job_id = Empty, proposal = Empty, victims = Empty))]
     async fn preempt(&self, req: Request<v1::PreemptRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let start = std::time::Instant::now();
-        let answer = traced_approval("Preempt", trace::remote(req.metadata()), self.preempt_call(req)).await;
+        let answer = traced_approval(
+            "Preempt",
+            trace::remote(req.metadata()),
+            req.get_ref().preemption.as_ref().and_then(|p| p.proposal.as_ref()).map(|p| (p.job, p.id)),
+            self.preempt_call(req),
+        )
+        .await;
         self.approvals.observe("preempt", &answer, start.elapsed());
         answer
     }
@@ -708,6 +728,32 @@ impl v1::view_server::View for ViewService {
                 }))
             }
             (Outcome::Layout(Err(e)), _) => Err(ViewServerError::View(e).into()),
+            (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
+        }
+    }
+
+    async fn set_policy(&self, req: Request<v1::PolicyRequest>) -> Result<Response<v1::WriteResponse>, Status> {
+        use v1::policy_request::Change;
+        let who = self.caller(&req, "SetPolicy")?;
+        let r = req.into_inner();
+        let detail = || format!("{:?}", r.change);
+        self.allow(&who, "SetPolicy", detail, Action::Policy)?;
+        let cmd = match r.change {
+            None => {
+                return Err(ViewServerError::Invalid(
+                    "PolicyRequest.change: missing; give quota or priority_class".into(),
+                )
+                .into());
+            }
+            Some(Change::Quota(q)) => Command::SetQuota { tenant: q.tenant, gpus: q.gpus },
+            Some(Change::PriorityClass(c)) => Command::SetPriorityClass { class: c.class, priority: c.priority },
+        };
+        match self.command(cmd.clone()).await? {
+            (Outcome::Policy(Ok(())), version) => {
+                tracing::info!(version, change = ?cmd, "policy changed");
+                Ok(Response::new(v1::WriteResponse { version }))
+            }
+            (Outcome::Policy(Err(e)), _) => Err(ViewServerError::View(e).into()),
             (o, _) => Err(ViewServerError::Internal(format!("unexpected outcome {o:?}")).into()),
         }
     }

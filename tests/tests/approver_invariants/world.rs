@@ -253,6 +253,7 @@ impl World {
             Outcome::TaskReported(r) => (r.is_ok() && v1 != v0) as u64,
             Outcome::DevicesSet(r) => (r.is_ok() && v1 != v0) as u64,
             Outcome::Layout(r) => r.is_ok() as u64,
+            Outcome::Policy(r) => (r.is_ok() && v1 != v0) as u64,
             // The clock is the one command that changes state (the clock, the ledger's
             // retention) without a version: versions count what readers see in deltas.
             Outcome::Clock { expired, .. } => expired.len() as u64,

@@ -1,0 +1,126 @@
+//! `tessera policy` (show), `tessera policy quota TENANT GPUS|none` and `tessera policy class
+//! CLASS PRIORITY|none`: tenants' GPU quotas and the priority classes of a running cluster,
+//! changed by an admin through the `SetPolicy` RPC (replicated and validated by the view; its
+//! refusals come back in its words). A quota binds new placements and submissions, not jobs
+//! already holding GPUs; a class applies to jobs submitted afterwards.
+
+use crate::jobs::{ViewArg, rt, snapshot};
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use tessera_proto::v1;
+use tessera_proto::v1::policy_request::Change;
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    action: Option<PolicyAction>,
+    #[command(flatten)]
+    view: ViewArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum PolicyAction {
+    /// Set a tenant's GPU quota, or remove it with `none` (no bound).
+    Quota(QuotaArgs),
+    /// Set a priority class's priority (adding the class), or remove the class with `none`.
+    Class(ClassArgs),
+}
+
+#[derive(Args)]
+pub struct QuotaArgs {
+    #[command(flatten)]
+    view: ViewArg,
+    /// The tenant.
+    tenant: String,
+    /// GPUs, or `none`.
+    gpus: String,
+}
+
+#[derive(Args)]
+pub struct ClassArgs {
+    #[command(flatten)]
+    view: ViewArg,
+    /// The class.
+    class: String,
+    /// Its priority (higher preempts lower), or `none`.
+    priority: String,
+}
+
+/// `none`, or a number.
+fn number_or_none<T: std::str::FromStr>(text: &str, what: &str) -> Result<Option<T>> {
+    if text == "none" {
+        return Ok(None);
+    }
+    match text.parse() {
+        Ok(n) => Ok(Some(n)),
+        Err(_) => bail!("{what} `{text}`: give a number, or `none`"),
+    }
+}
+
+pub fn run(args: PolicyArgs) -> Result<ExitCode> {
+    let (view, change, what) = match args.action {
+        None => return show(args.view, args.json),
+        Some(PolicyAction::Quota(q)) => {
+            let gpus = number_or_none::<u32>(&q.gpus, "GPUs")?;
+            let what = match gpus {
+                Some(g) => format!("tenant `{}` may hold {g} GPUs", q.tenant),
+                None => format!("tenant `{}` has no quota", q.tenant),
+            };
+            (q.view, Change::Quota(v1::SetQuota { tenant: q.tenant, gpus }), what)
+        }
+        Some(PolicyAction::Class(c)) => {
+            let priority = number_or_none::<i32>(&c.priority, "priority")?;
+            let what = match priority {
+                Some(p) => format!("class `{}` has priority {p}", c.class),
+                None => format!("class `{}` is removed", c.class),
+            };
+            (c.view, Change::PriorityClass(v1::SetPriorityClass { class: c.class, priority }), what)
+        }
+    };
+    rt()?.block_on(async move {
+        let mut c = view.client()?;
+        let version = c.set_policy(change).await?;
+        println!("{what} (view version {version})");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The quotas and classes in force, from the view.
+fn show(view: ViewArg, json: bool) -> Result<ExitCode> {
+    rt()?.block_on(async move {
+        let mut c = view.client()?;
+        let (s, _) = snapshot(&mut c).await?;
+        if json {
+            #[derive(serde::Serialize)]
+            struct Policy<'a> {
+                quotas: &'a BTreeMap<String, u32>,
+                classes: &'a BTreeMap<String, i32>,
+                max_preemptions: u32,
+            }
+            let p = Policy {
+                quotas: &s.quotas,
+                classes: &s.priorities.classes,
+                max_preemptions: s.priorities.max_preemptions,
+            };
+            println!("{}", serde_json::to_string_pretty(&p)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!("quotas (GPUs per tenant){}", if s.quotas.is_empty() { ": none" } else { "" });
+        for (tenant, gpus) in &s.quotas {
+            println!("  {tenant:<24} {gpus}");
+        }
+        println!("priority classes (a job is preempted at most {} times)", s.priorities.max_preemptions);
+        let mut classes: Vec<_> = s.priorities.classes.iter().collect();
+        classes.sort_by_key(|(_, p)| std::cmp::Reverse(**p));
+        for (class, p) in classes {
+            println!("  {class:<24} {p}");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
