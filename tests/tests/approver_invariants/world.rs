@@ -4,6 +4,7 @@
 use super::*;
 
 mod layout_ops;
+mod policy_ops;
 
 /// What the scenarios exercised, summed over runs (for the coverage test).
 #[derive(Clone, Debug, Default)]
@@ -71,6 +72,8 @@ struct Stats {
     placed_on_added: u64,
     /// Servers added under a removed server's name.
     layout_readded_names: u64,
+    policy_changes: u64,
+    quota_below_held: u64,
 }
 
 impl Stats {
@@ -121,6 +124,8 @@ impl Stats {
         self.layout_removed_sets += o.layout_removed_sets;
         self.placed_on_added += o.placed_on_added;
         self.layout_readded_names += o.layout_readded_names;
+        self.policy_changes += o.policy_changes;
+        self.quota_below_held += o.quota_below_held;
         for (k, v) in &o.layout_refused {
             *self.layout_refused.entry(k.clone()).or_default() += v;
         }
@@ -165,6 +170,11 @@ struct World {
     clock_rng: SmallRng,
     /// The dependencies' own random stream, likewise.
     dep_rng: SmallRng,
+    /// The policy changes' own random stream, likewise.
+    policy_rng: SmallRng,
+    /// Tenants over a quota lowered under what they held: the most they may hold until they are
+    /// back under it (they keep their gangs, and nothing new is placed for them).
+    quota_grace: BTreeMap<String, u32>,
     stats: Stats,
 }
 
@@ -194,6 +204,8 @@ impl World {
             clock: 1_700_000_000_000 + p.seed % 1000 * 3_600_000,
             clock_rng: SmallRng::seed_from_u64(p.seed ^ 0xc10c),
             dep_rng: SmallRng::seed_from_u64(p.seed ^ 0xdeb5),
+            policy_rng: SmallRng::seed_from_u64(p.seed ^ 0x901c),
+            quota_grace: BTreeMap::new(),
             stats: Stats::default(),
         }
     }
@@ -267,6 +279,7 @@ impl World {
             ensure!(h1 != h0, "version bumped but state hash unchanged on {cmd:?}");
         }
         self.check_global().with_context(|| format!("after {cmd:?} -> {out:?}"))?;
+        self.settle_quota_grace();
         for j in waiting0.iter().filter_map(|j| self.view.job(*j)) {
             let itself = matches!(&cmd, Command::Cancel { job, .. } if *job == j.id);
             match j.state {
@@ -304,6 +317,22 @@ impl World {
     }
 
     /// What must hold after every command.
+    /// A tenant over a lowered quota may hold only what it holds now; back under, no grace.
+    fn settle_quota_grace(&mut self) {
+        for t in TENANTS {
+            let held = tenant_held(&self.view, t);
+            match self.quota_grace.get(t).copied() {
+                Some(_) if self.view.quotas().get(t).is_none_or(|q| held <= *q) => {
+                    self.quota_grace.remove(t);
+                }
+                Some(g) if held < g => {
+                    self.quota_grace.insert(t.to_string(), held);
+                }
+                _ => {}
+            }
+        }
+    }
+
     fn check_global(&self) -> Result<()> {
         let now = self.view.now_ms();
         for j in self.view.jobs() {
@@ -337,7 +366,9 @@ impl World {
                 self.view.tenant_used(t)
             );
             if let Some(&q) = self.view.quotas().get(t) {
-                ensure!(held <= q, "tenant {t} holds {held} GPUs over its quota {q}");
+                // Over a lowered quota, a tenant only shrinks: its bound is what it held last.
+                let grace = self.quota_grace.get(t).copied().unwrap_or(0);
+                ensure!(held <= q.max(grace), "tenant {t} holds {held} GPUs over its quota {q} (grace {grace})");
             }
         }
         let servers = self.view.servers();
@@ -1354,6 +1385,9 @@ impl World {
         if self.clock_rng.random_range(0..4) == 0 {
             self.op_clock()?;
         }
+        if self.policy_rng.random_range(0..30) == 0 {
+            self.op_policy()?;
+        }
         match rng.random_range(0..101) {
             0..=13 => self.op_submit(rng),
             14..=39 => self.op_propose(rng, true),
@@ -1549,6 +1583,8 @@ fn scenarios_exercise_every_path() {
         ("layout_removed_sets", t.layout_removed_sets),
         ("placed_on_added", t.placed_on_added),
         ("layout_readded_names", t.layout_readded_names),
+        ("policy_changes", t.policy_changes),
+        ("quota_below_held", t.quota_below_held),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }
