@@ -307,6 +307,13 @@ impl ClusterView {
     /// change log reset so that every reader behind this version takes a snapshot.
     fn layout_changed(&mut self) {
         self.count_servers();
+        self.readers_take_snapshots();
+    }
+
+    /// After a change deltas cannot carry (the layout, the policy): the never-fits memo dropped
+    /// (it judged the old tables) and the change log reset, so every reader behind this version
+    /// takes a snapshot.
+    pub(crate) fn readers_take_snapshots(&mut self) {
         self.fit_memo.clear();
         self.log.clear();
         self.log_floor = self.version;

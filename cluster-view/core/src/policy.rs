@@ -54,7 +54,7 @@ impl ClusterView {
                 self.bump();
             }
         }
-        self.policy_changed();
+        self.readers_take_snapshots();
         Ok(())
     }
 
@@ -85,16 +85,8 @@ impl ClusterView {
                 self.priorities.classes.remove(class);
             }
         }
-        self.policy_changed();
+        self.readers_take_snapshots();
         Ok(())
-    }
-
-    /// After a policy change: the never-fits memo dropped (it judged quotas) and the change log
-    /// reset, so every reader behind this version takes a snapshot.
-    fn policy_changed(&mut self) {
-        self.fit_memo.clear();
-        self.log.clear();
-        self.log_floor = self.version;
     }
 }
 
