@@ -7,8 +7,8 @@
 use crate::jobs::{ViewArg, rt, snapshot};
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use std::collections::BTreeMap;
 use std::process::ExitCode;
+use tessera_proto::api::Policy;
 use tessera_proto::v1;
 use tessera_proto::v1::policy_request::Change;
 
@@ -91,35 +91,27 @@ pub fn run(args: PolicyArgs) -> Result<ExitCode> {
     })
 }
 
-/// The quotas and classes in force, from the view.
+/// The quotas (with what each tenant holds) and classes in force, from the view; `--json`
+/// prints what `GET /v1/policy` answers.
 fn show(view: ViewArg, json: bool) -> Result<ExitCode> {
     rt()?.block_on(async move {
         let mut c = view.client()?;
         let (s, _) = snapshot(&mut c).await?;
+        let p = Policy::of(&s);
         if json {
-            #[derive(serde::Serialize)]
-            struct Policy<'a> {
-                quotas: &'a BTreeMap<String, u32>,
-                classes: &'a BTreeMap<String, i32>,
-                max_preemptions: u32,
-            }
-            let p = Policy {
-                quotas: &s.quotas,
-                classes: &s.priorities.classes,
-                max_preemptions: s.priorities.max_preemptions,
-            };
             println!("{}", serde_json::to_string_pretty(&p)?);
             return Ok(ExitCode::SUCCESS);
         }
-        println!("quotas (GPUs per tenant){}", if s.quotas.is_empty() { ": none" } else { "" });
-        for (tenant, gpus) in &s.quotas {
-            println!("  {tenant:<24} {gpus}");
+        println!("quotas (GPUs per tenant){}", if p.quotas.is_empty() { ": none" } else { "" });
+        if !p.quotas.is_empty() {
+            println!("  {:<24} {:>6} {:>6}", "TENANT", "QUOTA", "HELD");
         }
-        println!("priority classes (a job is preempted at most {} times)", s.priorities.max_preemptions);
-        let mut classes: Vec<_> = s.priorities.classes.iter().collect();
-        classes.sort_by_key(|(_, p)| std::cmp::Reverse(**p));
-        for (class, p) in classes {
-            println!("  {class:<24} {p}");
+        for q in &p.quotas {
+            println!("  {:<24} {:>6} {:>6}", q.tenant, q.gpus, q.held);
+        }
+        println!("priority classes (a job is preempted at most {} times)", p.max_preemptions);
+        for c in &p.classes {
+            println!("  {:<24} {}", c.class, c.priority);
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -67,11 +67,8 @@ fn an_admin_changes_quotas_and_classes_on_a_running_cluster_and_they_bind_the_ne
     let (ok, out, err) = run(&["policy", "--view", &addr, "--json"], &admin);
     assert!(ok, "{out}{err}");
     let shown: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    assert_eq!(
-        (shown["quotas"]["vision"].as_u64(), shown["classes"]["urgent"].as_i64()),
-        (Some(2), Some(500)),
-        "{shown}"
-    );
+    assert_eq!(shown["quotas"], serde_json::json!([{ "tenant": "vision", "gpus": 2, "held": 0 }]), "{shown}");
+    assert_eq!(shown["classes"][0], serde_json::json!({ "class": "urgent", "priority": 500 }), "{shown}");
 
     // Removed: the larger job is admitted.
     let (ok, out, err) = run(&["policy", "quota", "vision", "none", "--view", &addr], &admin);

@@ -23,8 +23,10 @@
 //! remaining-time estimate, so the planner treats every job as far from its end; the cooldown
 //! reaches the planner as a remaining time of −∞ (never moved).
 //!
-//! Hosts migrate only for the jobs they hold, so no job is planned for by two hosts; two
-//! hosts' moves may still race for the same GPUs, and the approver refuses the loser's.
+//! Hosts migrate only for the jobs they hold (each `Migrate` call names the job its moves make
+//! room for, and the leader refuses a host that does not hold it), so no job is planned for by
+//! two hosts; two hosts' moves may still race for the same GPUs, and the approver refuses the
+//! loser's.
 
 use crate::cache::ViewCache;
 use crate::error::SchedulerError;
@@ -200,7 +202,10 @@ async fn step(
                 v1::Proposal::from(&p)
             })
             .collect();
-        let results = client.migrate(moves).await.map_err(|source| SchedulerError::Call { call: "Migrate", source })?;
+        let results = client
+            .migrate(Some(job.0), moves)
+            .await
+            .map_err(|source| SchedulerError::Call { call: "Migrate", source })?;
         let accepted: Vec<JobId> = plan
             .moves
             .iter()

@@ -342,7 +342,7 @@ impl ViewClient {
 
     /// Gang proposals, one result each.
     pub async fn propose(&mut self, proposals: Vec<v1::Proposal>) -> Result<Vec<v1::ProposeResult>, ClientError> {
-        let req = v1::ProposeRequest { proposals };
+        let req = v1::ProposeRequest { proposals, for_job: None };
         let r = self.call(|mut g| {
             let req = req.clone();
             async move { g.propose(req).await }
@@ -352,9 +352,14 @@ impl ViewClient {
 
     /// Moves of the migration module, one result each: every proposal is a whole new
     /// placement for a placed or running job, decided atomically on its own. Retrying a move
-    /// with the same proposal id is safe (a committed one answers `AlreadyApplied`).
-    pub async fn migrate(&mut self, moves: Vec<v1::Proposal>) -> Result<Vec<v1::ProposeResult>, ClientError> {
-        let req = v1::ProposeRequest { proposals: moves };
+    /// with the same proposal id is safe (a committed one answers `AlreadyApplied`). `for_job`
+    /// is the pending job the moves make room for: a scheduler host must name one it holds.
+    pub async fn migrate(
+        &mut self,
+        for_job: Option<u64>,
+        moves: Vec<v1::Proposal>,
+    ) -> Result<Vec<v1::ProposeResult>, ClientError> {
+        let req = v1::ProposeRequest { proposals: moves, for_job };
         let r = self.call(|mut g| {
             let req = req.clone();
             async move { g.migrate(req).await }

@@ -21,7 +21,7 @@ use tessera_view::{
     ClusterSpec, ClusterView, Command, Health, JobId, JobSpec, Preemption, Proposal, ProposalId, RequestId, ServerId,
     TaskEvent, Topology, invariants,
 };
-use tessera_view_server::service::{MAX_TASK_MESSAGE, cordon_command, layout_command};
+use tessera_view_server::service::{MAX_TASK_MESSAGE, cordon_command, layout_command, policy_command};
 
 /// Most commands or messages one input drives: bounds an input's run time.
 const MAX_STEPS: usize = 64;
@@ -127,7 +127,7 @@ fn request_commands(kind: u8, body: &[u8]) -> Vec<Command> {
     let proposals = |ps: Vec<v1::Proposal>| -> Option<Vec<Proposal>> {
         ps.into_iter().take(1024).map(|p| Proposal::try_from(p).ok()).collect()
     };
-    match kind % 11 {
+    match kind % 12 {
         0 => {
             let Some(r) = decode::<v1::SubmitJobRequest>(body) else { return vec![] };
             let request = if r.request_id.is_empty() {
@@ -215,6 +215,10 @@ fn request_commands(kind: u8, body: &[u8]) -> Vec<Command> {
             .and_then(|r| layout_command(&r, 1_700_000_000_000).ok())
             .map(|c| vec![c])
             .unwrap_or_default(),
+        // An admin's quota or priority class.
+        11 => {
+            decode::<v1::PolicyRequest>(body).and_then(|r| policy_command(&r).ok()).map(|c| vec![c]).unwrap_or_default()
+        }
         // What the lease keeper, the drain deadline and the scheduler hosts propose without a
         // request of their own.
         _ => {
@@ -586,7 +590,7 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     let p = placed(&v, JobId(1), 1);
     let server = p.members[0].server.0;
     v.apply(&Command::Propose(vec![p.clone()]));
-    life.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)] }.encode_to_vec()));
+    life.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
     let task =
         |event| v1::ReportTaskRequest { job: 1, proposal: 1, member: 0, server, event: Some(event) }.encode_to_vec();
     life.push((6, task(v1::report_task_request::Event::Started(v1::TaskStarted::default()))));
@@ -606,12 +610,12 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     }
     let p = placed(&v, JobId(1), 7);
     v.apply(&Command::Propose(vec![p.clone()]));
-    moves.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)] }.encode_to_vec()));
+    moves.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
     let q = placed(&v, JobId(2), 8);
     v.apply(&Command::Propose(vec![q.clone()]));
-    moves.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&q)] }.encode_to_vec()));
+    moves.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&q)], for_job: None }.encode_to_vec()));
     let m = Proposal { id: ProposalId(9), ..placed(&v, JobId(2), 9) };
-    moves.push((2, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&m)] }.encode_to_vec()));
+    moves.push((2, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&m)], for_job: None }.encode_to_vec()));
     let pre = Preemption {
         proposal: Proposal { id: ProposalId(10), ..p.clone() },
         victims: vec![JobId(1)],
@@ -676,11 +680,39 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     };
     let p = Proposal { id: ProposalId(1), job: JobId(1), members: vec![member], based_on: v.version() };
     v.apply(&Command::Propose(vec![p.clone()]));
-    grow.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)] }.encode_to_vec()));
+    grow.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
     out.push(("wire_commands", "layout".to_string(), encode(&grow)));
     let mut snap = vec![0];
     snap.extend(v1::ViewSnapshot::from(&v.snapshot()).encode_to_vec());
     out.push(("wire_snapshot", "layout".to_string(), snap));
+
+    // An admin's policy on a running cluster: a quota set, a job placed under it, the quota
+    // lowered below what the tenant holds (it keeps its gang) and removed, a class added and
+    // a job naming it admitted, the class removed; malformed names refused on the way.
+    let policy = |change| (11u8, v1::PolicyRequest { change: Some(change) }.encode_to_vec());
+    let quota = |gpus| policy(v1::policy_request::Change::Quota(v1::SetQuota { tenant: "t".into(), gpus }));
+    let class = |name: &str, priority| {
+        policy(v1::policy_request::Change::PriorityClass(v1::SetPriorityClass { class: name.into(), priority }))
+    };
+    let mut rules = vec![quota(Some(4)), (0, submit("seed-f", 2, "")), (0, submit("seed-g", 8, ""))];
+    let mut v = small_view();
+    for (k, m) in &rules {
+        for c in request_commands(*k, m) {
+            v.apply(&c);
+        }
+    }
+    let p = placed(&v, JobId(1), 11);
+    v.apply(&Command::Propose(vec![p.clone()]));
+    rules.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
+    rules.push(class("urgent", Some(500)));
+    let urgent = JobSpec { class: Some("urgent".into()), ..small_job(1) };
+    let urgent = v1::SubmitJobRequest { specs: vec![v1::JobSpec::from(&urgent)], request_id: String::new() };
+    rules.push((0, urgent.encode_to_vec()));
+    rules.push(quota(Some(1)));
+    rules.push(class("two words", Some(1)));
+    rules.push(class("urgent", None));
+    rules.push(quota(None));
+    out.push(("wire_commands", "policy".to_string(), encode(&rules)));
 
     // The views those build, as a snapshot and a delta.
     let mut v = small_view();

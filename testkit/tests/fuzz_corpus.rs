@@ -77,6 +77,20 @@ fn the_layout_seed_adds_places_on_and_removes_servers() {
     assert!(job.placement.as_ref().is_some_and(|p| p.members[0].server == new), "placed on the new server: {job:?}");
 }
 
+/// The policy seed sets and removes a quota and a class through the wire: the tenant over a
+/// lowered quota keeps its gang, the job naming the class takes its priority, and the class
+/// and quota are gone at the end.
+#[test]
+fn the_policy_seed_changes_quotas_and_classes() {
+    let view = fuzz::wire_commands_view(&seed("wire_commands", "policy"));
+    let job = |id| view.job(JobId(id)).expect("the seed's job");
+    assert!(job(1).placement.is_some(), "placed under the quota, kept under the lowered one: {:?}", job(1));
+    assert_eq!(view.jobs().len(), 2, "the 8-GPU job never fit the quota of 4; the urgent one was admitted");
+    let urgent = view.jobs().into_iter().find(|j| j.spec.class.as_deref() == Some("urgent")).expect("admitted");
+    assert_eq!(urgent.spec.priority, 500);
+    assert!(view.quotas().is_empty() && !view.priorities().classes.contains_key("urgent"));
+}
+
 /// The raft seeds make the replica a leader that commits, and a follower that applies.
 #[test]
 fn the_raft_seeds_lead_and_follow() {

@@ -23,7 +23,10 @@ pub const MAX_QUOTAS: usize = 4096;
 /// Longest tenant or class name, in bytes.
 pub const MAX_POLICY_NAME: usize = 64;
 
-fn check_name(what: &str, name: &str) -> Result<(), ViewError> {
+/// A tenant or class name a policy command may name: 1 to [`MAX_POLICY_NAME`] bytes, no
+/// whitespace or control characters (`what` names it in the refusal). The view checks it at
+/// apply; the edges check it first, to answer a malformed request as such.
+pub fn check_name(what: &str, name: &str) -> Result<(), ViewError> {
     if name.is_empty() || name.len() > MAX_POLICY_NAME || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(ViewError::Policy(format!(
             "{what} `{name}`: 1 to {MAX_POLICY_NAME} bytes without spaces or control characters"

@@ -254,6 +254,18 @@ pub struct ViewDelta {
     pub jobs: Vec<Job>,
 }
 
+impl ViewSnapshot {
+    /// GPUs each tenant's placed gangs hold (what its quota bounds); tenants holding none are
+    /// absent.
+    pub fn tenant_used(&self) -> HashMap<String, u32> {
+        let mut used: HashMap<String, u32> = HashMap::new();
+        for j in self.jobs.iter().filter(|j| j.placement.is_some()) {
+            *used.entry(j.spec.tenant.clone()).or_default() += j.spec.total_gpus();
+        }
+        used
+    }
+}
+
 /// A whole view, enough to rebuild an identical [`ClusterView`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ViewSnapshot {
@@ -1245,15 +1257,12 @@ impl ClusterView {
     /// Rebuilds a view from a snapshot; derived tables are recomputed. The change log starts
     /// empty at the snapshot's version.
     pub fn from_snapshot(s: ViewSnapshot) -> ClusterView {
-        let mut tenant_used: HashMap<String, u32> = HashMap::new();
+        let tenant_used = s.tenant_used();
         let mut applied = HashMap::new();
         let mut requests = HashMap::new();
         for j in &s.jobs {
             if let Some(r) = &j.request {
                 requests.insert(r.clone(), j.id);
-            }
-            if j.placement.is_some() {
-                *tenant_used.entry(j.spec.tenant.clone()).or_default() += j.spec.total_gpus();
             }
             for &p in &j.proposals {
                 applied.insert(p, j.id);

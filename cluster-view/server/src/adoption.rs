@@ -30,6 +30,17 @@ pub struct Adoptions {
     grants_from: Instant,
 }
 
+/// Who may schedule one job now, as the leader sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// The job is not pending (placed, running, ended or unknown): nobody holds it.
+    NotPending,
+    /// Pending, held by this host.
+    Host(String),
+    /// Pending, held by no host.
+    Nobody,
+}
+
 /// What one `AdoptJobs` call gets.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Adopted {
@@ -80,6 +91,29 @@ impl Adoptions {
     /// The host holding `job` now, if any.
     pub fn owner(&self, job: JobId, now: Instant) -> Option<&str> {
         self.owners.get(&job).filter(|(_, until)| *until > now).map(|(h, _)| h.as_str())
+    }
+
+    /// Who holds each of `jobs`, asked for by scheduler host `caller` before it schedules
+    /// them. During a new leader's first lease, when no job is handed out and the hosts renew
+    /// what they held under the old leader, a pending job nobody holds is `caller`'s from now
+    /// on, as if `caller` had renewed it: a host's proposal can reach the new leader before its
+    /// next `AdoptJobs` call does, and the first host to claim a job keeps it.
+    pub fn holders(&mut self, view: &ClusterView, caller: &str, jobs: &[JobId], now: Instant) -> Vec<Holder> {
+        jobs.iter()
+            .map(|&j| {
+                if !view.job(j).is_some_and(|j| j.state == JobState::Pending) {
+                    return Holder::NotPending;
+                }
+                if let Some(h) = self.owner(j, now) {
+                    return Holder::Host(h.to_string());
+                }
+                if now < self.grants_from {
+                    self.owners.insert(j, (caller.to_string(), now + self.lease));
+                    return Holder::Host(caller.to_string());
+                }
+                Holder::Nobody
+            })
+            .collect()
     }
 
     /// Renews `host`'s hold on `held` and hands it up to `want` more pending jobs that wait for
@@ -238,5 +272,32 @@ mod tests {
         let got = a.adopt(&v, "h1", &[ids[0]], 5, t1);
         assert_eq!((got.dropped, got.adopted), (vec![ids[0]], vec![ids[1]]));
         assert_eq!(a.hosts(t1), vec![("h1".to_string(), vec![ids[1]])]);
+    }
+
+    #[test]
+    fn a_host_schedules_only_what_it_holds_and_claims_only_in_a_new_leaders_first_lease() {
+        let t0 = Instant::now();
+        let (mut v, ids) = view_with_jobs(3);
+        let mut a = Adoptions::new(LEASE, t0);
+        assert_eq!(a.adopt(&v, "h1", &[], 1, t0).adopted, vec![ids[0]]);
+        v.cancel(ids[2]).expect("cancel");
+        let unknown = JobId(999);
+        assert_eq!(
+            a.holders(&v, "h2", &[ids[0], ids[1], ids[2], unknown], t0),
+            vec![Holder::Host("h1".into()), Holder::Nobody, Holder::NotPending, Holder::NotPending],
+            "outside a first lease nobody claims anything by asking"
+        );
+        assert_eq!(a.owner(ids[1], t0), None);
+        // A new leader: h2's proposal arrives before h1's renewal; h2 claims the job it asks
+        // about, h1 then loses it on renewal, and the claim is an ordinary lease.
+        let office = t0 + Duration::from_secs(10);
+        a.took_office(office);
+        assert_eq!(a.holders(&v, "h2", &[ids[0]], office), vec![Holder::Host("h2".into())]);
+        assert_eq!(a.holders(&v, "h1", &[ids[0]], office + MS), vec![Holder::Host("h2".into())]);
+        assert_eq!(a.adopt(&v, "h1", &[ids[0]], 0, office + MS).dropped, vec![ids[0]]);
+        assert_eq!(a.owner(ids[0], office + LEASE - MS), Some("h2"));
+        assert_eq!(a.owner(ids[0], office + LEASE), None, "an unrenewed claim lapses");
+        // After the first lease asking claims nothing again.
+        assert_eq!(a.holders(&v, "h1", &[ids[1]], office + LEASE), vec![Holder::Nobody]);
     }
 }

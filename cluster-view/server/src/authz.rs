@@ -11,7 +11,7 @@
 //! |---|---|
 //! | replica | speak raft; act for the caller of its HTTP API (`tessera-on-behalf-of`) |
 //! | admin | everything but raft: membership, cordon and drain, any tenant's jobs, proposals |
-//! | scheduler host `H` | read the view; adopt jobs as `H`; propose, migrate, preempt and release for jobs no other host holds |
+//! | scheduler host `H` | read the view; adopt jobs as `H`; propose and preempt for the pending jobs it holds; migrate running jobs to make room for one it holds; release only what it holds |
 //! | agent of server `S` | read the view; register, heartbeat and report tasks as `S` |
 //! | user of tenants `T` | submit for a tenant of `T`; read and cancel jobs of `T`; the cluster's status |
 //!
@@ -53,8 +53,10 @@ pub enum Action<'a> {
         /// The job's tenant.
         tenant: &'a str,
     },
-    /// Propose, migrate, preempt or release for jobs held by these hosts (`None`: held by no
-    /// host right now: placed and running jobs, which migration and preemption move).
+    /// Propose, migrate, preempt or release: the holders of the pending jobs the call is for
+    /// (`None`: held by no host). A proposal for a job no longer pending changes nothing (the
+    /// approver refuses it, or answers a resend `AlreadyApplied`), so it is not listed; a
+    /// migration lists the job it makes room for, a release the job it ends.
     Schedule {
         /// Each job's holder.
         holders: Vec<Option<&'a str>>,
@@ -127,10 +129,19 @@ pub fn check(who: &Identity, action: &Action<'_>) -> Result<(), String> {
             None => Ok(()),
             Some(t) => deny(format!("submit for tenant `{t}`")),
         },
-        (Role::Scheduler, Action::Schedule { holders }) => match holders.iter().flatten().find(|h| **h != who.name) {
-            None => Ok(()),
-            Some(h) => deny(format!("schedule a job held by scheduler host `{h}`")),
-        },
+        (Role::Scheduler, Action::Schedule { holders }) => {
+            if let Some(h) = holders.iter().flatten().find(|h| **h != who.name) {
+                deny(format!("schedule a job held by scheduler host `{h}`"))
+            } else if holders.iter().any(Option::is_none) {
+                deny(
+                    "schedule a job it does not hold (a host schedules the pending jobs AdoptJobs gave it, \
+                     and names one of them as the job a migration makes room for)"
+                        .into(),
+                )
+            } else {
+                Ok(())
+            }
+        }
         (Role::Scheduler, Action::Adopt { host }) => {
             if *host == who.name {
                 Ok(())
@@ -290,8 +301,10 @@ mod tests {
         // Scheduling: the holder alone.
         assert!(ok(&host, Action::Schedule { holders: vec![Some("host-a"), Some("host-a")] }));
         assert!(!ok(&host, Action::Schedule { holders: vec![Some("host-a"), Some("host-b")] }));
-        // A placed or running job is held by no host: migration and preemption move it.
-        assert!(ok(&host, Action::Schedule { holders: vec![None, Some("host-a")] }));
+        // A job no host holds is no host's to schedule; with nothing pending to change, any
+        // host may ask (the approver refuses or answers a resend).
+        assert!(!ok(&host, Action::Schedule { holders: vec![None, Some("host-a")] }));
+        assert!(ok(&host, Action::Schedule { holders: Vec::new() }));
         assert!(ok(&admin, Action::Schedule { holders: vec![None] }));
         assert!(!ok(&user, Action::Schedule { holders: vec![None] }));
         assert!(ok(&host, Action::Adopt { host: "host-a" }) && !ok(&host, Action::Adopt { host: "host-b" }));

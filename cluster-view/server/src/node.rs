@@ -13,7 +13,7 @@
 
 pub mod leases;
 
-use crate::adoption::{Adopted, Adoptions};
+use crate::adoption::{Adopted, Adoptions, Holder};
 use crate::error::ViewServerError;
 use leases::ServerLeases;
 use raft::eraftpb::{Message, MessageType};
@@ -123,8 +123,9 @@ pub enum NodeRequest {
     AdoptJobs(String, Vec<JobId>, usize, Reply<(Adopted, u64, u64)>),
     /// The node agents' addresses the leader knows: (server, name, address).
     Agents(Reply<Vec<(u32, String, String)>>),
-    /// The leader only: the scheduler host holding each job now, if any (authorization).
-    Holders(Vec<JobId>, Reply<Vec<Option<String>>>),
+    /// Who holds each job, asked for by a scheduler host (named) before it schedules them
+    /// (leader only; see [`Adoptions::holders`]).
+    Holders(String, Vec<JobId>, Reply<Vec<Holder>>),
     /// A server's name, if the view has the server (authorization of agents).
     ServerName(ServerId, Reply<Option<String>>),
     /// Add (true) or remove a replica.
@@ -559,13 +560,12 @@ impl Driver {
                 out.sort();
                 let _ = reply.send(Ok(out));
             }
-            NodeRequest::Holders(jobs, reply) => {
+            NodeRequest::Holders(host, jobs, reply) => {
                 if !self.replica.is_leader() {
                     let _ = reply.send(Err(self.not_leader()));
                     return;
                 }
-                let _ =
-                    reply.send(Ok(jobs.iter().map(|j| self.adoptions.owner(*j, now).map(str::to_string)).collect()));
+                let _ = reply.send(Ok(self.adoptions.holders(self.replica.view(), &host, &jobs, now)));
             }
             NodeRequest::ServerName(server, reply) => {
                 let _ = reply.send(Ok(self.replica.view().server_name(server).map(str::to_string)));

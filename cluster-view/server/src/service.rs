@@ -16,14 +16,12 @@ use crate::error::{ViewServerError, chain};
 use crate::node::{NodeHandle, NodeRequest, ReadOut, ReadTarget, WatchStep};
 use std::pin::Pin;
 use std::sync::Arc;
-use tessera_proto::tls::{Identity, Role, Security};
+use tessera_proto::tls::{Role, Security};
 use tessera_proto::trace;
 use tessera_proto::v1;
 use tessera_replica::Answer;
-use tessera_view::server::MAX_CORDON_REASON_CHARS;
 use tessera_view::{
-    Command, ConfigSetId, Cordon, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId,
-    TaskEvent, Topology,
+    Command, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology,
 };
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -31,6 +29,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::field::Empty;
 use tracing::{Instrument, Span, instrument};
+
+mod guard;
+mod requests;
+
+use guard::Scope;
+use requests::check_agent_addr;
+pub use requests::{MAX_DRAIN_TIMEOUT_S, cordon_command, layout_command, policy_command, user_name};
 
 /// Most proposals or job specs in one request.
 pub const MAX_ITEMS: usize = 1024;
@@ -114,175 +119,13 @@ fn one_decision(answer: Result<(Answer, u64), ViewServerError>) -> Result<v1::Pr
     })
 }
 
-/// Longest drain a request may ask for: 30 days.
-pub const MAX_DRAIN_TIMEOUT_S: u64 = 30 * 24 * 3600;
-
-/// The command of a [`v1::CordonServerRequest`] at `now_ms` (Unix ms on the leader), or why the
-/// request is malformed.
-pub fn cordon_command(r: &v1::CordonServerRequest, now_ms: u64) -> Result<Command, ViewServerError> {
-    let server = ServerId(r.server);
-    let bad = |m: String| ViewServerError::Invalid(format!("CordonServerRequest.{m}"));
-    if r.reason.chars().count() > MAX_CORDON_REASON_CHARS {
-        return Err(bad(format!("reason: at most {MAX_CORDON_REASON_CHARS} characters")));
-    }
-    if r.drain_timeout_s > MAX_DRAIN_TIMEOUT_S {
-        return Err(bad(format!(
-            "drain_timeout_s: {} s; at most {MAX_DRAIN_TIMEOUT_S} s (30 days)",
-            r.drain_timeout_s
-        )));
-    }
-    let cordon = |drain_by_ms| Cordon { reason: r.reason.clone(), since_ms: now_ms, drain_by_ms };
-    match v1::CordonAction::try_from(r.action) {
-        Ok(v1::CordonAction::Cordon) if r.drain_timeout_s == 0 => Ok(Command::Cordon { server, cordon: cordon(None) }),
-        Ok(v1::CordonAction::Cordon) => Err(bad("drain_timeout_s: only a drain has a timeout".into())),
-        Ok(v1::CordonAction::Drain) => {
-            Ok(Command::Cordon { server, cordon: cordon(Some(now_ms.saturating_add(r.drain_timeout_s * 1000))) })
-        }
-        Ok(v1::CordonAction::Uncordon) => Ok(Command::Uncordon { server, at_ms: now_ms }),
-        Ok(v1::CordonAction::Unspecified) | Err(_) => {
-            Err(bad(format!("action: {} is not cordon, drain or uncordon", r.action)))
-        }
-    }
-}
-
-/// The command of a [`v1::LayoutRequest`] at `now_ms` (Unix ms on the leader), or why the
-/// request is malformed. What the view checks (names, counts, ids, a topology's consistency
-/// with the cluster's) it refuses at apply, the same on every replica.
-pub fn layout_command(r: &v1::LayoutRequest, now_ms: u64) -> Result<Command, ViewServerError> {
-    use v1::layout_request::Change;
-    let bad = |m: String| ViewServerError::Invalid(format!("LayoutRequest.{m}"));
-    let u16_id = |v: u32, field: &str| {
-        u16::try_from(v).map(ConfigSetId).map_err(|_| bad(format!("{field}: {v} is not a configuration set id")))
-    };
-    match &r.change {
-        None => {
-            Err(bad("change: missing; give add_config_set, add_servers, remove_server or remove_config_set".into()))
-        }
-        Some(Change::AddConfigSet(a)) => {
-            let topology = a.topology.clone().ok_or_else(|| bad("add_config_set.topology: missing".into()))?;
-            let topology = Topology::try_from(topology).map_err(|e| bad(format!("add_config_set.topology: {e}")))?;
-            Ok(Command::AddConfigSet {
-                rack: a.rack.clone(),
-                ib_domain: a.ib_domain.clone(),
-                topology: Box::new(topology),
-            })
-        }
-        Some(Change::AddServers(a)) => {
-            if a.names.len() > tessera_view::layout::MAX_SERVERS_PER_ADD {
-                return Err(bad(format!(
-                    "add_servers.names: {} names; at most {}",
-                    a.names.len(),
-                    tessera_view::layout::MAX_SERVERS_PER_ADD
-                )));
-            }
-            Ok(Command::AddServers {
-                config_set: u16_id(a.config_set, "add_servers.config_set")?,
-                names: a.names.clone(),
-                at_ms: now_ms,
-            })
-        }
-        Some(Change::RemoveServer(a)) => Ok(Command::RemoveServer { server: ServerId(a.server), at_ms: now_ms }),
-        Some(Change::RemoveConfigSet(a)) => {
-            Ok(Command::RemoveConfigSet { config_set: u16_id(a.config_set, "remove_config_set.config_set")? })
-        }
-    }
-}
-
 fn unknown_outcome(e: &ViewServerError) -> String {
     format!("outcome unknown: {}; retrying the same proposal id is safe", chain(e))
-}
-
-/// An agent's address is `host:port`, at most 256 bytes, or empty.
-fn check_agent_addr(a: &str) -> Result<(), ViewServerError> {
-    if a.is_empty() {
-        return Ok(());
-    }
-    let ok = a.len() <= 256 && a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-    if ok { Ok(()) } else { Err(ViewServerError::Invalid(format!("agent_addr `{a}` is not host:port"))) }
-}
-
-/// The name a job's submitter is kept and charged under: a user's own name, any other
-/// caller's role and name (`admin/root`, `scheduler/host-1`).
-pub fn user_name(who: &Identity) -> String {
-    match who.role {
-        Role::User => who.name.clone(),
-        role => format!("{role}/{}", who.name),
-    }
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::WatchEvent, Status>> + Send>>;
 
 impl ViewService {
-    /// The caller of `req`, or `UNAUTHENTICATED` (audited); `RESOURCE_EXHAUSTED` when the
-    /// caller is over its rate (clients retry that after a backoff).
-    fn caller<T>(&self, req: &Request<T>, method: &str) -> Result<Identity, Status> {
-        let who = tessera_proto::tls::caller_of(&self.security, req).map_err(|e| {
-            let why = e.to_string();
-            self.audit.record(None, method, "", &Err(why.clone()));
-            Status::from(ViewServerError::Unauthenticated(why))
-        })?;
-        let mut limiter = self.limiter.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        limiter.take(&who, std::time::Instant::now()).map_err(|why| {
-            tracing::debug!(method, %who, "over its rate");
-            Status::from(ViewServerError::Busy(why))
-        })?;
-        Ok(who)
-    }
-
-    /// Whether `who` may do `action`, else `PERMISSION_DENIED`; refusals and admins' changes
-    /// are audited (`detail` says what was asked).
-    fn allow(
-        &self,
-        who: &Identity,
-        method: &str,
-        detail: impl FnOnce() -> String,
-        action: Action<'_>,
-    ) -> Result<(), Status> {
-        let verdict = crate::authz::check(who, &action);
-        if verdict.is_err() || (who.role == Role::Admin && action.is_admin_change()) {
-            self.audit.record(Some(who), method, &detail(), &verdict);
-        }
-        verdict.map_err(|why| ViewServerError::PermissionDenied(why).into())
-    }
-
-    /// Authenticates and checks a request whose action needs no state.
-    fn admit<T>(&self, req: &Request<T>, method: &str, action: Action<'_>) -> Result<Identity, Status> {
-        let who = self.caller(req, method)?;
-        self.allow(&who, method, String::new, action)?;
-        Ok(who)
-    }
-
-    /// For a scheduler host: its right to schedule `jobs` (none held by another host). Other
-    /// callers pass to the rules without a lookup.
-    async fn allow_schedule(&self, who: &Identity, method: &str, jobs: Vec<JobId>) -> Result<(), Status> {
-        if who.role != Role::Scheduler {
-            return self.allow(who, method, String::new, Action::Schedule { holders: Vec::new() });
-        }
-        let detail = format!("jobs {:?}", jobs.iter().map(|j| j.0).collect::<Vec<_>>());
-        let holders = self.node.ask(|reply| NodeRequest::Holders(jobs, reply)).await?;
-        let holders = holders.iter().map(Option::as_deref).collect();
-        self.allow(who, method, || detail, Action::Schedule { holders })
-    }
-
-    /// For an agent: its right to act for server `server`.
-    async fn allow_agent(&self, who: &Identity, method: &str, server: u32) -> Result<(), Status> {
-        if who.role != Role::Agent {
-            return self.allow(who, method, String::new, Action::Agent { server: "" });
-        }
-        let name = self.node.ask(|reply| NodeRequest::ServerName(ServerId(server), reply)).await?;
-        let name = name.unwrap_or_else(|| format!("#{server} (unknown)"));
-        self.allow(who, method, || format!("server {server}"), Action::Agent { server: &name })
-    }
-
-    /// A job's tenant, read from this replica (a job's tenant never changes).
-    async fn tenant_of(&self, job: u64) -> Result<Option<String>, Status> {
-        let what = ReadTarget::Job(JobId(job));
-        match self.node.ask(|reply| NodeRequest::Read { linearizable: false, what, reply }).await? {
-            ReadOut::Job(j, _, _) => Ok(j.and_then(|j| j.spec.map(|s| s.tenant))),
-            _ => Err(ViewServerError::Internal("wrong read answer".into()).into()),
-        }
-    }
-
     async fn command(&self, cmd: Command) -> Result<(Outcome, u64), ViewServerError> {
         let (a, version) = self.node.ask(|r| NodeRequest::Commands(vec![(cmd, r)])).await?;
         match a {
@@ -306,7 +149,7 @@ impl ViewService {
         let who = self.caller(&req, "Propose")?;
         let wire = req.into_inner().proposals;
         count("proposals", wire.len())?;
-        self.allow_schedule(&who, "Propose", wire.iter().map(|p| JobId(p.job)).collect()).await?;
+        self.allow_schedule(&who, "Propose", wire.iter().map(|p| JobId(p.job)).collect(), Scope::Pending).await?;
         if let [p] = wire.as_slice() {
             Span::current().record("job_id", p.job).record("proposal", p.id);
         }
@@ -330,9 +173,11 @@ impl ViewService {
     /// `Migrate`; the caller counts its answer.
     async fn migrate_call(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let who = self.caller(&req, "Migrate")?;
-        let wire = req.into_inner().proposals;
+        let v1::ProposeRequest { proposals: wire, for_job } = req.into_inner();
         count("moves", wire.len())?;
-        self.allow_schedule(&who, "Migrate", wire.iter().map(|p| JobId(p.job)).collect()).await?;
+        // The moves are for the held pending job they make room for; naming none, a scheduler
+        // host is refused (job 0 never exists, so it is held by nobody).
+        self.allow_schedule(&who, "Migrate", vec![JobId(for_job.unwrap_or(0))], Scope::All).await?;
         if let [p] = wire.as_slice() {
             Span::current().record("job_id", p.job).record("proposal", p.id);
         }
@@ -448,7 +293,7 @@ impl ViewService {
             .record("job_id", pre.proposal.job.0)
             .record("proposal", pre.proposal.id.0)
             .record("victims", pre.victims.len());
-        self.allow_schedule(&who, "Preempt", vec![pre.proposal.job]).await?;
+        self.allow_schedule(&who, "Preempt", vec![pre.proposal.job], Scope::Pending).await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.node.send(NodeRequest::Commands(vec![(Command::Preempt(pre), tx)]))?;
         let result = one_decision(self.node.wait(rx).await)?;
@@ -635,7 +480,7 @@ impl v1::view_server::View for ViewService {
     async fn release(&self, req: Request<v1::ReleaseRequest>) -> Result<Response<v1::WriteResponse>, Status> {
         let who = self.caller(&req, "Release")?;
         let r = req.into_inner();
-        self.allow_schedule(&who, "Release", vec![JobId(r.job)]).await?;
+        self.allow_schedule(&who, "Release", vec![JobId(r.job)], Scope::All).await?;
         self.write_ended(Command::Release { job: JobId(r.job), failed: r.failed }).await
     }
 
@@ -733,21 +578,11 @@ impl v1::view_server::View for ViewService {
     }
 
     async fn set_policy(&self, req: Request<v1::PolicyRequest>) -> Result<Response<v1::WriteResponse>, Status> {
-        use v1::policy_request::Change;
         let who = self.caller(&req, "SetPolicy")?;
         let r = req.into_inner();
         let detail = || format!("{:?}", r.change);
         self.allow(&who, "SetPolicy", detail, Action::Policy)?;
-        let cmd = match r.change {
-            None => {
-                return Err(ViewServerError::Invalid(
-                    "PolicyRequest.change: missing; give quota or priority_class".into(),
-                )
-                .into());
-            }
-            Some(Change::Quota(q)) => Command::SetQuota { tenant: q.tenant, gpus: q.gpus },
-            Some(Change::PriorityClass(c)) => Command::SetPriorityClass { class: c.class, priority: c.priority },
-        };
+        let cmd = policy_command(&r)?;
         match self.command(cmd.clone()).await? {
             (Outcome::Policy(Ok(())), version) => {
                 tracing::info!(version, change = ?cmd, "policy changed");

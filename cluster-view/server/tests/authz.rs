@@ -104,11 +104,27 @@ async fn every_forbidden_call_is_refused_and_changes_nothing() {
     assert_eq!(code(agent.cordon_server(1, v1::CordonAction::Cordon, "", 0).await), denied);
     // A scheduler host: its own name, and no job another host holds.
     assert_eq!(code(host_a.adopt_jobs("host-b", Vec::new(), 1).await), denied);
-    let member = v1::MemberPlacement { server: 0, gpus: 1, cores_lo: 1, cores_hi: 0, memory_mib: 0 };
+    // One GPU with its share of cores and memory: a placement the approver accepts.
+    let on = |server: u32| {
+        let t = Topology::preset("seed-8gpu").expect("preset");
+        let (cores, memory) = (t.cores() / t.devices, t.memory_mib / t.devices);
+        v1::MemberPlacement::from(&tessera_view::MemberPlacement {
+            server: tessera_view::ServerId(server),
+            gpus: 1,
+            cores: tessera_view::CoreMask::range(0, cores),
+            memory_mib: memory,
+        })
+    };
+    let member = on(0);
     let p = v1::Proposal { id: 77, job: theirs, members: vec![member], based_on: 0 };
     assert_eq!(code(host_a.propose(vec![p.clone()]).await), denied);
-    assert_eq!(code(host_a.migrate(vec![p]).await), denied);
+    assert_eq!(code(host_a.migrate(Some(theirs), vec![p.clone()]).await), denied);
     assert_eq!(code(host_a.release(theirs, true).await), denied);
+    // Nor a pending job nobody gave it (`mine`: host-b's, or nobody's once that lease lapsed),
+    // nor moves that name no job they make room for.
+    let p_mine = v1::Proposal { id: 78, job: mine, ..p.clone() };
+    assert_eq!(code(host_a.propose(vec![p_mine.clone()]).await), denied);
+    assert_eq!(code(host_a.migrate(None, vec![p_mine]).await), denied);
     assert_eq!(code(host_a.add_replica(9, "127.0.0.1:1", "").await), denied);
     // Raft: replicas only, an admin included.
     let raft = {
@@ -129,6 +145,44 @@ async fn every_forbidden_call_is_refused_and_changes_nothing() {
         (before.version, before.state_hash),
         "a refused call changed the view"
     );
+
+    // The holder may: host-b places its job (renewing its hold first: the lease is short).
+    let t0 = Instant::now();
+    loop {
+        host_b.adopt_jobs("host-b", vec![theirs], 0).await.expect("host-b renews");
+        match host_b.propose(vec![p.clone()]).await {
+            Ok(r) => {
+                let d =
+                    tessera_proto::RemoteDecision::try_from(r[0].decision.clone().expect("decided")).expect("decision");
+                assert!(d.is_placed(), "{d:?}");
+                break;
+            }
+            Err(e) if e.status().is_some_and(|s| s.code() == Code::PermissionDenied) => {
+                assert!(t0.elapsed() < Duration::from_secs(10), "host-b never proposed for its job: {e}");
+            }
+            Err(e) => panic!("host-b proposes: {e}"),
+        }
+    }
+    // A placed job is no host's: it cannot release it, and moves of it must name a pending job
+    // the mover holds.
+    assert_eq!(code(host_b.release(theirs, false).await), denied);
+    let room = admin.submit(vec![spec("room", Some("nlp"))]).await.expect("admin submits")[0].job;
+    let moved = v1::Proposal { id: 79, members: vec![on(1)], ..p.clone() };
+    assert_eq!(code(host_a.migrate(Some(room), vec![moved.clone()]).await), denied);
+    let t0 = Instant::now();
+    loop {
+        host_b.adopt_jobs("host-b", vec![room], 0).await.expect("host-b renews");
+        match host_b.migrate(Some(room), vec![moved.clone()]).await {
+            Ok(r) => {
+                assert!(r[0].decision.is_some(), "the approver decided the move: {r:?}");
+                break;
+            }
+            Err(e) if e.status().is_some_and(|s| s.code() == Code::PermissionDenied) => {
+                assert!(t0.elapsed() < Duration::from_secs(10), "host-b never migrated for its job: {e}");
+            }
+            Err(e) => panic!("host-b migrates: {e}"),
+        }
+    }
 
     // The admin may: a cordon, audited.
     admin.cordon_server(1, v1::CordonAction::Cordon, "audit me", 0).await.expect("admin cordons");
@@ -195,6 +249,8 @@ async fn every_forbidden_call_is_refused_and_changes_nothing() {
     assert!(has("CordonServer", "alice", false), "{audit}");
     assert!(has("Heartbeat", "r0-s00", false), "{audit}");
     assert!(has("Propose", "host-a", false), "{audit}");
+    assert!(has("Migrate", "host-a", false), "{audit}");
+    assert!(has("Release", "host-b", false), "{audit}");
     assert!(has("Raft.Send", "admin", false), "{audit}");
     assert!(has("CordonServer", "admin", true), "{audit}");
     assert!(lines.iter().any(|l| l["who"].is_null() && l["allowed"] == false), "the anonymous call: {audit}");

@@ -8,155 +8,11 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
-use tessera_testkit::LocalCluster;
 use tessera_view::fit::{FitMode, member_request, plan_member};
-use tessera_view::{ClusterSpec, ClusterView, JobSpec, LocalityLevel, ServerId, Topology, ViewSnapshot};
-use tessera_view_server::{Tuning, ViewClient};
+use tessera_view::{ClusterView, JobSpec, LocalityLevel, ServerId, ViewSnapshot};
 
-/// One replica with the HTTP API (a [`LocalCluster`] of one).
-struct Replica {
-    http: String,
-    grpc: String,
-    _cluster: LocalCluster,
-}
-
-impl Replica {
-    async fn start() -> Replica {
-        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
-        let tuning = Tuning { tick_ms: 20, sync: false, request_timeout_ms: 3000, ..Tuning::default() };
-        let cluster = LocalCluster::builder(spec)
-            .name("http-test")
-            .http(true)
-            .tls(false)
-            .tuning(tuning)
-            .start()
-            .await
-            .expect("replica");
-        let http = cluster.http_addr().expect("an HTTP address");
-        let r = Replica { http: format!("http://{http}"), grpc: cluster.addrs()[0].clone(), _cluster: cluster };
-        let mut c = r.view();
-        c.wait_for_leader().await.expect("the replica elected itself");
-        // The HTTP API answers once the replica does.
-        let start = Instant::now();
-        loop {
-            if let Ok(resp) = reqwest::get(r.url("/v1/status")).await
-                && resp.status() == StatusCode::OK
-            {
-                break;
-            }
-            assert!(start.elapsed() < Duration::from_secs(20), "the HTTP API never answered");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        r
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.http)
-    }
-
-    fn view(&self) -> ViewClient {
-        ViewClient::new(vec![self.grpc.clone()]).expect("client").with_deadline(Duration::from_secs(10))
-    }
-}
-
-/// A client of one replica's API that checks every answer against the replica's own OpenAPI
-/// document: the operation (method and path template) must be documented, the status must be
-/// one of its documented responses, and the JSON body must validate against that response's
-/// schema (JSON Schema 2020-12, which OpenAPI 3.1 schemas are).
-struct Api {
-    http: reqwest::Client,
-    base: String,
-    doc: Value,
-}
-
-impl Api {
-    async fn new(r: &Replica) -> Api {
-        let http = reqwest::Client::new();
-        let resp = http.get(r.url("/v1/openapi.json")).send().await.expect("GET /v1/openapi.json");
-        assert_eq!(resp.status(), StatusCode::OK);
-        let doc: Value = resp.json().await.expect("the document is JSON");
-        assert_eq!(doc["openapi"], "3.1.0", "{doc}");
-        Api { http, base: r.http.clone(), doc }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Validates `body` against a schema of the document, resolving `#/components/...` refs.
-    fn validate(&self, schema: &Value, body: &Value, what: &str) {
-        let mut root = schema.clone();
-        root["components"] = self.doc["components"].clone();
-        let v = jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("{what}: bad schema {schema}: {e}"));
-        let errors: Vec<String> = v.iter_errors(body).map(|e| format!("{e} (at `{}`)", e.instance_path)).collect();
-        assert!(errors.is_empty(), "{what}: the body breaks its schema: {errors:#?}\n{body:#}");
-    }
-
-    /// Validates `body` against the named component schema.
-    fn validate_as(&self, component: &str, body: &Value) {
-        self.validate(&json!({ "$ref": format!("#/components/schemas/{component}") }), body, component);
-    }
-
-    /// Status and JSON body of a response, checked against the document.
-    async fn checked(&self, method: &str, template: &str, resp: reqwest::Response) -> (StatusCode, Value) {
-        let status = resp.status();
-        let text = resp.text().await.expect("a body");
-        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-        let what = format!("{} {template} → {status}", method.to_uppercase());
-        let op = &self.doc["paths"][template][method];
-        assert!(op.is_object(), "{what}: the operation is not documented");
-        let answer = &op["responses"][status.as_str()];
-        assert!(answer.is_object(), "{what}: status not documented: {body}");
-        let schema = &answer["content"]["application/json"]["schema"];
-        assert!(schema.is_object(), "{what}: no JSON schema documented: {answer}");
-        self.validate(schema, &body, &what);
-        (status, body)
-    }
-
-    async fn get(&self, template: &str, path: &str) -> (StatusCode, Value) {
-        self.checked("get", template, self.http.get(self.url(path)).send().await.expect("GET")).await
-    }
-
-    async fn delete(&self, template: &str, path: &str) -> (StatusCode, Value) {
-        self.checked("delete", template, self.http.delete(self.url(path)).send().await.expect("DELETE")).await
-    }
-
-    async fn post(&self, content_type: &str, body: &str) -> (StatusCode, Value) {
-        self.post_keyed(content_type, body, None).await
-    }
-
-    /// POST /v1/jobs, with an `Idempotency-Key` header when `key` is given.
-    async fn post_keyed(&self, content_type: &str, body: &str, key: Option<&str>) -> (StatusCode, Value) {
-        let mut req = self.http.post(self.url("/v1/jobs")).header("content-type", content_type);
-        if let Some(k) = key {
-            req = req.header("idempotency-key", k);
-        }
-        let resp = req.body(body.to_string()).send().await.expect("POST /v1/jobs");
-        self.checked("post", "/v1/jobs", resp).await
-    }
-
-    async fn submit_json(&self, spec: Value) -> (StatusCode, Value) {
-        self.post("application/json", &spec.to_string()).await
-    }
-
-    async fn submit_toml(&self, text: &str) -> (StatusCode, Value) {
-        self.post("application/toml", text).await
-    }
-
-    /// An admitted job's id.
-    async fn admit(&self, spec: Value) -> u64 {
-        let (s, a) = self.submit_json(spec).await;
-        assert_eq!(s, StatusCode::CREATED, "{a}");
-        a["job"].as_u64().expect("a job id")
-    }
-}
-
-/// Asserts an error answer: status, code, and a non-empty message.
-fn assert_error(got: &(StatusCode, Value), status: StatusCode, code: &str) {
-    assert_eq!(got.0, status, "body: {}", got.1);
-    assert_eq!(got.1["code"], code, "body: {}", got.1);
-    assert!(got.1["message"].as_str().is_some_and(|m| !m.is_empty()), "body: {}", got.1);
-}
+mod support;
+use support::{Api, Replica, assert_error};
 
 /// POSTs headers declaring a `length`-byte body, and a little of it, on a raw connection: the
 /// refusal must come before the body does (an HTTP client that sends it all may see the
@@ -559,7 +415,8 @@ async fn every_documented_route_is_served() {
         // Configuration set 1 is the one `POST /v1/config-sets` adds (paths sort before their
         // sub-paths); the server removed is the one `POST /v1/servers` adds.
         let id = if path.starts_with("/v1/config-sets") { "1".to_string() } else { id.to_string() };
-        let url = path.replace("{id}", &id).replace("{name}", &server);
+        let url =
+            path.replace("{id}", &id).replace("{name}", &server).replace("{tenant}", "doc").replace("{class}", "doc");
         for method in ops.as_object().expect("operations").keys() {
             let req = match method.as_str() {
                 // `/` answers a redirect, which this client must not follow.
@@ -574,6 +431,12 @@ async fn every_documented_route_is_served() {
                     api.http.post(api.url(&url)).json(&json!({ "config_set": 0, "names": ["doc-server"] }))
                 }
                 "post" => api.http.post(api.url(&url)).json(&json!({ "name": "doc2", "gpus": 1 })),
+                "put" if path.starts_with("/v1/policy/quotas") => {
+                    api.http.put(api.url(&url)).json(&json!({ "gpus": 8 }))
+                }
+                "put" if path.starts_with("/v1/policy/classes") => {
+                    api.http.put(api.url(&url)).json(&json!({ "priority": 10 }))
+                }
                 "delete" if path == "/v1/servers/{name}" => api.http.delete(api.url("/v1/servers/doc-server")),
                 "delete" => api.http.delete(api.url(&url)),
                 other => panic!("the document names method {other} on {path}, which this test does not know"),
@@ -1002,4 +865,64 @@ async fn dashboard_queue_replicas_and_events() {
     assert_eq!(list[0]["role"], "leader");
     assert_eq!(list[0]["lag"], 0);
     assert!(list[0]["applied_index"].as_u64().expect("index") > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_and_classes_are_set_and_removed_over_http() {
+    let r = Replica::start().await;
+    let api = Api::new(&r).await;
+    let api = &api;
+    const QUOTA: &str = "/v1/policy/quotas/{tenant}";
+    const CLASS: &str = "/v1/policy/classes/{class}";
+    let put = |template: &'static str, path: String, body: String| async move {
+        let resp = api.http.put(api.url(&path)).header("content-type", "application/json").body(body);
+        api.checked("put", template, resp.send().await.expect("PUT")).await
+    };
+    // A quota binds submissions and placements of its tenant from now on; setting it again
+    // changes nothing (the same view version).
+    let set = put(QUOTA, "/v1/policy/quotas/vision".into(), json!({ "gpus": 2 }).to_string()).await;
+    assert_eq!(set.0, StatusCode::OK, "{}", set.1);
+    assert_eq!((set.1["action"].as_str(), set.1["name"].as_str()), (Some("set-quota"), Some("vision")));
+    let again = put(QUOTA, "/v1/policy/quotas/vision".into(), json!({ "gpus": 2 }).to_string()).await;
+    assert_eq!(again.1["version"], set.1["version"], "a retry changed the view: {}", again.1);
+    let big = json!({ "name": "big", "gpus": 4, "tenant": "vision" });
+    let refused = api.submit_json(big.clone()).await;
+    assert!(refused.0.is_client_error(), "a submission over the quota: {}", refused.1);
+    assert!(refused.1["message"].as_str().is_some_and(|m| m.contains("quota")), "{}", refused.1);
+    api.admit(json!({ "name": "small", "gpus": 2, "tenant": "vision" })).await;
+    // A class: jobs naming it are admitted with its priority.
+    let set = put(CLASS, "/v1/policy/classes/urgent".into(), json!({ "priority": 500 }).to_string()).await;
+    assert_eq!((set.0, set.1["action"].as_str()), (StatusCode::OK, Some("set-class")), "{}", set.1);
+    let urgent = api.admit(json!({ "name": "u", "gpus": 1, "priority": "urgent" })).await;
+    let (_, job) = api.get("/v1/jobs/{id}", &format!("/v1/jobs/{urgent}")).await;
+    assert_eq!(job["priority"], 500, "{job}");
+    let (s, policy) = api.get("/v1/policy", "/v1/policy").await;
+    assert_eq!(s, StatusCode::OK, "{policy}");
+    assert_eq!(policy["quotas"], json!([{ "tenant": "vision", "gpus": 2, "held": 0 }]), "{policy}");
+    assert_eq!(policy["classes"][0], json!({ "class": "urgent", "priority": 500 }), "highest first: {policy}");
+    // Malformed requests change nothing.
+    let before = api.get("/v1/policy", "/v1/policy").await.1;
+    for (template, path, body, code) in [
+        (QUOTA, "/v1/policy/quotas/vision", r#"{"gpus": -1}"#, "malformed_json"),
+        (QUOTA, "/v1/policy/quotas/vision", r#"{"gpus": 1, "extra": true}"#, "malformed_json"),
+        (QUOTA, "/v1/policy/quotas/vision", "{}", "malformed_json"),
+        (QUOTA, "/v1/policy/quotas/two%20words", r#"{"gpus": 1}"#, "invalid_argument"),
+        (CLASS, "/v1/policy/classes/urgent", r#"{"priority": "high"}"#, "malformed_json"),
+        (CLASS, "/v1/policy/classes/urgent?x=1", r#"{"priority": 1}"#, "bad_query"),
+    ] {
+        let got = put(template, path.into(), body.into()).await;
+        assert_error(&got, StatusCode::BAD_REQUEST, code);
+    }
+    let after = api.get("/v1/policy", "/v1/policy").await.1;
+    assert_eq!(before, after, "a refused change changed the policy");
+    // Removed: the class is unknown to new jobs, the tenant unbounded.
+    let got = api.delete(CLASS, "/v1/policy/classes/urgent").await;
+    assert_eq!((got.0, got.1["action"].as_str()), (StatusCode::OK, Some("remove-class")), "{}", got.1);
+    let refused = api.submit_json(json!({ "name": "u2", "gpus": 1, "priority": "urgent" })).await;
+    assert!(refused.0.is_client_error(), "a removed class: {}", refused.1);
+    let got = api.delete(QUOTA, "/v1/policy/quotas/vision").await;
+    assert_eq!((got.0, got.1["action"].as_str()), (StatusCode::OK, Some("remove-quota")), "{}", got.1);
+    api.admit(big).await;
+    let (_, policy) = api.get("/v1/policy", "/v1/policy").await;
+    assert_eq!(policy["quotas"], json!([]), "{policy}");
 }

@@ -214,7 +214,7 @@ fn bad(field: &str, message: String) -> ApiError {
 }
 
 /// A JSON body as `T`, or `malformed_json` with the line and column at fault.
-fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(super) fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::BadInput {
         code: "malformed_json",
         message: e.to_string(),

@@ -16,6 +16,7 @@
 //! | `POST /v1/servers/{name}/cordon`, `…/drain`, `…/uncordon` | an operator's cordon, drain (with a deadline) or uncordon | [`servers`] |
 //! | `POST /v1/servers`, `DELETE /v1/servers/{name}` | an operator adds servers to a configuration set, removes an empty server | [`layout`] |
 //! | `GET /v1/config-sets`, `POST /v1/config-sets`, `DELETE /v1/config-sets/{id}` | the configuration sets; an operator adds or removes one | [`layout`] |
+//! | `GET /v1/policy`; `PUT`, `DELETE` `/v1/policy/quotas/{tenant}`, `/v1/policy/classes/{class}` | tenants' GPU quotas (with what each holds) and priority classes; an admin changes them | [`policy`] |
 //! | `GET /v1/jobs`, `POST /v1/jobs` | jobs (filtered by state, tenant, user; paged by id); submit one (JSON or TOML, parsed by [`spec`]) | [`jobs`] |
 //! | `GET /v1/jobs/{id}`, `DELETE /v1/jobs/{id}` | one job (the `GetJob` RPC) with spec and tasks; cancel | [`jobs`] |
 //! | `GET /v1/jobs/{id}/logs` | a member's stdout or stderr tail, from its node agent | [`logs`] |
@@ -50,6 +51,7 @@ pub mod layout;
 pub mod logs;
 pub mod metrics;
 pub mod openapi;
+pub mod policy;
 pub mod probes;
 pub mod queue;
 pub mod servers;
@@ -431,6 +433,17 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .service(resource("/v1/servers/{name}/cordon", "POST").route(web::post().to(servers::cordon)))
         .service(resource("/v1/servers/{name}/drain", "POST").route(web::post().to(servers::drain)))
         .service(resource("/v1/servers/{name}/uncordon", "POST").route(web::post().to(servers::uncordon)))
+        .service(resource("/v1/policy", GET).route(web::get().to(policy::policy)))
+        .service(
+            resource("/v1/policy/quotas/{tenant}", "PUT, DELETE")
+                .route(web::put().to(policy::set_quota))
+                .route(web::delete().to(policy::remove_quota)),
+        )
+        .service(
+            resource("/v1/policy/classes/{class}", "PUT, DELETE")
+                .route(web::put().to(policy::set_class))
+                .route(web::delete().to(policy::remove_class)),
+        )
         .service(resource("/v1/usage", GET).route(web::get().to(usage::usage)))
         .service(resource("/v1/history", GET).route(web::get().to(history::history)))
         .service(resource("/v1/queue", GET).route(web::get().to(queue::queue)))

@@ -1,0 +1,118 @@
+//! The JSON of the cluster's policy: `GET /v1/policy`, `PUT` and `DELETE` of
+//! `/v1/policy/quotas/{tenant}` and `/v1/policy/classes/{class}`, and what `tessera policy`
+//! prints with `--json`.
+
+use serde::{Deserialize, Serialize};
+use tessera_view::ViewSnapshot;
+use utoipa::ToSchema;
+
+/// One tenant's GPU quota and what it holds now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Quota {
+    /// The tenant.
+    pub tenant: String,
+    /// GPUs its placed gangs may hold together.
+    pub gpus: u32,
+    /// GPUs its placed gangs hold now (more than `gpus` after the quota was lowered: jobs
+    /// keep what they hold, and the tenant grows again only once back under it).
+    pub held: u32,
+}
+
+/// One priority class.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PriorityClass {
+    /// The class, as job specs name it (`priority_class`).
+    pub class: String,
+    /// Its priority: higher runs first and may preempt lower.
+    pub priority: i32,
+}
+
+/// The policy in force.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Policy {
+    /// The view version read.
+    pub version: u64,
+    /// Tenants' GPU quotas, by tenant; a tenant absent has no bound.
+    pub quotas: Vec<Quota>,
+    /// Priority classes, highest first.
+    pub classes: Vec<PriorityClass>,
+    /// A job preempted this many times is not preempted again (0: preemption is off).
+    pub max_preemptions: u32,
+}
+
+impl Policy {
+    /// The policy of a view.
+    pub fn of(s: &ViewSnapshot) -> Policy {
+        let used = s.tenant_used();
+        let quotas = s
+            .quotas
+            .iter()
+            .map(|(t, &gpus)| Quota { tenant: t.clone(), gpus, held: used.get(t).copied().unwrap_or(0) })
+            .collect();
+        let mut classes: Vec<PriorityClass> =
+            s.priorities.classes.iter().map(|(c, &priority)| PriorityClass { class: c.clone(), priority }).collect();
+        classes.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.class.cmp(&b.class)));
+        Policy { version: s.version.0, quotas, classes, max_preemptions: s.priorities.max_preemptions }
+    }
+}
+
+/// `PUT /v1/policy/quotas/{tenant}`: the tenant's quota.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaBody {
+    /// GPUs the tenant's placed gangs may hold together.
+    pub gpus: u32,
+}
+
+/// `PUT /v1/policy/classes/{class}`: the class's priority.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassBody {
+    /// Its priority: higher runs first and may preempt lower.
+    pub priority: i32,
+}
+
+/// What a policy change did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PolicyChanged {
+    /// What was done: `set-quota`, `remove-quota`, `set-class`, `remove-class`.
+    pub action: String,
+    /// The tenant or class.
+    pub name: String,
+    /// The view version after it (unchanged when the change was in force already).
+    pub version: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_view::{
+        ClusterSpec, ClusterView, CoreMask, JobSpec, MemberPlacement, Proposal, ProposalId, ServerId, Topology,
+    };
+
+    #[test]
+    fn the_policy_shows_quotas_with_what_tenants_hold_and_classes_highest_first() {
+        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 1, 1, 1);
+        let mut v = ClusterView::from_spec(&spec);
+        v.set_quota("vision", Some(6)).expect("quota");
+        v.set_quota("nlp", Some(2)).expect("quota");
+        let job = v.submit(JobSpec { tenant: "vision".into(), ..JobSpec::simple("j", 1, 4) }).expect("admitted");
+        let t = Topology::preset("seed-8gpu").expect("preset");
+        let (cores, memory) = (t.cores() / t.devices, t.memory_mib / t.devices);
+        let m = MemberPlacement {
+            server: ServerId(0),
+            gpus: 0b1111,
+            cores: CoreMask::range(0, 4 * cores),
+            memory_mib: 4 * memory,
+        };
+        let p = Proposal { id: ProposalId(1), job, members: vec![m], based_on: v.version() };
+        assert!(v.propose(&p).is_placed());
+        let got = Policy::of(&v.snapshot());
+        let quotas: Vec<(&str, u32, u32)> = got.quotas.iter().map(|q| (q.tenant.as_str(), q.gpus, q.held)).collect();
+        assert_eq!(quotas, vec![("nlp", 2, 0), ("vision", 6, 4)]);
+        let classes: Vec<i32> = got.classes.iter().map(|c| c.priority).collect();
+        assert!(classes.windows(2).all(|w| w[0] >= w[1]), "{classes:?}");
+        assert_eq!(got.classes.len(), v.priorities().classes.len());
+        assert_eq!(got.max_preemptions, v.priorities().max_preemptions);
+    }
+}
