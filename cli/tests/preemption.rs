@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_view::{CpuDemand, JobId, JobSpec, JobState, LocalityLevel};
-use tessera_view_server::ViewClient;
+use tessera_view_server::{Tuning, ViewClient};
 
 mod common;
 use common::*;
@@ -204,4 +204,72 @@ fn a_production_gang_preempts_best_effort_jobs_which_resume_and_finish() {
         }
     });
     drop(dev);
+}
+
+/// Attained-service order live: a cluster whose spec sets a threshold of 8 GPU-seconds, one
+/// seed-8gpu server (`tessera view serve`, `tessera agent run`, `tessera scheduler run` as
+/// processes). A long 8-GPU job runs; the view moves it to queue 1 once it has held its GPUs
+/// for a second (the leader writes a clock entry at the mark). A new 8-GPU job of the same
+/// class is then submitted: it ranks above the one that ran long, so the host preempts that
+/// one, which checkpoints, runs again after the new job ends, resumes and finishes.
+#[test]
+fn a_job_that_ran_long_goes_down_a_queue_and_a_new_job_of_its_class_preempts_it() {
+    let dir = test_dir("tessera-las-");
+    let d = dir.path();
+    let mut spec = spec(1);
+    spec.priorities.attained_service_gpu_s = vec![8];
+    let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
+    let view = cluster(1, spec, tuning, false, Some(&d.join("view")));
+    let addr = view.addrs()[0].clone();
+    let mut procs = Procs::default();
+    procs.agent(d, &addr, "r0-s00", &tls(&view, Role::Agent, "r0-s00"));
+    let host_tls = tls(&view, Role::Scheduler, "h1");
+    procs.push("h1", tessera(d, "h1.log", &with(&["scheduler", "run", "--view", &addr, "--name", "h1"], &host_tls)));
+
+    rt().block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut c = admin_client(&view, vec![addr.clone()]);
+        c.wait_for_leader().await.expect("leader");
+        let history = Arc::new(Mutex::new(History::default()));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let watcher = tokio::spawn(follow(c.clone(), history.clone(), stop_rx));
+        let ckpt = d.join("long.ckpt");
+        let long = with_command(JobSpec::simple("long", 1, 8), "batch", victim_command(&ckpt));
+        let r = c.submit(vec![long]).await.expect("submit");
+        assert!(r[0].error.is_empty(), "{}", r[0].error);
+        let long = JobId(r[0].job);
+        let job = |s: &tessera_view::ViewSnapshot, id: JobId| s.jobs.iter().find(|j| j.id == id).cloned();
+        wait_view(&mut c, deadline, "the long job running in queue 1", |s| {
+            job(s, long).is_some_and(|j| j.state == JobState::Running && j.service_queue == 1)
+        })
+        .await;
+
+        let t0 = Instant::now();
+        let new = with_command(JobSpec::simple("new", 1, 8), "batch", "echo new; sleep 1".into());
+        let r = c.submit(vec![new]).await.expect("submit");
+        assert!(r[0].error.is_empty(), "{}", r[0].error);
+        let new = JobId(r[0].job);
+        let bound = (t0 + Duration::from_secs(30)).min(deadline);
+        wait_view(&mut c, bound, "the new job running", |s| {
+            job(s, new).is_some_and(|j| matches!(j.state, JobState::Running | JobState::Finished))
+        })
+        .await;
+        eprintln!("the new job ran {} ms after its submission", t0.elapsed().as_millis());
+        let s = snapshot(&mut c).await;
+        let l = job(&s, long).expect("kept");
+        assert_eq!((l.preemptions, l.spec.priority), (1, job(&s, new).expect("kept").spec.priority), "{l:?}");
+
+        // The long job runs again once the new one ended, resumes from its checkpoint and ends.
+        wait_view(&mut c, deadline, "both jobs finished", |s| {
+            [long, new].iter().all(|id| job(s, *id).is_some_and(|j| j.state == JobState::Finished))
+        })
+        .await;
+        assert_eq!(std::fs::read_to_string(&ckpt).unwrap_or_default().trim(), "step-42", "checkpointed when stopped");
+        let _ = stop_tx.send(true);
+        let _ = watcher.await;
+        let h = history.lock().expect("history");
+        assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
+        assert_eq!(h.placements[&long].len(), 2, "placed, preempted, placed again: {:?}", h.placements[&long]);
+    });
+    drop(procs);
 }

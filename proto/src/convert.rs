@@ -731,6 +731,7 @@ impl From<&Priorities> for v1::Priorities {
         v1::Priorities {
             classes: p.classes.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             max_preemptions: p.max_preemptions,
+            attained_service_gpu_s: p.attained_service_gpu_s.clone(),
         }
     }
 }
@@ -739,7 +740,11 @@ impl From<&Priorities> for v1::Priorities {
 impl TryFrom<v1::Priorities> for Priorities {
     type Error = WireError;
     fn try_from(w: v1::Priorities) -> Result<Self, WireError> {
-        let p = Priorities { classes: w.classes.into_iter().collect(), max_preemptions: w.max_preemptions };
+        let p = Priorities {
+            classes: w.classes.into_iter().collect(),
+            max_preemptions: w.max_preemptions,
+            attained_service_gpu_s: w.attained_service_gpu_s,
+        };
         p.validate().map_err(|(field, msg)| WireError::invalid("Priorities", "classes", format!("{field}: {msg}")))?;
         Ok(p)
     }
@@ -1243,7 +1248,7 @@ mod tests {
         job.service_queue = 256;
         assert!(Job::try_from(job).is_err());
         let mut s = v1::ViewSnapshot::from(&snap);
-        s.priorities = Some(v1::Priorities { classes: Default::default(), max_preemptions: 1 });
+        s.priorities = Some(v1::Priorities { max_preemptions: 1, ..Default::default() });
         assert!(ViewSnapshot::try_from(s.clone()).is_err());
         s.priorities = None;
         assert!(ViewSnapshot::try_from(s).is_err(), "priorities are required");

@@ -236,6 +236,7 @@ impl ClusterView {
         *self.tenant_used.entry(tenant).or_default() += total;
         self.applied.insert(p.id, p.job);
         self.note(Change::Job(p.job));
+        self.mark_service(p.job);
     }
 
     /// A rejection. Its `fresh` records start with the conflicting servers and, for a conflict,

@@ -15,6 +15,7 @@
 //! [priorities]                   # optional; these are the defaults (see `priority`)
 //! classes = { production = 100, batch = 50, best-effort = 0 }
 //! max_preemptions = 3
+//! attained_service_gpu_s = []    # attained-service queue thresholds (none: arrival order)
 //!
 //! [accounting]                   # optional; the defaults
 //! retention_days = 92            # how long the usage ledger keeps hourly GPU/core time, and
@@ -123,6 +124,8 @@ struct RawPriorities {
     classes: Option<BTreeMap<String, i32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_preemptions: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    attained_service_gpu_s: Vec<u64>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -152,6 +155,7 @@ impl ClusterSpec {
         let priorities = Priorities {
             classes: raw.priorities.classes.unwrap_or(defaults.classes),
             max_preemptions: raw.priorities.max_preemptions.unwrap_or(defaults.max_preemptions),
+            attained_service_gpu_s: raw.priorities.attained_service_gpu_s,
         };
         if let Err((field, message)) = priorities.validate() {
             return Err(SpecError::invalid(file, format!("priorities.{field}"), message));
@@ -346,6 +350,7 @@ impl ClusterSpec {
             priorities: RawPriorities {
                 classes: Some(self.priorities.classes.clone()),
                 max_preemptions: Some(self.priorities.max_preemptions),
+                attained_service_gpu_s: self.priorities.attained_service_gpu_s.clone(),
             },
             accounting: self.accounting,
         };

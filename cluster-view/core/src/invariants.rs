@@ -54,6 +54,12 @@ pub fn check(view: &ClusterView) -> Report {
         {
             rep.violations.push(format!("{} and {other} were admitted under one request id `{r}`", job.id));
         }
+        // The view moves jobs down its attained-service queues as its clock passes their marks.
+        let attained = view.priorities.service_queue(job.attained_gpu_ms(view.now_ms));
+        if attained > job.service_queue {
+            rep.violations
+                .push(format!("{} attained service queue {attained} but is in queue {}", job.id, job.service_queue));
+        }
         let holds = job.state.holds_resources();
         match (&job.placement, holds) {
             (None, true) => rep.violations.push(format!("{} is {} but has no placement", job.id, job.state)),

@@ -33,6 +33,7 @@
 //! state hash.
 
 pub mod approver;
+pub mod attained;
 pub mod cluster_spec;
 pub mod config_set;
 pub mod cordon;

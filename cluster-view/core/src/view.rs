@@ -344,6 +344,9 @@ pub struct ClusterView {
     pub(crate) ledger: Ledger,
     /// When placements with a time limit run out: (deadline ms, job), derived from the jobs.
     pub(crate) deadlines: BTreeSet<(u64, JobId)>,
+    /// When placed jobs reach their next attained-service threshold (derived; see
+    /// [`crate::attained`]).
+    pub(crate) service_marks: BTreeSet<(u64, JobId)>,
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) ended: VecDeque<JobId>,
     pub(crate) ended_kept: usize,
@@ -478,6 +481,7 @@ impl ClusterView {
             forgotten: Vec::new(),
             fit_memo: HashMap::new(),
             deadlines: BTreeSet::new(),
+            service_marks: BTreeSet::new(),
         }
         .with_derived()
     }
@@ -485,6 +489,7 @@ impl ClusterView {
     fn with_derived(mut self) -> ClusterView {
         self.count_servers();
         self.deadlines = self.jobs.values().filter_map(|j| j.deadline_ms().map(|d| (d, j.id))).collect();
+        self.service_marks = self.derive_service_marks();
         self.dependents = crate::dependency::dependents_of(&self.jobs);
         self
     }
@@ -691,13 +696,16 @@ impl ClusterView {
             self.deadlines.remove(&(deadline, job));
             expired.push(job);
         }
+        self.advance_service_queues(at_ms);
         (self.now_ms, expired)
     }
 
-    /// The earliest time limit of a placement held now (Unix ms), if any: the leader writes a
-    /// clock entry when it passes on an otherwise idle log.
+    /// The earliest time limit of a placement held now, or time a placed job reaches its next
+    /// attained-service threshold (Unix ms), if any: the leader writes a clock entry when it
+    /// passes on an otherwise idle log.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.deadlines.first().map(|(d, _)| *d)
+        let limit = self.deadlines.first().map(|(d, _)| *d);
+        limit.into_iter().chain(self.next_service_mark()).min()
     }
 
     /// The usage ledger.
@@ -1305,6 +1313,7 @@ impl ClusterView {
             forgotten: Vec::new(),
             fit_memo: HashMap::new(),
             deadlines: BTreeSet::new(),
+            service_marks: BTreeSet::new(),
         }
         .with_derived()
     }
@@ -1359,6 +1368,10 @@ impl ClusterView {
         for (class, p) in &self.priorities.classes {
             h.str(class);
             h.u64(*p as u32 as u64);
+        }
+        // Hashed only when set, so clusters without queues hash as before.
+        for t in &self.priorities.attained_service_gpu_s {
+            h.u64(*t);
         }
         for r in &self.servers {
             h.u64(r.free_gpus);
@@ -1479,6 +1492,7 @@ impl ClusterView {
 
     /// Returns a job's resources to its servers; asserts they were held.
     pub(crate) fn free_placement(&mut self, job: JobId) {
+        self.unmark_service(job);
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
@@ -1525,6 +1539,8 @@ impl ClusterView {
         if matches!(j.state, JobState::Finished | JobState::Failed) {
             return Err(ViewError::BadJobState { job, state: j.state.as_str(), action: "change its service queue" });
         }
+        // Never above the service the job attained, by the cluster's own thresholds.
+        let queue = queue.max(self.priorities.service_queue(j.attained_gpu_ms(self.now_ms)));
         if j.service_queue == queue {
             return Ok(());
         }

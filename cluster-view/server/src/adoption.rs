@@ -117,7 +117,8 @@ impl Adoptions {
     }
 
     /// Renews `host`'s hold on `held` and hands it up to `want` more pending jobs that wait for
-    /// no other job, highest priority first, then oldest. Jobs that are no longer pending are
+    /// no other job, highest priority first, then the least attained-service queue, then
+    /// oldest (the view's queue order). Jobs that are no longer pending are
     /// dropped from the table.
     pub fn adopt(&mut self, view: &ClusterView, host: &str, held: &[JobId], want: usize, now: Instant) -> Adopted {
         let until = now + self.lease;
@@ -138,16 +139,16 @@ impl Adoptions {
         if want == 0 || now < self.grants_from {
             return out;
         }
-        let mut free: Vec<(i32, JobId)> = view
+        let mut free: Vec<(std::cmp::Reverse<i32>, u8, JobId)> = view
             .jobs()
             .into_iter()
             // A job still waiting for others is nobody's yet: it would hold a host's slot doing
             // nothing (and a large array waiting could starve the jobs it waits for).
             .filter(|j| j.state == JobState::Pending && j.waiting_for.is_empty() && self.owner(j.id, now).is_none())
-            .map(|j| (j.spec.priority, j.id))
+            .map(|j| (std::cmp::Reverse(j.spec.priority), j.service_queue, j.id))
             .collect();
-        free.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        for (_, j) in free.into_iter().take(want) {
+        free.sort();
+        for (_, _, j) in free.into_iter().take(want) {
             self.owners.insert(j, (host.to_string(), until));
             out.adopted.push(j);
         }
@@ -195,6 +196,17 @@ mod tests {
         let got = a.adopt(&v, "h2", &[ids[2]], 5, t2);
         assert_eq!((got.kept, got.adopted), (vec![ids[2]], vec![ids[1]]));
         assert_eq!(a.owner(ids[0], t2), Some("h1"));
+    }
+
+    #[test]
+    fn jobs_are_handed_out_by_priority_then_attained_service_queue_then_age() {
+        let t0 = Instant::now();
+        let (mut v, ids) = view_with_jobs(3);
+        let urgent = v.submit(JobSpec { priority: 10, ..JobSpec::simple("u", 1, 1) }).expect("admitted");
+        // The oldest job has run for a while before (a queue down): the others go first.
+        v.set_service_queue(ids[0], 1).expect("queue");
+        let mut a = Adoptions::new(LEASE, t0);
+        assert_eq!(a.adopt(&v, "h1", &[], 4, t0).adopted, vec![urgent, ids[1], ids[2], ids[0]]);
     }
 
     #[test]

@@ -101,6 +101,11 @@ fn build_spec(p: &Params) -> ClusterSpec {
     }
     // A low starvation bound, so that scenarios reach it.
     spec.priorities.max_preemptions = 1 + (p.seed % 2) as u32;
+    // Attained-service queues in a third of the scenarios (from the seed, so the scenario's
+    // draws stay as they were): thresholds a job crosses within a few clock steps.
+    if p.seed.is_multiple_of(3) {
+        spec.priorities.attained_service_gpu_s = vec![300, 3_600, 36_000];
+    }
     if let Some(second) = p.second.filter(|s| *s != p.preset) {
         // Every other rack also holds one server of a second topology (a mixed cluster).
         spec.topologies.push(Topology::preset(PRESETS[second]).expect("preset"));

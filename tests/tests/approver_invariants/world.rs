@@ -41,6 +41,8 @@ struct Stats {
     /// slower clock).
     clocks: u64,
     clocks_behind: u64,
+    /// Jobs a clock step moved down an attained-service queue (the view's own thresholds).
+    queue_moves: u64,
     /// Jobs failed by their time limit.
     timed_out: u64,
     /// Preemptions applied, and victims they re-queued.
@@ -111,6 +113,7 @@ impl Stats {
         self.resubmit_forgotten += o.resubmit_forgotten;
         self.clocks += o.clocks;
         self.clocks_behind += o.clocks_behind;
+        self.queue_moves += o.queue_moves;
         self.timed_out += o.timed_out;
         self.dep_waiting += o.dep_waiting;
         self.arrays += o.arrays;
@@ -226,11 +229,14 @@ impl World {
             _ => false,
         };
         let held0: HashMap<JobId, usize> = self.view.jobs().iter().map(|j| (j.id, j.held.len())).collect();
+        let queues0: HashMap<JobId, u8> = self.view.jobs().iter().map(|j| (j.id, j.service_queue)).collect();
         let ledger0 = ledger_total(&self.view);
         let waiting0: Vec<JobId> =
             self.view.jobs().iter().filter(|j| !j.waiting_for.is_empty()).map(|j| j.id).collect();
         let out = self.view.apply(&cmd);
         let (v1, h1) = (self.view.version(), self.view.state_hash());
+        // Jobs the command moved down an attained-service queue (a clock passing their marks).
+        let moved = queues0.iter().filter(|(j, q)| self.view.job(**j).is_some_and(|j| j.service_queue > **q)).count();
         // Accounting conserves time: what the ledger gained is exactly the spans jobs gained
         // (unless a job with new spans was forgotten in the same command).
         let forgot = held0.keys().any(|j| self.view.job(*j).is_none());
@@ -267,8 +273,9 @@ impl World {
             Outcome::Layout(r) => r.is_ok() as u64,
             Outcome::Policy(r) => (r.is_ok() && v1 != v0) as u64,
             // The clock is the one command that changes state (the clock, the ledger's
-            // retention) without a version: versions count what readers see in deltas.
-            Outcome::Clock { expired, .. } => expired.len() as u64,
+            // retention) without a version: versions count what readers see in deltas, here
+            // the jobs timed out and those moved down a queue.
+            Outcome::Clock { expired, .. } => (expired.len() + moved) as u64,
         };
         ensure!(v1.0 == v0.0 + bumps, "version went {v0} -> {v1} on {cmd:?} -> {out:?}");
         if matches!(cmd, Command::Clock { .. }) {
@@ -1364,7 +1371,16 @@ impl World {
             self.clock
         };
         let before = self.view.now_ms();
+        let queues: Vec<(JobId, u8)> = self.view.jobs().iter().map(|j| (j.id, j.service_queue)).collect();
         let out = self.exec(Command::Clock { at_ms })?;
+        for (id, q) in queues {
+            let now = self.view.job(id).map_or(q, |j| j.service_queue);
+            ensure!(now >= q, "{id} went up a queue ({q} to {now}) on a clock step");
+            let reached =
+                self.view.priorities().service_queue(self.view.job(id).map_or(0, |j| j.attained_gpu_ms(at_ms)));
+            ensure!(now >= reached, "{id} attained queue {reached} but is in {now} after the clock");
+            self.stats.queue_moves += u64::from(now > q);
+        }
         let Outcome::Clock { now_ms, expired } = &out else { bail!("clock {at_ms} answered {out:?}") };
         ensure!(*now_ms == before.max(at_ms), "clock {at_ms} after {before} answered {out:?}");
         for j in expired {
@@ -1570,6 +1586,7 @@ fn scenarios_exercise_every_path() {
         ("resubmit_forgotten", t.resubmit_forgotten),
         ("clocks", t.clocks),
         ("clocks_behind", t.clocks_behind),
+        ("queue_moves", t.queue_moves),
         ("timed_out", t.timed_out),
         ("dep_waiting", t.dep_waiting),
         ("arrays", t.arrays),
