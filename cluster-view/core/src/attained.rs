@@ -174,6 +174,22 @@ mod tests {
     }
 
     #[test]
+    fn a_job_timed_out_by_a_late_clock_shows_what_it_attained_up_to_then() {
+        let mut v = view();
+        let mut spec = JobSpec::simple("limited", 1, 2);
+        spec.run.time_limit_s = Some(10);
+        let job = v.submit(spec).expect("admitted");
+        place(&mut v, job, 1, 0, 2);
+        // One clock entry past the first mark (5 s) and the time limit (10 s): the job held its
+        // GPUs for 20 s, 40 GPU-s, when it is failed.
+        let (_, expired) = v.advance_clock_expiring(T0 + 20_000);
+        assert_eq!(expired, vec![job]);
+        assert_eq!(queue(&v, job), 1);
+        let rep = invariants::check(&v);
+        assert!(rep.is_clean(), "{:?}", rep.violations);
+    }
+
+    #[test]
     fn marks_are_derived_so_a_view_rebuilt_from_its_snapshot_moves_the_same_jobs() {
         let mut v = view();
         let a = v.submit(JobSpec::simple("a", 1, 1)).expect("admitted");

@@ -676,6 +676,9 @@ impl ClusterView {
         }
         self.now_ms = at_ms;
         self.ledger.prune(at_ms);
+        // Queues first: a job whose time limit ends now held its GPUs up to now, and what it
+        // attained by then must show in its queue before it is released.
+        self.advance_service_queues(at_ms);
         let mut expired = Vec::new();
         while let Some(&(deadline, job)) = self.deadlines.first()
             && deadline <= at_ms
@@ -696,7 +699,6 @@ impl ClusterView {
             self.deadlines.remove(&(deadline, job));
             expired.push(job);
         }
-        self.advance_service_queues(at_ms);
         (self.now_ms, expired)
     }
 

@@ -277,7 +277,16 @@ impl World {
             // the jobs timed out and those moved down a queue.
             Outcome::Clock { expired, .. } => (expired.len() + moved) as u64,
         };
-        ensure!(v1.0 == v0.0 + bumps, "version went {v0} -> {v1} on {cmd:?} -> {out:?}");
+        // A job a clock moved down a queue and then timed out may be forgotten at once (when
+        // few ended jobs are kept): its move is not seen here, but counted in the version.
+        let unseen = match &out {
+            Outcome::Clock { .. } => queues0.keys().filter(|j| self.view.job(**j).is_none()).count() as u64,
+            _ => 0,
+        };
+        ensure!(
+            (v0.0 + bumps..=v0.0 + bumps + unseen).contains(&v1.0),
+            "version went {v0} -> {v1} on {cmd:?} -> {out:?}"
+        );
         if matches!(cmd, Command::Clock { .. }) {
             // Checked above: a version per job timed out. The hash changes with the clock.
         } else if v1 == v0 {
