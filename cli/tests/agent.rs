@@ -250,10 +250,12 @@ fn a_failed_member_restarts_its_gang_whole_and_the_second_try_finishes() {
     rt().block_on(async {
         let mut c = client(&addr, &sec);
         c.wait_for_leader().await.expect("leader");
-        // The first time, rank 1 fails (leaving a marker) while rank 0 would run for a minute;
-        // the second time both succeed.
+        // The first time, rank 1 fails while rank 0 would run for a minute; the second time
+        // both succeed. Each rank keeps its own marker: rank 0 reading rank 1's raced its
+        // touch (rank 0 then exited at once and was never stopped).
         let script = format!(
-            "if [ -e {m} ]; then exit 0; fi; if [ \"$RANK\" = 1 ]; then touch {m}; exit 7; fi; exec sleep 60",
+            "if [ \"$RANK\" = 1 ]; then if [ -e {m} ]; then exit 0; fi; touch {m}; exit 7; fi; \
+             if [ -e {m}-rank0 ]; then exit 0; fi; touch {m}-rank0; exec sleep 60",
             m = marker.display()
         );
         let mut spec = JobSpec::simple("flaky", 2, 1);
