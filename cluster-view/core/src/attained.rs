@@ -90,10 +90,9 @@ impl ClusterView {
 #[cfg(test)]
 mod tests {
     use crate::cluster_spec::ClusterSpec;
-    use crate::ids::{JobId, ProposalId, ServerId};
+    use crate::ids::{JobId, ProposalId};
     use crate::invariants;
     use crate::job::JobSpec;
-    use crate::mask::CoreMask;
     use crate::placement::{MemberPlacement, Proposal};
     use crate::topology::Topology;
     use crate::view::{ClusterView, Command};
@@ -111,14 +110,7 @@ mod tests {
 
     /// `gpus` GPUs from device `first`, with their shares of cores and memory.
     fn place(v: &mut ClusterView, job: JobId, id: u64, first: u32, gpus: u32) {
-        let t = Topology::preset("seed-8gpu").expect("preset");
-        let (cores, memory) = (t.cores() / t.devices, t.memory_mib / t.devices);
-        let m = MemberPlacement {
-            server: ServerId(0),
-            gpus: ((1u64 << gpus) - 1) << first,
-            cores: CoreMask::range(first * cores, gpus * cores),
-            memory_mib: memory * gpus,
-        };
+        let m = MemberPlacement::seed_8gpu(first, gpus);
         let p = Proposal { id: ProposalId(id), job, members: vec![m], based_on: v.version() };
         assert!(v.propose(&p).is_placed());
     }

@@ -20,6 +20,22 @@ pub struct MemberPlacement {
     pub memory_mib: u32,
 }
 
+#[cfg(test)]
+impl MemberPlacement {
+    /// For unit tests: `gpus` GPUs from device `first` of server 0, a seed-8gpu server, with
+    /// their shares of its cores and memory.
+    pub(crate) fn seed_8gpu(first: u32, gpus: u32) -> MemberPlacement {
+        let t = crate::topology::Topology::preset("seed-8gpu").expect("preset");
+        let (cores, memory) = (t.cores() / t.devices, t.memory_mib / t.devices);
+        MemberPlacement {
+            server: ServerId(0),
+            gpus: ((1u64 << gpus) - 1) << first,
+            cores: CoreMask::range(first * cores, gpus * cores),
+            memory_mib: memory * gpus,
+        }
+    }
+}
+
 /// A scheduler's proposal: a whole gang for one job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {

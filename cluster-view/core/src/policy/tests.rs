@@ -1,9 +1,8 @@
 use crate::cluster_spec::ClusterSpec;
 use crate::error::ViewError;
-use crate::ids::{JobId, ProposalId, ServerId};
+use crate::ids::{JobId, ProposalId};
 use crate::invariants;
 use crate::job::JobSpec;
-use crate::mask::CoreMask;
 use crate::placement::{Decision, MemberPlacement, Proposal, Rejection};
 use crate::topology::Topology;
 use crate::view::{ClusterView, Command, Outcome};
@@ -36,14 +35,7 @@ fn job(tenant: &str, gpus: u32) -> JobSpec {
 
 /// `gpus` GPUs (from device `first`) with their shares of cores and memory, on the server.
 fn propose(v: &mut ClusterView, job: JobId, id: u64, first: u32, gpus: u32) -> Decision {
-    let t = Topology::preset("seed-8gpu").expect("preset");
-    let (cores, memory) = (t.cores() / t.devices, t.memory_mib / t.devices);
-    let m = MemberPlacement {
-        server: ServerId(0),
-        gpus: ((1u64 << gpus) - 1) << first,
-        cores: CoreMask::range(first * cores, gpus * cores),
-        memory_mib: memory * gpus,
-    };
+    let m = MemberPlacement::seed_8gpu(first, gpus);
     let p = Proposal { id: ProposalId(id), job, members: vec![m], based_on: v.version() };
     match v.apply(&Command::Propose(vec![p])) {
         Outcome::Decided(mut d) => d.remove(0),
