@@ -20,16 +20,21 @@ use crate::view::ClusterView;
 /// Most tenants with a quota.
 pub const MAX_QUOTAS: usize = 4096;
 
-/// Longest tenant or class name, in bytes.
+/// Longest tenant or class name, in characters (at most 256 bytes).
 pub const MAX_POLICY_NAME: usize = 64;
 
-/// A tenant or class name a policy command may name: 1 to [`MAX_POLICY_NAME`] bytes, no
+/// Largest GPU quota a request may set (a million GPUs: beyond any cluster; remove the quota
+/// for no bound). Checked at the edges.
+pub const MAX_QUOTA_GPUS: u32 = 1 << 20;
+
+/// A tenant or class name a policy command may name: 1 to [`MAX_POLICY_NAME`] characters, no
 /// whitespace or control characters (`what` names it in the refusal). The view checks it at
 /// apply; the edges check it first, to answer a malformed request as such.
 pub fn check_name(what: &str, name: &str) -> Result<(), ViewError> {
-    if name.is_empty() || name.len() > MAX_POLICY_NAME || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    let chars = name.chars().count();
+    if chars == 0 || chars > MAX_POLICY_NAME || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(ViewError::Policy(format!(
-            "{what} `{name}`: 1 to {MAX_POLICY_NAME} bytes without spaces or control characters"
+            "{what} `{name}`: 1 to {MAX_POLICY_NAME} characters without spaces or control characters"
         )));
     }
     Ok(())

@@ -907,6 +907,7 @@ async fn quotas_and_classes_are_set_and_removed_over_http() {
         (QUOTA, "/v1/policy/quotas/vision", r#"{"gpus": 1, "extra": true}"#, "malformed_json"),
         (QUOTA, "/v1/policy/quotas/vision", "{}", "malformed_json"),
         (QUOTA, "/v1/policy/quotas/two%20words", r#"{"gpus": 1}"#, "invalid_argument"),
+        (QUOTA, "/v1/policy/quotas/vision", r#"{"gpus": 2000000}"#, "invalid_argument"),
         (CLASS, "/v1/policy/classes/urgent", r#"{"priority": "high"}"#, "malformed_json"),
         (CLASS, "/v1/policy/classes/urgent?x=1", r#"{"priority": 1}"#, "bad_query"),
     ] {

@@ -61,6 +61,8 @@ impl Policy {
 #[serde(deny_unknown_fields)]
 pub struct QuotaBody {
     /// GPUs the tenant's placed gangs may hold together.
+    #[schema(maximum = 1048576)]
+    #[serde(deserialize_with = "whole")]
     pub gpus: u32,
 }
 
@@ -69,7 +71,22 @@ pub struct QuotaBody {
 #[serde(deny_unknown_fields)]
 pub struct ClassBody {
     /// Its priority: higher runs first and may preempt lower.
+    #[serde(deserialize_with = "whole")]
     pub priority: i32,
+}
+
+/// A whole number of type `T`, written as JSON Schema's integers may be: `7500` or `7500.0`
+/// (serde takes only the first for an integer type).
+fn whole<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    use serde::de::Error;
+    let n = serde_json::Number::deserialize(d)?;
+    let whole = n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64));
+    let v = whole.ok_or_else(|| D::Error::custom(format!("{n} is not a whole number")))?;
+    T::try_from(v).map_err(|_| D::Error::custom(format!("{n} is out of range")))
 }
 
 /// What a policy change did.
@@ -114,5 +131,18 @@ mod tests {
         assert!(classes.windows(2).all(|w| w[0] >= w[1]), "{classes:?}");
         assert_eq!(got.classes.len(), v.priorities().classes.len());
         assert_eq!(got.max_preemptions, v.priorities().max_preemptions);
+    }
+
+    #[test]
+    fn bodies_take_whole_numbers_written_either_way_and_nothing_else() {
+        let q = |t: &str| serde_json::from_str::<QuotaBody>(t).map(|b| b.gpus).map_err(|e| e.to_string());
+        assert_eq!(q(r#"{"gpus": 7500}"#), Ok(7500));
+        assert_eq!(q(r#"{"gpus": 7500.0}"#), Ok(7500));
+        for bad in [r#"{"gpus": 1.5}"#, r#"{"gpus": -1}"#, r#"{"gpus": 4294967296}"#, r#"{"gpus": "8"}"#, "{}"] {
+            assert!(q(bad).is_err(), "{bad}");
+        }
+        let c = |t: &str| serde_json::from_str::<ClassBody>(t).map(|b| b.priority).map_err(|e| e.to_string());
+        assert_eq!((c(r#"{"priority": -5.0}"#), c(r#"{"priority": 500}"#)), (Ok(-5), Ok(500)));
+        assert!(c(r#"{"priority": 2147483648}"#).is_err());
     }
 }

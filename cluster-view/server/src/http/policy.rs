@@ -1,7 +1,9 @@
 //! `GET /v1/policy`, `PUT` and `DELETE` of `/v1/policy/quotas/{tenant}` and
 //! `/v1/policy/classes/{class}`: tenants' GPU quotas and the priority classes of the running
 //! cluster, read by any caller and changed by an admin (the `SetPolicy` RPC, audited there), as
-//! the [`Policy`] and [`PolicyChanged`] types the CLI prints too. Setting what is in force
+//! the [`Policy`] and [`PolicyChanged`] types the CLI prints too. The documented pattern of a
+//! tenant or class name is the view's rule (`tessera_view::policy::check_name`): 1 to 64
+//! characters, none of them whitespace or a control character. Setting what is in force
 //! already, or removing what is absent, changes nothing, so a retried call is safe.
 
 use super::jobs::read_body;
@@ -36,7 +38,7 @@ pub(super) async fn policy(api: web::Data<Api>, req: HttpRequest) -> Result<Http
     put,
     path = "/v1/policy/quotas/{tenant}",
     tag = "cluster",
-    params(("tenant" = String, Path, description = "the tenant (1 to 64 bytes, no spaces)")),
+    params(("tenant" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "the tenant (1 to 64 characters, no whitespace or control characters)")),
     request_body(content = QuotaBody, content_type = "application/json"),
     responses(
         (status = 200, description = "set (or in force already)", body = PolicyChanged),
@@ -66,7 +68,7 @@ pub(super) async fn set_quota(
     delete,
     path = "/v1/policy/quotas/{tenant}",
     tag = "cluster",
-    params(("tenant" = String, Path, description = "the tenant")),
+    params(("tenant" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "the tenant")),
     responses(
         (status = 200, description = "removed (or there was none)", body = PolicyChanged),
         (status = 400, description = "a malformed tenant or a query parameter (codes `invalid_argument`, `bad_query`)", body = ErrorBody),
@@ -92,7 +94,7 @@ pub(super) async fn remove_quota(
     put,
     path = "/v1/policy/classes/{class}",
     tag = "cluster",
-    params(("class" = String, Path, description = "the class (1 to 64 bytes, no spaces)")),
+    params(("class" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "the class (1 to 64 characters, no whitespace or control characters)")),
     request_body(content = ClassBody, content_type = "application/json"),
     responses(
         (status = 200, description = "set (or in force already)", body = PolicyChanged),
@@ -122,7 +124,7 @@ pub(super) async fn set_class(
     delete,
     path = "/v1/policy/classes/{class}",
     tag = "cluster",
-    params(("class" = String, Path, description = "the class")),
+    params(("class" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "the class")),
     responses(
         (status = 200, description = "removed (or there was none)", body = PolicyChanged),
         (status = 400, description = "a malformed class or a query parameter (codes `invalid_argument`, `bad_query`)", body = ErrorBody),

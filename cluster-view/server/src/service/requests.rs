@@ -92,6 +92,12 @@ pub fn policy_command(r: &v1::PolicyRequest) -> Result<Command, ViewServerError>
         None => Err(ViewServerError::Invalid("PolicyRequest.change: missing; give quota or priority_class".into())),
         Some(Change::Quota(q)) => {
             tessera_view::policy::check_name("tenant", &q.tenant).map_err(bad)?;
+            let most = tessera_view::policy::MAX_QUOTA_GPUS;
+            if q.gpus.is_some_and(|g| g > most) {
+                return Err(ViewServerError::Invalid(format!(
+                    "PolicyRequest.quota.gpus: at most {most}; remove the quota for no bound"
+                )));
+            }
             Ok(Command::SetQuota { tenant: q.tenant.clone(), gpus: q.gpus })
         }
         Some(Change::PriorityClass(c)) => {
