@@ -50,6 +50,10 @@ impl ClusterView {
 
     /// Takes `job`'s mark after it was placed.
     pub(crate) fn mark_service(&mut self, job: JobId) {
+        // The approver's hot path: nothing to compute on a cluster without queues.
+        if self.priorities.attained_service_gpu_s.is_empty() {
+            return;
+        }
         if let Some(m) = self.jobs.get(&job).and_then(|j| self.service_mark(j)) {
             self.service_marks.insert((m, job));
         }
