@@ -24,6 +24,9 @@ command -v sccache >/dev/null 2>&1 || missing+=(sccache)
 command -v git >/dev/null 2>&1 || missing+=(git)
 # systemd-analyze checks the units of deploy/systemd in the tests (offline: no systemd needs to run).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# libfaketime steps the wall clock of replica processes in the clock-fault tests
+# (cli/tests/clock.rs, the chaos suite's clock-jump fault).
+dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "install-deps: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

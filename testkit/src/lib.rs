@@ -154,7 +154,8 @@ impl LocalClusterBuilder {
     }
 
     /// An environment variable of replica processes (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`); see
-    /// [`LocalClusterBuilder::start_processes`].
+    /// [`LocalClusterBuilder::start_processes`]. `{replica}` in the value reads as each
+    /// replica's id (a file of its own, say).
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.to_string(), value.to_string()));
         self

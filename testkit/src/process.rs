@@ -271,7 +271,7 @@ impl ProcessCluster {
             .env("LISTEN_FDS", n.to_string())
             .env("LISTEN_FDNAMES", names.join(":"))
             .env_remove("LISTEN_PID")
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.replace("{replica}", &id.to_string()))))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(log);

@@ -12,12 +12,13 @@
 //! | [`rocks`] | [`RocksBackend`]: the backend on RocksDB |
 //! | [`mem`] | [`MemBackend`]: an in-memory disk that models what a crash keeps, with armable faults |
 //! | [`replica`] | [`Replica`]: the RawNode driver — tick, step, propose, ready → persist, apply, send; the leader's pre-check and batching |
+//! | [`clock`] | [`LeaderClock`]: the clock a leader writes into each entry, elapsed time on its monotonic clock, slewed toward its wall clock |
 //! | [`codec`] | commands, snapshots and entry contexts as bytes |
 //! | `forged` (private) | raft messages no correct peer sends, dropped before raft-rs sees them |
 //! | [`logger`] | raft-rs's `slog` records into `tracing` |
 //! | [`error`] | [`ReplicaError`] |
 //!
-//! The replica owns no thread, socket or clock: its owner drives it, so the same code runs in
+//! The replica owns no thread or socket, and reads clocks only to stamp its entries: its owner drives it, so the same code runs in
 //! the server and in the deterministic fault tests (`tests/sim.rs`). Its only I/O is its
 //! storage: [`Replica::on_ready`] writes (and fsyncs) through the backend before it returns
 //! (the history of ended jobs unsynced: a replay rebuilds it).
@@ -43,6 +44,7 @@ macro_rules! fail_point {
 pub(crate) use fail_point;
 
 pub mod backend;
+pub mod clock;
 pub mod codec;
 pub mod error;
 mod forged;
@@ -54,6 +56,7 @@ pub mod rocks;
 pub mod storage;
 
 pub use backend::Backend;
+pub use clock::LeaderClock;
 pub use error::ReplicaError;
 pub use mem::{DiskFault, MemBackend};
 pub use replica::{Answer, Replica, ReplicaConfig, Ticket};

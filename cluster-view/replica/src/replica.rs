@@ -25,6 +25,7 @@
 //! ([`tessera_view::invariants::check`]); only then are the storage and the state replaced.
 
 use crate::backend::{Backend, WriteBatch};
+use crate::clock::LeaderClock;
 use crate::codec::{self, SnapshotData};
 use crate::error::ReplicaError;
 use crate::history;
@@ -36,6 +37,7 @@ use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, 
 use raft::{RawNode, StateRole};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::time::Instant;
 use tessera_view::fit;
 use tessera_view::placement::Rejection;
 use tessera_view::{
@@ -194,6 +196,8 @@ pub struct Replica<B: Backend = RocksBackend> {
     proposed: std::collections::VecDeque<(u64, u64, Vec<Ticket>)>,
     /// The view's clock at the last prune of the history of ended jobs (0: none yet).
     history_pruned_ms: u64,
+    /// The clock this replica writes as leader (elapsed time, slewed toward its wall clock).
+    clock: LeaderClock,
 }
 
 impl<B: Backend> std::fmt::Debug for Replica<B> {
@@ -284,6 +288,7 @@ impl<B: Backend> Replica<B> {
             snapshot_now: false,
             proposed: std::collections::VecDeque::new(),
             history_pruned_ms: 0,
+            clock: LeaderClock::default(),
         };
         replica.seed_election_timeout();
         Ok(replica)
@@ -322,6 +327,21 @@ impl<B: Backend> Replica<B> {
     /// The leader as this replica knows it (0 if none).
     pub fn leader_id(&self) -> u64 {
         self.node.raft.leader_id
+    }
+
+    /// The view's time now as this replica would write it (Unix ms), never before the view's
+    /// clock: as leader, the clock its next entry will carry (see [`crate::clock`]); as a
+    /// follower, its estimate from the entries it saw. For decisions the leader takes on time
+    /// (drain deadlines, time limits), so that a step of this machine's wall clock moves them
+    /// no more than it moves the view.
+    pub fn clock_ms(&mut self) -> u64 {
+        let now = Instant::now();
+        let t = if self.is_leader() {
+            self.clock.stamp(unix_ms(), now)
+        } else {
+            self.clock.estimate(now).unwrap_or_else(unix_ms)
+        };
+        t.max(self.view.now_ms())
     }
 
     /// The current term.
@@ -667,7 +687,7 @@ impl<B: Backend> Replica<B> {
             // Every entry starts with this leader's clock: the view's times and usage ledger
             // read it, the same on every replica (see `tessera_view::usage`).
             let mut cmds = Vec::with_capacity(others.len() + 2);
-            cmds.push(Command::Clock { at_ms: unix_ms() });
+            cmds.push(Command::Clock { at_ms: self.clock.stamp(unix_ms(), Instant::now()) });
             if !gangs.is_empty() {
                 cmds.push(Command::Propose(gangs));
             }
@@ -815,6 +835,7 @@ impl<B: Backend> Replica<B> {
     fn on_role_change(&mut self) {
         let leader = self.is_leader();
         if self.was_leader && !leader {
+            self.clock.step_down();
             let mut tickets: Vec<Ticket> = self.batch.drain(..).map(|(t, _)| t).collect();
             tickets.extend(self.proposed.drain(..).flat_map(|(_, _, t)| t));
             for t in tickets {
@@ -871,7 +892,12 @@ impl<B: Backend> Replica<B> {
                     for (i, cmd) in cmds.iter().enumerate() {
                         let outcome = self.view.apply(cmd);
                         if i == 0 && matches!(cmd, Command::Clock { .. }) {
-                            // The entry's stamp, written by the leader itself: no ticket.
+                            // The entry's stamp, written by the leader itself: no ticket. Seen
+                            // under a known leader, it tells this replica the view's time
+                            // (entries replayed at start, before any leader, do not).
+                            if self.node.raft.leader_id != 0 {
+                                self.clock.observe(self.view.now_ms(), Instant::now());
+                            }
                             continue;
                         }
                         match (cmd, outcome) {
@@ -959,7 +985,7 @@ impl<B: Backend> Replica<B> {
     }
 }
 
-/// Unix milliseconds of this machine's clock (0 if it is before 1970).
+/// Unix milliseconds of this machine's wall clock (0 if it is before 1970).
 fn unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -22,6 +22,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
+use tessera_replica::clock::restamp;
 use tessera_replica::{Answer, Replica, ReplicaError, Ticket};
 use tessera_view::drain::{MAX_DRAIN_MOVES, drain_moves};
 use tessera_view::{Command, Health, JobId, Outcome, Proposal, ProposalId, ServerId, Topology, ViewVersion};
@@ -488,6 +489,10 @@ impl Driver {
             }
             NodeRequest::Commands(items) => {
                 for (cmd, reply) in items {
+                    // Times in an operator's command (a cordon, a drain's deadline, a layout
+                    // change) read the view's clock, not the wall clock of the replica that
+                    // took the call (see `tessera_replica::clock`).
+                    let cmd = if self.replica.is_leader() { restamp(cmd, self.replica.clock_ms()) } else { cmd };
                     let r = self.replica.propose(cmd);
                     if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply), now) {
                         let _ = reply.send(Err(e));
@@ -676,7 +681,8 @@ impl Driver {
             let _ = reply.send(Ok((id, self.lease_ms())));
             return;
         }
-        let r = self.replica.propose(Command::SetHealth { server: id, health: Health::Up, at_ms: unix_ms() });
+        let at_ms = self.replica.clock_ms();
+        let r = self.replica.propose(Command::SetHealth { server: id, health: Health::Up, at_ms });
         if let Err((e, Pending::Register(_, reply))) = self.track(r, Pending::Register(id, reply), now) {
             let _ = reply.send(Err(e));
         }
@@ -723,7 +729,7 @@ impl Driver {
     /// Proposes [`Command::Evict`] for every drained server whose deadline has passed and
     /// that still hosts gangs, at most once a second per server (leader only).
     fn evict_drained(&mut self, now: Instant) {
-        let now_ms = unix_ms();
+        let now_ms = self.replica.clock_ms();
         let view = self.replica.view();
         let due: Vec<ServerId> = view
             .cordons()
@@ -749,7 +755,7 @@ impl Driver {
     /// [`DRAIN_MOVE_EVERY`] per server and [`MAX_DRAIN_MOVES`] gangs at a time (leader only).
     /// Gangs with no such placement stay until the deadline's eviction.
     fn move_drained(&mut self, now: Instant) {
-        let now_ms = unix_ms();
+        let now_ms = self.replica.clock_ms();
         let view = self.replica.view();
         let due: Vec<ServerId> = view
             .cordons()
@@ -792,7 +798,7 @@ impl Driver {
     /// a second): the view fails such jobs as its clock reaches their deadline, and on a busy
     /// cluster every entry moves the clock anyway, but an idle log would hold them forever.
     fn expire_time_limits(&mut self, now: Instant) {
-        let now_ms = unix_ms();
+        let now_ms = self.replica.clock_ms();
         if self.replica.view().next_deadline_ms().is_none_or(|d| d > now_ms)
             || self.clock_tick.is_some_and(|at| now.duration_since(at) < Duration::from_secs(1))
         {
@@ -829,7 +835,8 @@ impl Driver {
                 self.agents.remove(&s);
                 continue;
             }
-            let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down, at_ms: unix_ms() });
+            let at_ms = self.replica.clock_ms();
+            let r = self.replica.propose(Command::SetHealth { server: s, health: Health::Down, at_ms });
             if r.is_ok() {
                 // Only once the change is queued; otherwise the next tick tries again.
                 self.leases.marked_down(s);
