@@ -32,17 +32,25 @@ pub struct RunArgs {
     /// Seed of the fault schedule (the same seed, the same faults).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Faults to inject, one after another.
-    #[arg(long, default_value_t = 9)]
+    /// Faults to inject, one after another (partners not counted).
+    #[arg(long, default_value_t = 10)]
     faults: usize,
+    /// Every Nth fault gets a partner: a second fault on another target, injected while the
+    /// first holds (0: faults never overlap).
+    #[arg(long, default_value_t = 3)]
+    overlap_every: usize,
     /// Fault kinds to draw from, comma-separated (default: every kind; full-disk only with
-    /// --data-root).
+    /// --data-root, clock-jump only with --clock-root).
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<String>,
     /// Where each replica's data file system is mounted on this host (`DIR/view-N`), for the
     /// full-disk fault.
     #[arg(long)]
     data_root: Option<PathBuf>,
+    /// Where each replica's clock offset file is on this host (`DIR/view-N/offset`, read by
+    /// libfaketime in the replica's container), for the clock-jump fault.
+    #[arg(long)]
+    clock_root: Option<PathBuf>,
     /// The node agents' compose services, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "rack-a-s00,rack-a-s01,rack-b-s00,rack-b-s01")]
     agents: Vec<String>,
@@ -113,9 +121,16 @@ fn run_suite(a: RunArgs) -> Result<ExitCode> {
             kinds.retain(|k| *k != FaultKind::FullDisk);
             eprintln!("chaos: no --data-root, so no full-disk faults");
         }
+        if a.clock_root.is_none() {
+            kinds.retain(|k| *k != FaultKind::ClockJump);
+            eprintln!("chaos: no --clock-root, so no clock-jump faults");
+        }
     }
     if kinds.contains(&FaultKind::FullDisk) && a.data_root.is_none() {
         bail!("full-disk faults need --data-root (where the replicas' data file systems are mounted)");
+    }
+    if kinds.contains(&FaultKind::ClockJump) && a.clock_root.is_none() {
+        bail!("clock-jump faults need --clock-root (where the replicas' libfaketime offset files are)");
     }
     if a.agents.is_empty() && kinds.contains(&FaultKind::AgentLost) {
         bail!("agent-lost faults need --agents");
@@ -130,12 +145,12 @@ fn run_suite(a: RunArgs) -> Result<ExitCode> {
         bail!("--direct-every-ms must be at least 20");
     }
     let agent_lease = Duration::from_millis(a.agent_lease_ms);
-    let schedule = Schedule::seeded(a.seed, a.faults, &kinds, agent_lease);
+    let schedule = Schedule::seeded(a.seed, a.faults, &kinds, agent_lease, a.overlap_every);
     if a.show_schedule {
         eprintln!("{}", serde_json::to_string_pretty(&schedule)?);
     }
     let cfg = ChaosConfig {
-        compose: Compose { project: a.project, data_root: a.data_root },
+        compose: Compose { project: a.project, data_root: a.data_root, clock_root: a.clock_root },
         view,
         security: a.security.security("the chaos suite")?,
         agents: a.agents,

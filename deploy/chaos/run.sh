@@ -6,8 +6,9 @@
 # verdict. Exits non-zero on any violation; always removes its containers, networks, volumes
 # and file systems.
 #
-#   deploy/chaos/run.sh                 # one round: 9 faults, one of each kind (CI, < 5 min)
-#   deploy/chaos/run.sh --soak          # 108 faults (12 of each kind)
+#   deploy/chaos/run.sh                 # one round: 10 faults, one of each kind, and 3 partners
+#                                       # injected during others (CI, < 5 min)
+#   deploy/chaos/run.sh --soak          # 120 faults (12 of each kind) and 40 partners
 #   TESSERA_CHAOS_SEED=7 deploy/chaos/run.sh   # another schedule; a failing seed repeats
 #
 # Extra arguments after `--` go to `tessera chaos run` (e.g. `-- --kinds kill-leader,full-disk`);
@@ -16,19 +17,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . deploy/compose/common.sh
-# The faults' tools: nsenter (util-linux), tc (iproute2), iptables, mkfs.ext4 (e2fsprogs).
+# The faults' tools: nsenter (util-linux), tc (iproute2), iptables, mkfs.ext4 (e2fsprogs),
+# libfaketime (mounted into the replicas' containers).
 missing=()
 for t in nsenter:util-linux tc:iproute2 iptables:iptables mkfs.ext4:e2fsprogs; do
     command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
 done
+export TESSERA_FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+[ -e "$TESSERA_FAKETIME_LIB" ] || missing+=(libfaketime)
 if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
-faults=9
+faults=10
 if [ "${1:-}" = "--soak" ]; then
-    faults=108
+    faults=120
     shift
 fi
 [ "${1:-}" = "--" ] && shift
@@ -72,6 +76,11 @@ for i in 1 2 3; do
     fi
     chown 65532:65532 "$work/view-$i"
 done
+# Each replica's clock offset (read by libfaketime in its container; the suite rewrites it).
+for i in 1 2 3; do
+    mkdir -p "$work/clock/view-$i"
+    echo "+0" >"$work/clock/view-$i/offset"
+done
 
 bash deploy/image/build.sh tessera:dev
 tessera="$CARGO_TARGET_DIR/release/tessera"
@@ -81,5 +90,5 @@ export TESSERA_TLS_DIR="$work/tls" TESSERA_TLS="$work/tls/admin"
 t0=$(date +%s.%N)
 "${compose[@]}" up -d
 "$tessera" chaos run --project "$project" --view "$view" --seed "$seed" --faults "$faults" \
-    --agent-lease-ms 6000 "${data_root[@]}" "$@" | tee "$work/report.json"
+    --agent-lease-ms 6000 "${data_root[@]}" --clock-root "$work/clock" "$@" | tee "$work/report.json"
 printf 'chaos run: seed %s, %s faults, %.0f s from compose up\n' "$seed" "$faults" "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" >&2

@@ -1,6 +1,7 @@
 //! Faults made real on a compose cluster: `docker` for processes and networks, `nsenter` with
-//! `tc` and `iptables` inside one container's network namespace for slow and lossy links, and a
-//! file written into a replica's data file system for a full disk.
+//! `tc` and `iptables` inside one container's network namespace for slow and lossy links, a
+//! file written into a replica's data file system for a full disk, and the offset file that
+//! libfaketime reads in a replica's process for a clock step.
 //!
 //! Every command runs with a deadline, and every fault has its heal; [`Compose::heal_all`]
 //! undoes whatever a run that stopped half-way may have left (frozen containers, cut links,
@@ -31,6 +32,10 @@ pub struct Compose {
     /// Where each replica's data file system is mounted on this host (`<root>/view-N`), for
     /// the full-disk fault; none: that fault cannot be made.
     pub data_root: Option<PathBuf>,
+    /// Where each replica's clock offset file is on this host (`<root>/view-N/offset`, the
+    /// file libfaketime reads in the replica's container), for the clock-jump fault; none:
+    /// that fault cannot be made.
+    pub clock_root: Option<PathBuf>,
 }
 
 /// How a slow link was made (either is undone by [`Compose::heal_network`]).
@@ -249,6 +254,40 @@ impl Compose {
         }
     }
 
+    /// Sets replica `id`'s wall clock `offset_s` seconds from true time (0: right again). The
+    /// file is replaced whole (written aside, then renamed), so libfaketime never reads half
+    /// of it; it rereads the file within a second.
+    /// A step (`offset_s` not 0) is refused unless the replica's process has libfaketime
+    /// loaded: a preload the loader ignored would make the fault a no-op that passes.
+    pub async fn set_clock(&self, id: u64, offset_s: i64) -> Result<(), KitError> {
+        let root = self.clock_root.as_ref().ok_or_else(|| fault("clock jump", "no --clock-root was given"))?;
+        let service = format!("view-{id}");
+        if offset_s != 0 && !self.has_mapped(&service, "libfaketime").await? {
+            return Err(fault(
+                &format!("stepping the clock of {service}"),
+                "libfaketime is not loaded in its process (is LD_PRELOAD set and the library mounted?)",
+            ));
+        }
+        let dir = root.join(format!("view-{id}"));
+        let (tmp, path) = (dir.join(".offset.new"), dir.join("offset"));
+        let what = |e: std::io::Error| fault(&format!("setting {}", path.display()), &e.to_string());
+        tokio::fs::write(&tmp, format!("{offset_s:+}\n")).await.map_err(what)?;
+        tokio::fs::rename(&tmp, &path).await.map_err(what)
+    }
+
+    /// Whether a process of `service`'s container (its main process or a descendant: compose
+    /// runs the service under an init) has a library whose path holds `lib` mapped.
+    pub async fn has_mapped(&self, service: &str, lib: &str) -> Result<bool, KitError> {
+        let pid = self.pid(service).await?;
+        if pid == 0 {
+            return Ok(false);
+        }
+        let lib = lib.to_string();
+        tokio::task::spawn_blocking(move || process_tree(pid).iter().any(|p| maps_hold(*p, &lib)))
+            .await
+            .map_err(|e| fault("reading /proc", &e.to_string()))
+    }
+
     fn filler(&self, id: u64) -> Result<PathBuf, KitError> {
         let root = self.data_root.as_ref().ok_or_else(|| fault("full disk", "no --data-root was given"))?;
         Ok(root.join(format!("view-{id}")).join(FILLER))
@@ -256,7 +295,7 @@ impl Compose {
 
     /// Undoes every fault this module can make, on every service named: unpause, start,
     /// reconnect (`networks`: (network, service, alias) each service must be on), links
-    /// restored, filler files removed. Errors are collected, not stopped at.
+    /// restored, filler files removed, clocks set right. Errors are collected, not stopped at.
     pub async fn heal_all(
         &self,
         services: &[String],
@@ -288,6 +327,13 @@ impl Compose {
         if self.data_root.is_some() {
             for id in replicas {
                 if let Err(e) = self.free_disk(*id).await {
+                    errors.push(e.to_string());
+                }
+            }
+        }
+        if self.clock_root.is_some() {
+            for id in replicas {
+                if let Err(e) = self.set_clock(*id, 0).await {
                     errors.push(e.to_string());
                 }
             }
@@ -349,6 +395,33 @@ fn keep_full(path: &Path, stop: &AtomicBool, full: tokio::sync::oneshot::Sender<
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(written)
+}
+
+/// `root` and its descendants, from every process's parent in `/proc/*/stat` (bounded: 4 levels).
+fn process_tree(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // "pid (comm) state ppid ...": the name may hold spaces and parentheses.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut level = vec![root];
+    for _ in 0..4 {
+        level = parents.iter().filter(|(_, pp)| level.contains(pp)).map(|(p, _)| *p).collect();
+        tree.extend(&level);
+    }
+    tree
+}
+
+fn maps_hold(pid: u32, lib: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(lib))
 }
 
 /// "No space left on device".

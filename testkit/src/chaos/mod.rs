@@ -4,9 +4,11 @@
 //!
 //! The load ([`workload`]) is two streams: jobs submitted for the scheduler hosts to place, and
 //! jobs submitted and at once proposed directly (as `tessera bench commit` proposes), racing the
-//! hosts for the same jobs. Faults ([`schedule`], made real by [`inject`]) come one at a time:
-//! inject, hold, heal, wait until the cluster has recovered (a leader, every replica caught up,
-//! every server up), a quiet gap. Meanwhile the history checker ([`crate::history`]) follows
+//! hosts for the same jobs. Faults ([`schedule`], made real by [`inject`], in force in
+//! [`faults`]) come one entry at a time: inject, hold, heal, wait until the cluster has
+//! recovered (a leader, every replica caught up, every server up), a quiet gap. Every few
+//! entries has a partner, a second fault injected on another target while the first holds
+//! (a kill during a partition), each healed at its own end. Meanwhile the history checker ([`crate::history`]) follows
 //! every step of the change stream and a sampler asks every replica who leads in which term.
 //!
 //! The checks, once the faults are over and every job has ended:
@@ -16,16 +18,21 @@
 //! - one state: every replica at one applied index with one state hash;
 //! - every job ends (finished, or failed with a reason);
 //! - a gang never partly placed or running; no gap in the history;
-//! - no split brain: at most one replica claims leadership of any one term.
+//! - no split brain: at most one replica claims leadership of any one term;
+//! - the view's clock (read from the leader while each fault holds and after it) never ahead
+//!   of true time by more than [`CLOCK_AHEAD_MS`], and not held back by a clock jump.
 
+mod faults;
 pub mod inject;
 pub mod schedule;
 mod workload;
 
+pub use faults::{CLOCK_AHEAD_MS, CLOCK_BEHIND_MS, FaultRecord};
+
 use crate::KitError;
 use crate::history::{self, History};
 use inject::Compose;
-use schedule::{Fault, FaultKind, Schedule};
+use schedule::Schedule;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -65,32 +72,16 @@ pub struct ChaosConfig {
     pub recover_timeout: Duration,
 }
 
-/// One fault as it happened.
-#[derive(Clone, Debug, Serialize)]
-pub struct FaultRecord {
-    /// The schedule's entry.
-    #[serde(flatten)]
-    pub fault: Fault,
-    /// What it hit (a service name).
-    pub target: String,
-    /// Seconds from the start of the load to the injection.
-    pub at_s: f64,
-    /// Milliseconds from the injection to the first write (a submission or a placement)
-    /// acknowledged as committed among those sent after it; none: no write sent after it was
-    /// acknowledged.
-    pub unavailable_ms: Option<f64>,
-    /// Milliseconds from the heal until the cluster had recovered.
-    pub recovered_ms: f64,
-}
-
 /// The suite's verdict: the JSON line `tessera chaos run` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChaosReport {
     /// The schedule's seed.
     pub seed: u64,
-    /// Faults injected.
+    /// Faults injected, partners included.
     pub faults: usize,
-    /// Faults per kind.
+    /// Faults injected while another held (partners).
+    pub overlapping: usize,
+    /// Faults per kind, partners included.
     pub by_kind: BTreeMap<String, usize>,
     /// Acknowledged placements or submissions missing from the history or a replica's view.
     pub lost_acknowledged: u64,
@@ -99,8 +90,13 @@ pub struct ChaosReport {
     pub double_allocations: u64,
     /// Replicas whose final state differs from the first replica's.
     pub diverged: u64,
-    /// Worst unavailability per fault kind, milliseconds.
+    /// Worst unavailability per fault kind (of the schedule's entry, not its partner),
+    /// milliseconds.
     pub max_unavailable_ms: BTreeMap<String, f64>,
+    /// The furthest the view's clock read ahead of true time, milliseconds (0: never ahead).
+    pub clock_ahead_max_ms: i64,
+    /// The furthest it read behind (while faults held writes back, too), milliseconds.
+    pub clock_behind_max_ms: i64,
     /// Jobs that finished.
     pub jobs_finished: u64,
     /// Jobs that failed, each with a reason (by reason, below).
@@ -230,12 +226,14 @@ async fn run_faults(cfg: &ChaosConfig, replicas: &[u64]) -> Result<(Vec<FaultRec
     let mut log = Vec::new();
     let mut outcome = Ok(());
     for f in &cfg.schedule.faults {
-        match one_fault(cfg, replicas, f, &mut c, started).await {
+        match faults::one_fault(cfg, replicas, f, &mut c, started).await {
             Ok(rec) => {
                 tracing::info!(
                     index = rec.fault.index,
                     kind = rec.fault.kind.as_str(),
                     target = %rec.target,
+                    partner = rec.partner_target.as_deref().unwrap_or("none"),
+                    clock_held_ms = rec.clock_held_ms,
                     hold_ms = rec.fault.hold.as_millis() as u64,
                     recovered_ms = rec.recovered_ms,
                     "chaos: fault healed and the cluster recovered"
@@ -258,142 +256,6 @@ async fn run_faults(cfg: &ChaosConfig, replicas: &[u64]) -> Result<(Vec<FaultRec
             let _ = running.stop_sampler.send(true);
             Err(e)
         }
-    }
-}
-
-/// Injects, holds, heals one fault and waits for the cluster to recover.
-async fn one_fault(
-    cfg: &ChaosConfig,
-    replicas: &[u64],
-    f: &Fault,
-    c: &mut ViewClient,
-    started: Instant,
-) -> Result<FaultRecord, KitError> {
-    let leader = c.wait_for_leader().await.map_err(call("waiting for a leader"))?.leader;
-    let followers: Vec<u64> = replicas.iter().copied().filter(|r| *r != leader).collect();
-    let pick = |n: usize| f.pick as usize % n.max(1);
-    let k = &cfg.compose;
-    // Inject; what undoes it comes back with the target's description.
-    let (target, heal) = match f.kind {
-        FaultKind::KillLeader | FaultKind::KillFollower => {
-            let id = if f.kind == FaultKind::KillLeader { leader } else { followers[pick(followers.len())] };
-            let s = format!("view-{id}");
-            k.kill(&s).await?;
-            (s.clone(), Heal::Start(s))
-        }
-        FaultKind::PauseLeader | FaultKind::AgentLost => {
-            let s = if f.kind == FaultKind::PauseLeader {
-                format!("view-{leader}")
-            } else {
-                cfg.agents[pick(cfg.agents.len())].clone()
-            };
-            k.pause(&s).await?;
-            (s.clone(), Heal::Unpause(s))
-        }
-        FaultKind::PartitionReplica => {
-            let id = replicas[pick(replicas.len())];
-            let s = format!("view-{id}");
-            k.disconnect("raft", &s).await?;
-            (format!("{s} from raft"), Heal::Reconnect(s, format!("view-{id}-raft")))
-        }
-        FaultKind::IsolateLeader => {
-            // Ports, not the `clients` network: this host reaches the replicas through
-            // published ports, which a network disconnect leaves open.
-            let s = format!("view-{leader}");
-            k.isolate_ports(&s, &CLIENT_PORTS).await?;
-            (format!("{s} from its clients"), Heal::Ports(s))
-        }
-        FaultKind::SlowNetwork => {
-            let s = format!("view-{}", replicas[pick(replicas.len())]);
-            let how = match k.slow_network(&s).await? {
-                inject::SlowLink::Netem => "netem",
-                inject::SlowLink::TbfAndDrops => "tbf+drops",
-            };
-            (format!("{s} ({how})"), Heal::Network(s))
-        }
-        FaultKind::KillScheduler => {
-            // The host holding the most pending jobs (the leader knows), so that the kill
-            // orphans jobs; drawn when none holds any.
-            let held = held_by_host(cfg, c, leader).await;
-            let s = cfg
-                .schedulers
-                .iter()
-                .filter_map(|s| held.get(s).map(|n| (*n, s)))
-                .max()
-                .map_or_else(|| cfg.schedulers[pick(cfg.schedulers.len())].clone(), |(_, s)| s.clone());
-            let n = held.get(&s).copied().unwrap_or(0);
-            k.kill(&s).await?;
-            (format!("{s} (holding {n} jobs)"), Heal::Start(s))
-        }
-        FaultKind::FullDisk => {
-            let id = replicas[pick(replicas.len())];
-            let s = format!("view-{id}");
-            let filler = k.fill_disk(id).await?;
-            // A running replica rarely needs new blocks within the hold (RocksDB preallocates
-            // its write-ahead log), so every other time the replica is also restarted onto the
-            // full disk: it must open its store there, and fail cleanly until it can.
-            let restart = f.pick.is_multiple_of(2);
-            if restart {
-                k.kill(&s).await?;
-                k.start(&s).await?;
-            }
-            let what = if restart { format!("{s} (restarted onto it)") } else { s.clone() };
-            (what, Heal::Disk(id, s, filler))
-        }
-    };
-    let at = Instant::now();
-    tokio::time::sleep(f.hold).await;
-    match heal {
-        Heal::Start(s) => k.ensure_running(&s).await?,
-        Heal::Unpause(s) => k.unpause(&s).await?,
-        Heal::Reconnect(s, alias) => k.connect("raft", &s, &alias).await?,
-        Heal::Ports(s) => k.heal_ports(&s).await?,
-        Heal::Network(s) => k.heal_network(&s).await?,
-        Heal::Disk(id, s, filler) => {
-            let bytes = filler.stop().await?;
-            tracing::info!(replica = id, mib = bytes >> 20, "chaos: a replica's disk was full");
-            k.free_disk(id).await?;
-            // A replica that stopped on the full disk is started at once (docker's own restart
-            // policy backs off up to a minute).
-            k.ensure_running(&s).await?;
-        }
-    }
-    let healed = Instant::now();
-    recover(cfg, c, cfg.recover_timeout).await.map_err(|why| KitError::Fault {
-        what: format!("fault {} ({} on {target})", f.index, f.kind.as_str()),
-        why: format!("the cluster did not recover within {} s: {why}", cfg.recover_timeout.as_secs()),
-    })?;
-    Ok(FaultRecord {
-        fault: f.clone(),
-        target,
-        at_s: at.duration_since(started).as_secs_f64(),
-        unavailable_ms: None,
-        recovered_ms: healed.elapsed().as_secs_f64() * 1000.0,
-    })
-}
-
-/// What undoes a fault.
-enum Heal {
-    /// Start the killed container.
-    Start(String),
-    /// Unpause the frozen container.
-    Unpause(String),
-    /// Join the raft network again under this alias.
-    Reconnect(String, String),
-    /// Open the client ports again.
-    Ports(String),
-    /// Restore the links.
-    Network(String),
-    /// Stop filling replica N's disk, free it, start the replica if it stopped.
-    Disk(u64, String, inject::Filler),
-}
-
-/// Pending jobs each scheduler host holds, as the leader (replica `leader`) tells.
-async fn held_by_host(cfg: &ChaosConfig, c: &mut ViewClient, leader: u64) -> BTreeMap<String, usize> {
-    let Some(addr) = cfg.view.get(leader.saturating_sub(1) as usize) else { return BTreeMap::new() };
-    match tokio::time::timeout(Duration::from_secs(2), c.status_of(addr)).await {
-        Ok(Ok(s)) => s.scheduler_hosts.into_iter().map(|h| (h.host, h.jobs.len())).collect(),
-        _ => BTreeMap::new(),
     }
 }
 
@@ -613,10 +475,15 @@ async fn finish(cfg: &ChaosConfig, log: Vec<FaultRecord>, r: Running) -> Result<
     let mut fault_log = log;
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
     let mut worst: BTreeMap<String, f64> = BTreeMap::new();
+    let mut overlapping = 0;
     for rec in &mut fault_log {
         let at = r.started + Duration::from_secs_f64(rec.at_s);
         rec.unavailable_ms = ledger.first_ack_after(at).map(|t| t.duration_since(at).as_secs_f64() * 1000.0);
         *by_kind.entry(rec.fault.kind.as_str().to_string()).or_default() += 1;
+        if let Some(p) = rec.fault.partner.as_ref().filter(|_| rec.partner_injected) {
+            *by_kind.entry(p.kind.as_str().to_string()).or_default() += 1;
+            overlapping += 1;
+        }
         let w = worst.entry(rec.fault.kind.as_str().to_string()).or_insert(0.0);
         *w = w.max(rec.unavailable_ms.unwrap_or(f64::INFINITY));
         if rec.unavailable_ms.is_none() {
@@ -626,14 +493,19 @@ async fn finish(cfg: &ChaosConfig, log: Vec<FaultRecord>, r: Running) -> Result<
     for w in worst.values_mut() {
         *w = (*w * 10.0).round() / 10.0;
     }
+    let (clock_violations, clock_ahead_max_ms, clock_behind_max_ms) = faults::clock_checks(&fault_log);
+    violations.extend(clock_violations);
     Ok(ChaosReport {
         seed: cfg.schedule.seed,
-        faults: fault_log.len(),
+        faults: fault_log.len() + overlapping,
+        overlapping,
         by_kind,
         lost_acknowledged: lost,
         double_allocations: double,
         diverged,
         max_unavailable_ms: worst,
+        clock_ahead_max_ms,
+        clock_behind_max_ms,
         jobs_finished: finished,
         jobs_failed: failed,
         jobs_unended: unended,
@@ -692,11 +564,14 @@ mod tests {
         let clean = ChaosReport {
             seed: 1,
             faults: 0,
+            overlapping: 0,
             by_kind: BTreeMap::new(),
             lost_acknowledged: 0,
             double_allocations: 0,
             diverged: 0,
             max_unavailable_ms: BTreeMap::new(),
+            clock_ahead_max_ms: 0,
+            clock_behind_max_ms: 0,
             jobs_finished: 0,
             jobs_failed: 0,
             jobs_unended: 0,

@@ -5,6 +5,10 @@
 //! that found a fault is repeated with `--seed`. Every consecutive block of `kinds.len()`
 //! faults holds each kind once (in a shuffled order), so a short round still covers every kind
 //! and a soak spreads them evenly.
+//!
+//! Every `overlap_every`-th fault has a partner: a second fault injected while the first still
+//! holds (a kill during a partition, a leader killed while another replica's disk is full), on
+//! another target. Partners' kinds come from blocks of their own, so they too cover every kind.
 
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -37,11 +41,15 @@ pub enum FaultKind {
     KillScheduler,
     /// One replica's data file system filled up, then freed.
     FullDisk,
+    /// The leader's wall clock stepped hours forward or back (libfaketime in its process; its
+    /// monotonic clock runs on), then set right: an NTP step, an operator's `date`, a VM
+    /// resumed.
+    ClockJump,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::KillLeader,
         FaultKind::KillFollower,
         FaultKind::PauseLeader,
@@ -51,6 +59,7 @@ impl FaultKind {
         FaultKind::AgentLost,
         FaultKind::KillScheduler,
         FaultKind::FullDisk,
+        FaultKind::ClockJump,
     ];
 
     /// The kind's name in reports and on the command line.
@@ -65,6 +74,7 @@ impl FaultKind {
             FaultKind::AgentLost => "agent-lost",
             FaultKind::KillScheduler => "kill-scheduler",
             FaultKind::FullDisk => "full-disk",
+            FaultKind::ClockJump => "clock-jump",
         }
     }
 
@@ -88,6 +98,9 @@ impl FaultKind {
             }
             FaultKind::KillScheduler => (1_000, 4_000),
             FaultKind::FullDisk => (2_000, 5_000),
+            // Long enough for libfaketime to read the step (it rereads its file every second)
+            // and the leader to write entries under it.
+            FaultKind::ClockJump => (3_000, 6_000),
         }
     }
 }
@@ -108,6 +121,45 @@ pub struct Fault {
     /// Quiet time after the cluster recovered, before the next fault.
     #[serde(serialize_with = "millis")]
     pub gap: Duration,
+    /// A second fault injected while this one holds; none for most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partner: Option<Partner>,
+}
+
+impl Fault {
+    /// A clock-jump's step, in seconds: 1 to 24 hours, forward or back (by `pick`).
+    pub fn clock_step_s(&self) -> i64 {
+        clock_step(self.pick)
+    }
+}
+
+/// The clock step of a clock-jump fault drawn with `pick`, in seconds: 1 to 24 hours, forward
+/// for an even pick, back for an odd one.
+pub fn clock_step(pick: u32) -> i64 {
+    let hours = 1 + i64::from(pick / 2 % 24);
+    if pick.is_multiple_of(2) { hours * 3_600 } else { -hours * 3_600 }
+}
+
+/// A fault injected during another (see [`Fault::partner`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Partner {
+    /// What it does.
+    pub kind: FaultKind,
+    /// Which target among its kind's candidates, the first fault's target excluded.
+    pub pick: u32,
+    /// How long after the first fault's injection it is injected (within the first's hold).
+    #[serde(serialize_with = "millis")]
+    pub after: Duration,
+    /// How long it lasts; it is healed at its own end, which may come after the first's.
+    #[serde(serialize_with = "millis")]
+    pub hold: Duration,
+}
+
+impl Partner {
+    /// A clock-jump's step, in seconds (as [`Fault::clock_step_s`]).
+    pub fn clock_step_s(&self) -> i64 {
+        clock_step(self.pick)
+    }
 }
 
 fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -125,29 +177,49 @@ pub struct Schedule {
 
 impl Schedule {
     /// `n` faults of `kinds` (each kind once per block of `kinds.len()`, shuffled), drawn from
-    /// `seed`. `agent_lease` is the servers' lease, which an `agent-lost` fault outlasts.
-    /// Empty `kinds` gives an empty schedule.
-    pub fn seeded(seed: u64, n: usize, kinds: &[FaultKind], agent_lease: Duration) -> Schedule {
+    /// `seed`; every `overlap_every`-th has a partner (0: none has). `agent_lease` is the
+    /// servers' lease, which an `agent-lost` fault outlasts. Empty `kinds` gives an empty
+    /// schedule.
+    pub fn seeded(seed: u64, n: usize, kinds: &[FaultKind], agent_lease: Duration, overlap_every: usize) -> Schedule {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut kinds: Vec<FaultKind> = kinds.to_vec();
         kinds.sort();
         kinds.dedup();
-        let mut faults = Vec::with_capacity(n);
+        let mut faults: Vec<Fault> = Vec::with_capacity(n);
         let mut block: Vec<FaultKind> = Vec::new();
-        while faults.len() < n && !kinds.is_empty() {
+        let mut partners: Vec<FaultKind> = Vec::new();
+        let next = |block: &mut Vec<FaultKind>, rng: &mut SmallRng| {
             if block.is_empty() {
-                block = kinds.clone();
-                block.shuffle(&mut rng);
+                *block = kinds.clone();
+                block.shuffle(rng);
             }
-            let kind = block.pop().unwrap_or(FaultKind::KillLeader);
+            block.pop()
+        };
+        while faults.len() < n {
+            let Some(kind) = next(&mut block, &mut rng) else { break };
             let (lo, hi) = kind.hold_ms(agent_lease);
-            faults.push(Fault {
-                index: faults.len(),
+            let hold = Duration::from_millis(rng.random_range(lo..=hi));
+            let index = faults.len();
+            let mut f = Fault {
+                index,
                 kind,
                 pick: rng.random_range(0..1024),
-                hold: Duration::from_millis(rng.random_range(lo..=hi)),
+                hold,
                 gap: Duration::from_millis(rng.random_range(500..=2_000)),
-            });
+                partner: None,
+            };
+            if overlap_every > 0 && index % overlap_every == overlap_every - 1 {
+                let kind = next(&mut partners, &mut rng).unwrap_or(FaultKind::KillLeader);
+                let (lo, hi) = kind.hold_ms(agent_lease);
+                let half = (hold.as_millis() as u64 / 2).max(1);
+                f.partner = Some(Partner {
+                    kind,
+                    pick: rng.random_range(0..1024),
+                    after: Duration::from_millis(rng.random_range(0..half)),
+                    hold: Duration::from_millis(rng.random_range(lo..=hi)),
+                });
+            }
+            faults.push(f);
         }
         Schedule { seed, faults }
     }
@@ -161,16 +233,17 @@ mod tests {
 
     #[test]
     fn a_seed_gives_one_schedule() {
-        let a = Schedule::seeded(7, 40, &FaultKind::ALL, LEASE);
-        assert_eq!(a, Schedule::seeded(7, 40, &FaultKind::ALL, LEASE));
-        assert_ne!(a.faults, Schedule::seeded(8, 40, &FaultKind::ALL, LEASE).faults);
+        let a = Schedule::seeded(7, 40, &FaultKind::ALL, LEASE, 3);
+        assert_eq!(a, Schedule::seeded(7, 40, &FaultKind::ALL, LEASE, 3));
+        assert_ne!(a.faults, Schedule::seeded(8, 40, &FaultKind::ALL, LEASE, 3).faults);
     }
 
     #[test]
     fn every_block_holds_every_kind_once() {
-        let s = Schedule::seeded(3, 9 * 12 + 4, &FaultKind::ALL, LEASE);
-        assert_eq!(s.faults.len(), 9 * 12 + 4);
-        for block in s.faults.chunks(9).filter(|b| b.len() == 9) {
+        let n = FaultKind::ALL.len();
+        let s = Schedule::seeded(3, n * 12 + 4, &FaultKind::ALL, LEASE, 0);
+        assert_eq!(s.faults.len(), n * 12 + 4);
+        for block in s.faults.chunks(n).filter(|b| b.len() == n) {
             let mut kinds: Vec<FaultKind> = block.iter().map(|f| f.kind).collect();
             kinds.sort();
             assert_eq!(kinds, FaultKind::ALL.to_vec());
@@ -182,7 +255,7 @@ mod tests {
 
     #[test]
     fn holds_stay_in_their_windows_and_agents_outlast_the_lease() {
-        for f in Schedule::seeded(11, 200, &FaultKind::ALL, LEASE).faults {
+        for f in Schedule::seeded(11, 200, &FaultKind::ALL, LEASE, 3).faults {
             let (lo, hi) = f.kind.hold_ms(LEASE);
             let ms = f.hold.as_millis() as u64;
             assert!((lo..=hi).contains(&ms), "{f:?}");
@@ -196,10 +269,41 @@ mod tests {
     #[test]
     fn a_subset_of_kinds_draws_only_those() {
         let kinds = [FaultKind::FullDisk, FaultKind::KillLeader, FaultKind::KillLeader];
-        let s = Schedule::seeded(1, 10, &kinds, LEASE);
-        assert!(s.faults.iter().all(|f| matches!(f.kind, FaultKind::FullDisk | FaultKind::KillLeader)));
+        let s = Schedule::seeded(1, 10, &kinds, LEASE, 2);
+        let ours = |k: FaultKind| matches!(k, FaultKind::FullDisk | FaultKind::KillLeader);
+        assert!(s.faults.iter().all(|f| ours(f.kind) && f.partner.as_ref().is_none_or(|p| ours(p.kind))));
         assert_eq!(s.faults.iter().filter(|f| f.kind == FaultKind::FullDisk).count(), 5);
-        assert!(Schedule::seeded(1, 10, &[], LEASE).faults.is_empty());
+        assert!(Schedule::seeded(1, 10, &[], LEASE, 2).faults.is_empty());
+    }
+
+    #[test]
+    fn every_nth_fault_has_a_partner_within_its_hold_and_partners_cover_every_kind() {
+        let n = FaultKind::ALL.len();
+        let s = Schedule::seeded(5, 3 * n, &FaultKind::ALL, LEASE, 3);
+        let mut kinds = Vec::new();
+        for f in &s.faults {
+            match &f.partner {
+                Some(p) => {
+                    assert_eq!(f.index % 3, 2, "{f:?}");
+                    assert!(p.after < f.hold, "{f:?}");
+                    let (lo, hi) = p.kind.hold_ms(LEASE);
+                    assert!((lo..=hi).contains(&(p.hold.as_millis() as u64)), "{f:?}");
+                    kinds.push(p.kind);
+                }
+                None => assert_ne!(f.index % 3, 2, "{f:?}"),
+            }
+        }
+        kinds.sort();
+        assert_eq!(kinds, FaultKind::ALL.to_vec());
+        assert!(Schedule::seeded(5, 3 * n, &FaultKind::ALL, LEASE, 0).faults.iter().all(|f| f.partner.is_none()));
+    }
+
+    #[test]
+    fn clock_steps_are_hours_either_way() {
+        let s = Schedule::seeded(9, 200, &[FaultKind::ClockJump], LEASE, 0);
+        let steps: Vec<i64> = s.faults.iter().map(Fault::clock_step_s).collect();
+        assert!(steps.iter().all(|s| s.abs() >= 3_600 && s.abs() <= 24 * 3_600 && s % 3_600 == 0));
+        assert!(steps.iter().any(|s| *s > 0) && steps.iter().any(|s| *s < 0));
     }
 
     #[test]
