@@ -299,7 +299,7 @@ fn api_contract() {
             based_on: ViewVersion(0),
         };
         let r = lead
-            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None })
+            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() })
             .await
             .expect("propose")
             .into_inner();
@@ -316,7 +316,7 @@ fn api_contract() {
             based_on: ViewVersion(0),
         };
         let r = lead
-            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None })
+            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() })
             .await
             .expect("propose")
             .into_inner();
@@ -329,14 +329,17 @@ fn api_contract() {
             based_on: ViewVersion(0),
         };
         let r = lead
-            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None })
+            .propose(v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() })
             .await
             .expect("propose")
             .into_inner();
         assert!(matches!(decision(&r.results[0]), Some(Decision::Rejected { .. })), "unknown job");
 
         // Malformed: no proposals; a spec that breaks its own rules; a missing topology.
-        let s = lead.propose(v1::ProposeRequest { proposals: vec![], for_job: None }).await.expect_err("empty");
+        let s = lead
+            .propose(v1::ProposeRequest { proposals: vec![], for_job: None, target: Vec::new() })
+            .await
+            .expect_err("empty");
         assert_eq!(s.code(), Code::InvalidArgument);
         let mut bad = v1::JobSpec::from(&JobSpec::simple("bad", 1, 1));
         bad.gpus_per_member = 0;

@@ -203,7 +203,7 @@ async fn step(
             })
             .collect();
         let results = client
-            .migrate(Some(job.0), moves)
+            .migrate(Some(job.0), plan.target.iter().map(v1::MemberPlacement::from).collect(), moves)
             .await
             .map_err(|source| SchedulerError::Call { call: "Migrate", source })?;
         let accepted: Vec<JobId> = plan

@@ -342,7 +342,7 @@ impl ViewClient {
 
     /// Gang proposals, one result each.
     pub async fn propose(&mut self, proposals: Vec<v1::Proposal>) -> Result<Vec<v1::ProposeResult>, ClientError> {
-        let req = v1::ProposeRequest { proposals, for_job: None };
+        let req = v1::ProposeRequest { proposals, for_job: None, target: Vec::new() };
         let r = self.call(|mut g| {
             let req = req.clone();
             async move { g.propose(req).await }
@@ -353,13 +353,15 @@ impl ViewClient {
     /// Moves of the migration module, one result each: every proposal is a whole new
     /// placement for a placed or running job, decided atomically on its own. Retrying a move
     /// with the same proposal id is safe (a committed one answers `AlreadyApplied`). `for_job`
-    /// is the pending job the moves make room for: a scheduler host must name one it holds.
+    /// is the pending job the moves make room for and `target` its placement once they are
+    /// applied: a scheduler host must name a job it holds, and moves that help it get there.
     pub async fn migrate(
         &mut self,
         for_job: Option<u64>,
+        target: Vec<v1::MemberPlacement>,
         moves: Vec<v1::Proposal>,
     ) -> Result<Vec<v1::ProposeResult>, ClientError> {
-        let req = v1::ProposeRequest { proposals: moves, for_job };
+        let req = v1::ProposeRequest { proposals: moves, for_job, target };
         let r = self.call(|mut g| {
             let req = req.clone();
             async move { g.migrate(req).await }

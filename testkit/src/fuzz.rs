@@ -590,7 +590,11 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     let p = placed(&v, JobId(1), 1);
     let server = p.members[0].server.0;
     v.apply(&Command::Propose(vec![p.clone()]));
-    life.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
+    life.push((
+        1,
+        v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() }
+            .encode_to_vec(),
+    ));
     let task =
         |event| v1::ReportTaskRequest { job: 1, proposal: 1, member: 0, server, event: Some(event) }.encode_to_vec();
     life.push((6, task(v1::report_task_request::Event::Started(v1::TaskStarted::default()))));
@@ -610,12 +614,24 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     }
     let p = placed(&v, JobId(1), 7);
     v.apply(&Command::Propose(vec![p.clone()]));
-    moves.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
+    moves.push((
+        1,
+        v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() }
+            .encode_to_vec(),
+    ));
     let q = placed(&v, JobId(2), 8);
     v.apply(&Command::Propose(vec![q.clone()]));
-    moves.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&q)], for_job: None }.encode_to_vec()));
+    moves.push((
+        1,
+        v1::ProposeRequest { proposals: vec![v1::Proposal::from(&q)], for_job: None, target: Vec::new() }
+            .encode_to_vec(),
+    ));
     let m = Proposal { id: ProposalId(9), ..placed(&v, JobId(2), 9) };
-    moves.push((2, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&m)], for_job: None }.encode_to_vec()));
+    moves.push((
+        2,
+        v1::ProposeRequest { proposals: vec![v1::Proposal::from(&m)], for_job: None, target: Vec::new() }
+            .encode_to_vec(),
+    ));
     let pre = Preemption {
         proposal: Proposal { id: ProposalId(10), ..p.clone() },
         victims: vec![JobId(1)],
@@ -680,7 +696,11 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     };
     let p = Proposal { id: ProposalId(1), job: JobId(1), members: vec![member], based_on: v.version() };
     v.apply(&Command::Propose(vec![p.clone()]));
-    grow.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
+    grow.push((
+        1,
+        v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() }
+            .encode_to_vec(),
+    ));
     out.push(("wire_commands", "layout".to_string(), encode(&grow)));
     let mut snap = vec![0];
     snap.extend(v1::ViewSnapshot::from(&v.snapshot()).encode_to_vec());
@@ -703,7 +723,11 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     }
     let p = placed(&v, JobId(1), 11);
     v.apply(&Command::Propose(vec![p.clone()]));
-    rules.push((1, v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None }.encode_to_vec()));
+    rules.push((
+        1,
+        v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() }
+            .encode_to_vec(),
+    ));
     rules.push(class("urgent", Some(500)));
     let urgent = JobSpec { class: Some("urgent".into()), ..small_job(1) };
     let urgent = v1::SubmitJobRequest { specs: vec![v1::JobSpec::from(&urgent)], request_id: String::new() };

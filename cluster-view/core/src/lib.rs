@@ -25,6 +25,7 @@
 //! | [`approver`] | atomic gang validation and apply, idempotent on the proposal id |
 //! | [`preemption`] | [`Preemption`], the approver's atomic take-over of lower-priority gangs, and the pure victim choice |
 //! | [`migration_planner`] | the migration planner: fewest moves of small jobs that free a group (the scheduler hosts' migration task and the simulator execute its plans) |
+//! | [`migration_check`] | whether a host's moves help the pending job they are for (the leader's check before a `Migrate`) |
 //! | [`usage`] | accounting: the view's clock, jobs' wall-clock times, GPU and core time per tenant and user |
 //! | [`invariants`] | an independent checker of the view's invariants |
 //!
@@ -48,6 +49,7 @@ pub mod job;
 pub mod layout;
 pub mod locality;
 pub mod mask;
+pub mod migration_check;
 pub mod migration_planner;
 pub mod placement;
 pub mod policy;

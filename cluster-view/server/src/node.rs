@@ -25,7 +25,9 @@ use tessera_proto::v1;
 use tessera_replica::clock::restamp;
 use tessera_replica::{Answer, Replica, ReplicaError, Ticket};
 use tessera_view::drain::{MAX_DRAIN_MOVES, drain_moves};
-use tessera_view::{Command, Health, JobId, Outcome, Proposal, ProposalId, ServerId, Topology, ViewVersion};
+use tessera_view::{
+    Command, Health, JobId, MemberPlacement, Outcome, Proposal, ProposalId, ServerId, Topology, ViewVersion,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// A reply to a request: the answer, or why there is none.
@@ -127,6 +129,9 @@ pub enum NodeRequest {
     /// Who holds each job, asked for by a scheduler host (named) before it schedules them
     /// (leader only; see [`Adoptions::holders`]).
     Holders(String, Vec<JobId>, Reply<Vec<Holder>>),
+    /// Whether moves make room for a pending job at a target placement (leader only; see
+    /// [`tessera_view::migration_check::moves_help`]): the job, the target, the moves.
+    MovesHelp(JobId, Vec<MemberPlacement>, Vec<Proposal>, Reply<Result<(), String>>),
     /// A server's name, if the view has the server (authorization of agents).
     ServerName(ServerId, Reply<Option<String>>),
     /// Add (true) or remove a replica.
@@ -571,6 +576,14 @@ impl Driver {
                     return;
                 }
                 let _ = reply.send(Ok(self.adoptions.holders(self.replica.view(), &host, &jobs, now)));
+            }
+            NodeRequest::MovesHelp(job, target, moves, reply) => {
+                if !self.replica.is_leader() {
+                    let _ = reply.send(Err(self.not_leader()));
+                    return;
+                }
+                let helps = tessera_view::migration_check::moves_help(self.replica.view(), job, &target, &moves);
+                let _ = reply.send(Ok(helps));
             }
             NodeRequest::ServerName(server, reply) => {
                 let _ = reply.send(Ok(self.replica.view().server_name(server).map(str::to_string)));

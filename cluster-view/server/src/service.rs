@@ -21,7 +21,8 @@ use tessera_proto::trace;
 use tessera_proto::v1;
 use tessera_replica::Answer;
 use tessera_view::{
-    Command, JobId, JobSpec, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId, TaskEvent, Topology,
+    Command, JobId, JobSpec, MemberPlacement, Outcome, Preemption, Proposal, ProposalId, RequestId, ServerId,
+    TaskEvent, Topology,
 };
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -173,11 +174,17 @@ impl ViewService {
     /// `Migrate`; the caller counts its answer.
     async fn migrate_call(&self, req: Request<v1::ProposeRequest>) -> Result<Response<v1::ProposeResponse>, Status> {
         let who = self.caller(&req, "Migrate")?;
-        let v1::ProposeRequest { proposals: wire, for_job } = req.into_inner();
+        let v1::ProposeRequest { proposals: wire, for_job, target } = req.into_inner();
         count("moves", wire.len())?;
+        if target.len() > MAX_ITEMS {
+            return Err(
+                ViewServerError::Invalid(format!("{} target members; at most {MAX_ITEMS}", target.len())).into()
+            );
+        }
         // The moves are for the held pending job they make room for; naming none, a scheduler
         // host is refused (job 0 never exists, so it is held by nobody).
-        self.allow_schedule(&who, "Migrate", vec![JobId(for_job.unwrap_or(0))], Scope::All).await?;
+        let for_job = JobId(for_job.unwrap_or(0));
+        self.allow_schedule(&who, "Migrate", vec![for_job], Scope::All).await?;
         if let [p] = wire.as_slice() {
             Span::current().record("job_id", p.job).record("proposal", p.id);
         }
@@ -185,6 +192,9 @@ impl ViewService {
         for (i, p) in wire.into_iter().enumerate() {
             moves.push(Proposal::try_from(p).map_err(|e| ViewServerError::Invalid(format!("proposals[{i}]: {e}")))?);
         }
+        // And they must help that job to its target (see `tessera_view::migration_check`).
+        let target: Vec<MemberPlacement> = target.into_iter().map(MemberPlacement::from).collect();
+        self.allow_moves(&who, for_job, target, &moves).await?;
         let n = moves.len();
         // The moves travel as one command (one log entry) and are decided one by one when it
         // is applied; each is atomic on its own (see `ClusterView::migrate`).

@@ -118,13 +118,13 @@ async fn every_forbidden_call_is_refused_and_changes_nothing() {
     let member = on(0);
     let p = v1::Proposal { id: 77, job: theirs, members: vec![member], based_on: 0 };
     assert_eq!(code(host_a.propose(vec![p.clone()]).await), denied);
-    assert_eq!(code(host_a.migrate(Some(theirs), vec![p.clone()]).await), denied);
+    assert_eq!(code(host_a.migrate(Some(theirs), Vec::new(), vec![p.clone()]).await), denied);
     assert_eq!(code(host_a.release(theirs, true).await), denied);
     // Nor a pending job nobody gave it (`mine`: host-b's, or nobody's once that lease lapsed),
     // nor moves that name no job they make room for.
     let p_mine = v1::Proposal { id: 78, job: mine, ..p.clone() };
     assert_eq!(code(host_a.propose(vec![p_mine.clone()]).await), denied);
-    assert_eq!(code(host_a.migrate(None, vec![p_mine]).await), denied);
+    assert_eq!(code(host_a.migrate(None, Vec::new(), vec![p_mine]).await), denied);
     assert_eq!(code(host_a.add_replica(9, "127.0.0.1:1", "").await), denied);
     // Raft: replicas only, an admin included.
     let raft = {
@@ -164,15 +164,60 @@ async fn every_forbidden_call_is_refused_and_changes_nothing() {
         }
     }
     // A placed job is no host's: it cannot release it, and moves of it must name a pending job
-    // the mover holds.
+    // the mover holds, and help that job to its target: here an 8-GPU job, for which server 0
+    // must be emptied of `theirs`.
     assert_eq!(code(host_b.release(theirs, false).await), denied);
-    let room = admin.submit(vec![spec("room", Some("nlp"))]).await.expect("admin submits")[0].job;
+    let room = {
+        let mut s = JobSpec::simple("room", 1, 8);
+        s.tenant = "nlp".into();
+        admin.submit(vec![v1::JobSpec::from(&s)]).await.expect("admin submits")[0].job
+    };
+    let whole = |server: u32| {
+        let t = Topology::preset("seed-8gpu").expect("preset");
+        v1::MemberPlacement::from(&tessera_view::MemberPlacement {
+            server: tessera_view::ServerId(server),
+            gpus: t.all_devices(),
+            cores: t.all_cores(),
+            memory_mib: t.memory_mib,
+        })
+    };
+    let on_gpu = |server: u32, gpu: u32| {
+        let t = Topology::preset("seed-8gpu").expect("preset");
+        let (cores, memory) = (t.cores() / t.devices, t.memory_mib / t.devices);
+        v1::MemberPlacement::from(&tessera_view::MemberPlacement {
+            server: tessera_view::ServerId(server),
+            gpus: 1 << gpu,
+            cores: tessera_view::CoreMask::range(gpu * cores, cores),
+            memory_mib: memory,
+        })
+    };
     let moved = v1::Proposal { id: 79, members: vec![on(1)], ..p.clone() };
-    assert_eq!(code(host_a.migrate(Some(room), vec![moved.clone()]).await), denied);
+    assert_eq!(code(host_a.migrate(Some(room), vec![whole(0)], vec![moved.clone()]).await), denied);
+    let version = admin.status().await.expect("status").version;
+    // The holder's moves that do not help: no target, a target that is free already, a move
+    // onto the target itself.
+    let onto = v1::Proposal { id: 80, members: vec![on_gpu(0, 7)], ..p.clone() };
+    for (target, moves) in
+        [(Vec::new(), vec![moved.clone()]), (vec![whole(1)], vec![moved.clone()]), (vec![whole(0)], vec![onto])]
+    {
+        let t0 = Instant::now();
+        loop {
+            host_b.adopt_jobs("host-b", vec![room], 0).await.expect("host-b renews");
+            let e = host_b.migrate(Some(room), target.clone(), moves.clone()).await.expect_err("unhelpful moves");
+            let s = e.status().expect("a status");
+            assert_eq!(s.code(), Code::PermissionDenied, "{s:?}");
+            if s.message().contains("do not help") {
+                break;
+            }
+            // Refused as not the holder: the short lease lapsed between the renewal and the call.
+            assert!(t0.elapsed() < Duration::from_secs(10), "never refused for the moves themselves: {s:?}");
+        }
+    }
+    assert_eq!(admin.status().await.expect("status").version, version, "a refused migration changed the view");
     let t0 = Instant::now();
     loop {
         host_b.adopt_jobs("host-b", vec![room], 0).await.expect("host-b renews");
-        match host_b.migrate(Some(room), vec![moved.clone()]).await {
+        match host_b.migrate(Some(room), vec![whole(0)], vec![moved.clone()]).await {
             Ok(r) => {
                 assert!(r[0].decision.is_some(), "the approver decided the move: {r:?}");
                 break;

@@ -8,7 +8,7 @@ use crate::authz::Action;
 use crate::error::ViewServerError;
 use crate::node::{NodeRequest, ReadOut, ReadTarget};
 use tessera_proto::tls::{Identity, Role};
-use tessera_view::{JobId, ServerId};
+use tessera_view::{JobId, MemberPlacement, Proposal, ServerId};
 use tonic::{Request, Status};
 
 /// Which of a call's jobs a scheduler host must hold.
@@ -85,6 +85,31 @@ impl ViewService {
             })
             .collect();
         self.allow(who, method, || detail, Action::Schedule { holders })
+    }
+
+    /// For a scheduler host: moves it may make only when they help `job`, which it holds, to
+    /// `target` (the leader's check, [`tessera_view::migration_check::moves_help`]); refused
+    /// with the reason and audited otherwise. Other callers (an admin) are not checked.
+    pub(super) async fn allow_moves(
+        &self,
+        who: &Identity,
+        job: JobId,
+        target: Vec<MemberPlacement>,
+        moves: &[Proposal],
+    ) -> Result<(), Status> {
+        if who.role != Role::Scheduler {
+            return Ok(());
+        }
+        let detail = || {
+            let jobs: Vec<u64> = moves.iter().map(|p| p.job.0).collect();
+            format!("moves of jobs {jobs:?} for job {job}")
+        };
+        let helps = self.node.ask(|reply| NodeRequest::MovesHelp(job, target, moves.to_vec(), reply)).await?;
+        let verdict = helps.map_err(|why| format!("the moves do not help job {job}: {why}"));
+        if let Err(why) = &verdict {
+            self.audit.record(Some(who), "Migrate", &detail(), &Err(why.clone()));
+        }
+        verdict.map_err(|why| ViewServerError::PermissionDenied(why).into())
     }
 
     /// For an agent: its right to act for server `server`.
