@@ -98,11 +98,11 @@ pub(super) async fn one_fault(
     let (mut partner_target, mut partner_injected) = (None, false);
     if let Some(p) = &f.partner {
         tokio::time::sleep_until((at + p.after).into()).await;
-        // The leader may have changed (or be the frozen one): asked afresh, briefly.
-        let leader = match tokio::time::timeout(Duration::from_secs(3), c.wait_for_leader()).await {
-            Ok(Ok(s)) => Some(s.leader),
-            _ => None,
-        };
+        // The leader may have changed, or be the one the first fault holds: a fault aimed at
+        // the leader waits (within the first's hold) for a leader it may hit, so that a kill
+        // during a pause hits the new leader rather than nothing.
+        let until = if p.kind.needs_leader() { at + f.hold } else { Instant::now() };
+        let leader = leader_besides(c, &first.service, until).await;
         match inject(cfg, c, replicas, leader, p.kind, p.pick, std::slice::from_ref(&first.service)).await {
             Ok(Some(second)) => {
                 partner_target = Some(second.target);
@@ -154,6 +154,24 @@ pub(super) async fn one_fault(
         clock_held_ms,
         clock_recovered_ms: clock_error_ms(c).await,
     })
+}
+
+/// The leader, asked afresh; until `until`, asked again while it is `busy` (the container
+/// another fault holds) or unknown. None when no replica named one.
+async fn leader_besides(c: &mut ViewClient, busy: &str, until: Instant) -> Option<u64> {
+    let mut last = None;
+    loop {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), c.wait_for_leader()).await {
+            if format!("view-{}", s.leader) != busy {
+                return Some(s.leader);
+            }
+            last = Some(s.leader);
+        }
+        if Instant::now() + Duration::from_millis(250) >= until {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 fn fault_err(f: &Fault, what: &str, why: &str) -> KitError {

@@ -78,6 +78,11 @@ impl FaultKind {
         }
     }
 
+    /// Whether the fault is aimed at the leader (a clock jump prefers it).
+    pub fn needs_leader(self) -> bool {
+        matches!(self, FaultKind::KillLeader | FaultKind::PauseLeader | FaultKind::IsolateLeader | FaultKind::ClockJump)
+    }
+
     /// The kind named `s`.
     pub fn parse(s: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.as_str() == s)
