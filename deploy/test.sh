@@ -77,8 +77,9 @@ echo "   agents, 2 scheduler hosts; jobs from this host, kill -9 of the leader's
 bash deploy/compose/test.sh
 
 echo "== chaos round across containers (deploy/chaos/run.sh): load through the scheduler hosts and direct"
-echo "   proposals while 9 seeded faults, one of each kind, are injected; exits non-zero on a lost"
-echo "   acknowledgement, a double allocation, diverging replicas, an unended job or a split brain"
+echo "   proposals while 10 seeded faults, one of each kind (a clock jump among them), and 3 partner"
+echo "   faults during others are injected; exits non-zero on a lost acknowledgement, a double"
+echo "   allocation, diverging replicas, an unended job, a split brain or a view clock off true time"
 bash deploy/chaos/run.sh
 
 echo "== tessera dev, the quick start's main job: 3 replicas, 4 fake-GPU agents, a scheduler host;"

@@ -39,8 +39,8 @@ pub struct FaultRecord {
     pub unavailable_ms: Option<f64>,
     /// Milliseconds from the last heal until the cluster had recovered.
     pub recovered_ms: f64,
-    /// The view's clock less true time, milliseconds, read from the leader just before the
-    /// first heal (none: no leader answered within 3 s).
+    /// The view's clock less true time, milliseconds, read from the leader as the first heal
+    /// begins (none: no leader answered within 3 s).
     pub clock_held_ms: Option<i64>,
     /// The same, once the cluster recovered.
     pub clock_recovered_ms: Option<i64>,
@@ -122,12 +122,15 @@ pub(super) async fn one_fault(
         }
     }
     heals.sort_by_key(|(end, _)| *end);
-    let mut clock_held_ms = None;
+    let mut clock_held = None;
     let mut outcome = Ok(());
     for (i, (end, h)) in heals.into_iter().enumerate() {
         tokio::time::sleep_until(end.into()).await;
         if i == 0 {
-            clock_held_ms = clock_error_ms(c).await;
+            // Read beside the heal, on a client of its own: a read that waits on a frozen
+            // leader must not hold the fault past its hold (the first version did, by up to 3 s).
+            let mut reader = c.clone();
+            clock_held = Some(tokio::spawn(async move { clock_error_ms(&mut reader).await }));
         }
         // Every fault is healed, even after one heal failed.
         if let Err(e) = heal(&cfg.compose, h).await
@@ -136,8 +139,12 @@ pub(super) async fn one_fault(
             outcome = Err(e);
         }
     }
-    outcome?;
     let healed = Instant::now();
+    let clock_held_ms = match clock_held {
+        Some(t) => t.await.ok().flatten(),
+        None => None,
+    };
+    outcome?;
     recover(cfg, c, cfg.recover_timeout).await.map_err(|why| {
         let what = format!("{} on {}", f.kind.as_str(), first.target);
         fault_err(f, &what, &format!("the cluster did not recover within {} s: {why}", cfg.recover_timeout.as_secs()))
