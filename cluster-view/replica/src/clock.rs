@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use tessera_view::Command;
 
 /// How much of the elapsed time the stamps may be moved toward the wall clock: 500 parts per
-/// million, the largest rate at which NTP slews a clock (RFC 5905, section 11.3: "the maximum
-/// slew rate ... 500 PPM").
+/// million, the largest rate at which ntpd slews a clock (0.5 ms a second, as ntpd documents
+/// it; the Linux kernel's `MAX_TICKADJ` is the same 500 µs a second).
 pub const SLEW: f64 = 500e-6;
 
 /// The leader's clock rule (see the module's documentation).
