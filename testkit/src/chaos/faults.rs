@@ -55,8 +55,8 @@ pub const CLOCK_AHEAD_MS: i64 = 2_000;
 /// one is well under this old.
 pub const CLOCK_BEHIND_MS: i64 = 5_000;
 
-/// A fault in force: what it hit, the container (none for a leader fault's own bookkeeping),
-/// and what undoes it.
+/// A fault in force: what it hit (as the report says it), the container it holds, and what
+/// undoes it.
 struct Injected {
     target: String,
     service: String,
