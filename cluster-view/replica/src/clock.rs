@@ -97,23 +97,24 @@ impl LeaderClock {
 /// whoever built it: a cordon's start and a drain's deadline (the drain keeps its length), an
 /// uncordon's, an eviction's, a health change's and a layout change's time, a clock entry.
 /// So a step of the leader's wall clock moves no deadline the view enforces. Other commands
-/// are returned as they are; a health change that gave no time (0) keeps none.
-pub fn restamp(cmd: Command, now_ms: u64) -> Command {
+/// are returned as they are, without reading the clock (`now_ms` is called only for a command
+/// that carries a time); a health change that gave no time (0) keeps none.
+pub fn restamp(cmd: Command, now_ms: impl FnOnce() -> u64) -> Command {
     match cmd {
-        Command::Clock { .. } => Command::Clock { at_ms: now_ms },
+        Command::Clock { .. } => Command::Clock { at_ms: now_ms() },
         Command::SetHealth { server, health, at_ms } if at_ms != 0 => {
-            Command::SetHealth { server, health, at_ms: now_ms }
+            Command::SetHealth { server, health, at_ms: now_ms() }
         }
         Command::Cordon { server, mut cordon } => {
-            let length = cordon.drain_by_ms.map(|by| by.saturating_sub(cordon.since_ms));
+            let (now_ms, length) = (now_ms(), cordon.drain_by_ms.map(|by| by.saturating_sub(cordon.since_ms)));
             cordon.since_ms = now_ms;
             cordon.drain_by_ms = length.map(|l| now_ms.saturating_add(l));
             Command::Cordon { server, cordon }
         }
-        Command::Uncordon { server, .. } => Command::Uncordon { server, at_ms: now_ms },
-        Command::Evict { server, .. } => Command::Evict { server, at_ms: now_ms },
-        Command::AddServers { config_set, names, .. } => Command::AddServers { config_set, names, at_ms: now_ms },
-        Command::RemoveServer { server, .. } => Command::RemoveServer { server, at_ms: now_ms },
+        Command::Uncordon { server, .. } => Command::Uncordon { server, at_ms: now_ms() },
+        Command::Evict { server, .. } => Command::Evict { server, at_ms: now_ms() },
+        Command::AddServers { config_set, names, .. } => Command::AddServers { config_set, names, at_ms: now_ms() },
+        Command::RemoveServer { server, .. } => Command::RemoveServer { server, at_ms: now_ms() },
         other => other,
     }
 }
@@ -221,7 +222,7 @@ mod tests {
             server: ServerId(3),
             cordon: Cordon { reason: "r".into(), since_ms: wall, drain_by_ms: Some(wall + 600_000) },
         };
-        match restamp(drain, T0) {
+        match restamp(drain, || T0) {
             Command::Cordon { server, cordon } => {
                 assert_eq!(server, ServerId(3));
                 assert_eq!((cordon.since_ms, cordon.drain_by_ms), (T0, Some(T0 + 600_000)));
@@ -233,20 +234,21 @@ mod tests {
             cordon: Cordon { reason: String::new(), since_ms: wall, drain_by_ms: None },
         };
         assert!(matches!(
-            restamp(plain, T0),
+            restamp(plain, || T0),
             Command::Cordon { cordon: Cordon { since_ms: T0, drain_by_ms: None, .. }, .. }
         ));
-        assert!(matches!(restamp(Command::Clock { at_ms: wall }, T0), Command::Clock { at_ms: T0 }));
+        assert!(matches!(restamp(Command::Clock { at_ms: wall }, || T0), Command::Clock { at_ms: T0 }));
         assert!(matches!(
-            restamp(Command::Uncordon { server: ServerId(1), at_ms: wall }, T0),
+            restamp(Command::Uncordon { server: ServerId(1), at_ms: wall }, || T0),
             Command::Uncordon { at_ms: T0, .. }
         ));
         let up = Command::SetHealth { server: ServerId(1), health: Health::Up, at_ms: wall };
-        assert!(matches!(restamp(up, T0), Command::SetHealth { at_ms: T0, .. }));
+        assert!(matches!(restamp(up, || T0), Command::SetHealth { at_ms: T0, .. }));
         let untimed = Command::SetHealth { server: ServerId(1), health: Health::Up, at_ms: 0 };
-        assert!(matches!(restamp(untimed, T0), Command::SetHealth { at_ms: 0, .. }));
+        assert!(matches!(restamp(untimed, || T0), Command::SetHealth { at_ms: 0, .. }));
         let release = Command::Release { job: tessera_view::JobId(4), failed: false };
-        assert!(matches!(restamp(release, T0), Command::Release { .. }));
+        let unread = || -> u64 { panic!("a command without a time read the clock") };
+        assert!(matches!(restamp(release, unread), Command::Release { .. }));
     }
 
     proptest! {

@@ -497,7 +497,7 @@ impl Driver {
                     // Times in an operator's command (a cordon, a drain's deadline, a layout
                     // change) read the view's clock, not the wall clock of the replica that
                     // took the call (see `tessera_replica::clock`).
-                    let cmd = if self.replica.is_leader() { restamp(cmd, self.replica.clock_ms()) } else { cmd };
+                    let cmd = if self.replica.is_leader() { restamp(cmd, || self.replica.clock_ms()) } else { cmd };
                     let r = self.replica.propose(cmd);
                     if let Err((e, Pending::Answer(reply))) = self.track(r, Pending::Answer(reply), now) {
                         let _ = reply.send(Err(e));

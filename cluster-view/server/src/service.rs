@@ -64,6 +64,11 @@ fn count(what: &str, n: usize) -> Result<(), ViewServerError> {
     if n == 0 {
         return Err(ViewServerError::Invalid(format!("no {what} in the request")));
     }
+    at_most(what, n)
+}
+
+/// At most [`MAX_ITEMS`] of `what` (none is fine).
+fn at_most(what: &str, n: usize) -> Result<(), ViewServerError> {
     if n > MAX_ITEMS {
         return Err(ViewServerError::Invalid(format!("{n} {what} in one request; at most {MAX_ITEMS}")));
     }
@@ -176,11 +181,7 @@ impl ViewService {
         let who = self.caller(&req, "Migrate")?;
         let v1::ProposeRequest { proposals: wire, for_job, target } = req.into_inner();
         count("moves", wire.len())?;
-        if target.len() > MAX_ITEMS {
-            return Err(
-                ViewServerError::Invalid(format!("{} target members; at most {MAX_ITEMS}", target.len())).into()
-            );
-        }
+        at_most("target members", target.len())?;
         // The moves are for the held pending job they make room for; naming none, a scheduler
         // host is refused (job 0 never exists, so it is held by nobody).
         let for_job = JobId(for_job.unwrap_or(0));
