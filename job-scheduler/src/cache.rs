@@ -71,7 +71,7 @@ impl CacheState {
     }
 
     /// Seconds on this copy's clock.
-    fn now_s(&self) -> f64 {
+    pub fn now_s(&self) -> f64 {
         self.clock.elapsed().as_secs_f64()
     }
 

@@ -16,8 +16,13 @@
 //! until enough of the busy GPUs in the best group of the floor's level are freed (the expected
 //! `k`-th release among `b` busy GPUs, `Σ 1/((b−i)·μ)`), times one plus the jobs ahead in
 //! the host's queue that wait for the same kind of slot ([`crate::Context::ahead`]): they take
-//! the first slots. Other jobs that would take the released GPUs are not counted, so it errs on
-//! the side of waiting; the ski-rental bound caps that error.
+//! the first slots. Where running jobs declare a time limit (`run.time_limit_s`), their ends are
+//! known at the latest: the approver fails a job whose limit passes, so its GPUs are free by
+//! then. `W` is then also bounded by when the limits alone free enough GPUs of the group
+//! (timed from when the host saw each job start, which is no earlier than its placement), and
+//! a host that has observed no release yet still has that bound. Other jobs that would take
+//! the released GPUs are not counted, so it errs on the side of waiting; the ski-rental bound
+//! caps that error.
 //! The job spec's `relax_after_s` stays the user's explicit bound: the floor loosens with it
 //! whatever the estimates say.
 //!
@@ -29,7 +34,7 @@ use crate::scheduler::{Attempt, Scheduler, Verdict};
 use crate::search::find_placement;
 use std::collections::{BTreeMap, VecDeque};
 use tessera_view::fit::FitMode;
-use tessera_view::{Health, Job, JobId, JobSpec, JobState, LocalityLevel, ServerRecord};
+use tessera_view::{Health, Job, JobId, JobSpec, JobState, LocalityLevel, ProposalId, ServerId, ServerRecord};
 
 /// Release events and run times kept for the estimates (a sliding window: the rates of the
 /// recent past, in bounded memory).
@@ -46,12 +51,23 @@ pub struct ReleaseStats {
     runs: VecDeque<f64>,
     /// When each job holding GPUs was seen to start ([`ReleaseStats::observe`]).
     started: BTreeMap<JobId, f64>,
+    /// Jobs holding GPUs under a time limit: the placement the limit runs for (a move places a
+    /// job again and restarts it) and the servers it holds.
+    limited: BTreeMap<JobId, (ProposalId, Vec<ServerId>)>,
+    /// Their GPUs per server: when the limit frees them at the latest, the devices, the job.
+    limited_on: BTreeMap<ServerId, Vec<(f64, u64, JobId)>>,
 }
 
 impl ReleaseStats {
     /// Nothing observed.
     pub const fn new() -> ReleaseStats {
-        ReleaseStats { releases: VecDeque::new(), runs: VecDeque::new(), started: BTreeMap::new() }
+        ReleaseStats {
+            releases: VecDeque::new(),
+            runs: VecDeque::new(),
+            started: BTreeMap::new(),
+            limited: BTreeMap::new(),
+            limited_on: BTreeMap::new(),
+        }
     }
 
     /// `gpus` GPUs were released at `now_s` (a job ended or was preempted).
@@ -75,9 +91,11 @@ impl ReleaseStats {
 
     /// Follows `job` as a host's copy of the view sees it change at `now_s`: a job that starts
     /// holding GPUs is timed, and one that stops (ended, failed or preempted) is a release; one
-    /// that ended is a run. Moves keep a job holding GPUs and count as neither.
+    /// that ended is a run. Moves keep a job holding GPUs and count as neither. A placement
+    /// under a time limit is kept with the latest time it frees its GPUs.
     pub fn observe(&mut self, job: &Job, now_s: f64) {
         let holds = job.state.holds_resources();
+        self.follow_limit(job, holds, now_s);
         match (self.started.get(&job.id).copied(), holds) {
             (None, true) => {
                 self.started.insert(job.id, now_s);
@@ -111,6 +129,52 @@ impl ReleaseStats {
         }
     }
 
+    /// Keeps `job`'s placement among the limited ones while it holds one under a time limit.
+    fn follow_limit(&mut self, job: &Job, holds: bool, now_s: f64) {
+        let placement = job.placement.as_ref().filter(|_| holds);
+        let limit_s = job.spec.run.time_limit_s.filter(|_| placement.is_some());
+        if let (Some((proposal, _)), Some(p)) = (self.limited.get(&job.id), placement)
+            && *proposal == p.proposal
+        {
+            return;
+        }
+        if let Some((_, servers)) = self.limited.remove(&job.id) {
+            for s in servers {
+                if let Some(on) = self.limited_on.get_mut(&s) {
+                    on.retain(|h| h.2 != job.id);
+                    if on.is_empty() {
+                        self.limited_on.remove(&s);
+                    }
+                }
+            }
+        }
+        let (Some(p), Some(limit_s)) = (placement, limit_s) else { return };
+        let ends_s = now_s + limit_s as f64;
+        let servers: Vec<ServerId> = p.members.iter().map(|m| m.server).collect();
+        for m in &p.members {
+            self.limited_on.entry(m.server).or_default().push((ends_s, m.gpus, job.id));
+        }
+        self.limited.insert(job.id, (p.proposal, servers));
+    }
+
+    /// Seconds from `now_s` until the time limits of the jobs on server `s` have freed at least
+    /// `k` of its GPUs in `mask`, at the latest; `None` when those limits hold fewer.
+    pub fn freed_by_limits_s(&self, s: ServerId, mask: u64, k: u32, now_s: f64) -> Option<f64> {
+        if k == 0 {
+            return Some(0.0);
+        }
+        let mut holds: Vec<(f64, u32)> = (self.limited_on.get(&s)?.iter())
+            .map(|&(ends_s, gpus, _)| (ends_s, (gpus & mask).count_ones()))
+            .filter(|h| h.1 > 0)
+            .collect();
+        holds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut freed = 0;
+        holds.into_iter().find_map(|(ends_s, n)| {
+            freed += n;
+            (freed >= k).then(|| (ends_s - now_s).max(0.0))
+        })
+    }
+
     /// GPUs released per second over the window, if at least two releases span some time.
     pub fn release_rate(&self) -> Option<f64> {
         let (&(first, _), &(last, _)) = (self.releases.front()?, self.releases.back()?);
@@ -138,18 +202,23 @@ pub fn extra_run_s(spec: &JobSpec, run_s: f64, tighter: LocalityLevel, looser: L
     (time_at(looser) - time_at(tighter)).max(0.0)
 }
 
-/// The expected seconds until `spec` fits at `level` by GPU count, if anything has been
-/// released yet: the best group of that level (a PCIe switch, socket or server; a rack, an
+/// The expected seconds from `now_s` (the clock of `stats`) until `spec` fits at `level` by
+/// GPU count: the best group of that level (a PCIe switch, socket or server; a rack, an
 /// InfiniBand domain or the cluster for gangs over servers), each busy GPU released at the
-/// cluster's observed per-GPU rate. `None` when nothing was observed or nothing is busy.
+/// cluster's observed per-GPU rate, and no later than running jobs' time limits free enough
+/// of them. `None` when nothing was observed, no limit frees enough, or nothing is busy.
 pub fn expected_wait_s(
     view: &LocalView,
     overlay: &Overlay,
     spec: &JobSpec,
     level: LocalityLevel,
     stats: &ReleaseStats,
+    now_s: f64,
 ) -> Option<f64> {
-    let rate = stats.release_rate()?;
+    let rate = stats.release_rate();
+    if rate.is_none() && stats.limited.is_empty() {
+        return None;
+    }
     let typed = |r: &ServerRecord| {
         let t = view.topology_of(r.config_set);
         r.health == Health::Up
@@ -169,16 +238,23 @@ pub fn expected_wait_s(
         return None;
     }
     // Each busy GPU is released at this rate (per second), independently.
-    let per_gpu = rate / f64::from(busy_total);
+    let per_gpu = rate.map(|r| r / f64::from(busy_total));
     // Expected time until `k` of `b` busy GPUs are released.
     let kth_release = |k: u32, b: u32| -> Option<f64> {
+        let per_gpu = per_gpu?;
         (k <= b).then(|| (0..k).map(|i| 1.0 / (f64::from(b - i) * per_gpu)).sum::<f64>())
     };
+    // The time limits bound the wait from above; the rate's expectation may be sooner.
+    let sooner = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let by_limits = |s: usize, mask: u64, k: u32| stats.freed_by_limits_s(ServerId(s as u32), mask, k, now_s);
     let need = spec.total_gpus();
     if level.is_intra_server() {
         records
             .iter()
-            .flat_map(|(_, r)| {
+            .flat_map(|&(s, r)| {
                 let t = view.topology_of(r.config_set);
                 t.groups(level)
                     .into_iter()
@@ -188,7 +264,7 @@ pub fn expected_wait_s(
                         // Something must be released even where the GPUs alone would fit (the
                         // floor was refused for cores or memory).
                         let k = need.saturating_sub(free).max(1);
-                        kth_release(k, g.count_ones() - free)
+                        sooner(kth_release(k, g.count_ones() - free), by_limits(s, g & !r.free_gpus, k))
                     })
                     .collect::<Vec<_>>()
             })
@@ -197,8 +273,9 @@ pub fn expected_wait_s(
         // Per domain of the level: the members that fit now, and for the rest the servers that
         // need the fewest GPUs released to hold one more member.
         let per = spec.gpus_per_member;
-        let mut domains: BTreeMap<u32, Vec<(u32, u32, u32)>> = BTreeMap::new(); // (slots, deficit, busy)
-        for (_, r) in &records {
+        // (slots, deficit, busy, server)
+        let mut domains: BTreeMap<u32, Vec<(u32, u32, u32, usize)>> = BTreeMap::new();
+        for &(s, r) in &records {
             let cs = &view.config_sets()[r.config_set.index()];
             let key = match level {
                 LocalityLevel::Rack => cs.rack,
@@ -207,7 +284,7 @@ pub fn expected_wait_s(
             };
             let devices = view.topology_of(r.config_set).devices;
             let free = r.free_gpus.count_ones();
-            domains.entry(key).or_default().push((free / per, per - free % per, devices - free));
+            domains.entry(key).or_default().push((free / per, per - free % per, devices - free, s));
         }
         domains
             .values_mut()
@@ -216,13 +293,17 @@ pub fn expected_wait_s(
                 let missing = spec.members.saturating_sub(slots) as usize;
                 if missing == 0 {
                     // Enough GPUs (refused for cores or memory): one release anywhere in it.
-                    return kth_release(1, servers.iter().map(|s| s.2).sum());
+                    let limits = servers.iter().filter_map(|s| by_limits(s.3, u64::MAX, 1)).min_by(f64::total_cmp);
+                    return sooner(kth_release(1, servers.iter().map(|s| s.2).sum()), limits);
                 }
                 servers.sort_by_key(|s| s.1);
                 let chosen = servers.iter().filter(|s| s.2 >= s.1).take(missing).collect::<Vec<_>>();
                 (chosen.len() == missing).then_some(())?;
                 let k = chosen.iter().map(|s| s.1).sum();
-                kth_release(k, chosen.iter().map(|s| s.2).sum())
+                // By the limits, every chosen server must have freed its deficit.
+                let limits =
+                    chosen.iter().map(|s| by_limits(s.3, u64::MAX, s.1)).try_fold(0.0, |w: f64, l| l.map(|l| w.max(l)));
+                sooner(kth_release(k, chosen.iter().map(|s| s.2).sum()), limits)
             })
             .min_by(f64::total_cmp)
     }
@@ -297,7 +378,8 @@ pub fn relax(a: &Attempt<'_>) -> Relaxed {
     }
     let until_waited_s = gain.ceil() as u64;
     // The jobs ahead that wait for the same kind of slot take the first ones that open.
-    let wait = expected_wait_s(a.view, a.overlay, spec, a.allowed, stats).map(|w| w * f64::from(a.ctx.ahead + 1));
+    let wait =
+        expected_wait_s(a.view, a.overlay, spec, a.allowed, stats, a.ctx.now_s).map(|w| w * f64::from(a.ctx.ahead + 1));
     match wait {
         Some(w) if w >= gain - waited => Relaxed::Start(looser),
         w => Relaxed::Wait {
@@ -354,7 +436,7 @@ pub struct Decided {
 mod tests {
     use super::*;
     use crate::scheduler::{Context, LocalityTolerant, RunningIndex};
-    use tessera_view::{ClusterSpec, ClusterView, Command, Decision, Proposal, ProposalId, Topology};
+    use tessera_view::{ClusterSpec, ClusterView, Command, Decision, Proposal, ProposalId, ServerId, Topology};
 
     /// Two seed-8gpu servers in one rack, each running a 6-GPU job (2 GPUs free on each), and a
     /// pending 2 × 2-GPU job that prefers one server and loses 30% across servers.
@@ -365,11 +447,18 @@ mod tests {
     }
 
     fn fixture() -> Fixture {
+        fixture_limited(None)
+    }
+
+    /// The same, the running jobs under a time limit of `limit_s`.
+    fn fixture_limited(limit_s: Option<u64>) -> Fixture {
         let topo = Topology::preset("seed-8gpu").expect("preset");
         let mut view = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
         let mut fillers = Vec::new();
         for n in 0..2u64 {
-            let id = view.submit(JobSpec::simple("filler", 1, 6)).expect("admitted");
+            let mut filler = JobSpec::simple("filler", 1, 6);
+            filler.run.time_limit_s = limit_s;
+            let id = view.submit(filler).expect("admitted");
             let spec = view.job(id).expect("job").spec.clone();
             let local = LocalView::of_view(&view);
             let f = find_placement(&local, &Overlay::default(), &spec, LocalityLevel::Server, FitMode::Pack, n)
@@ -421,7 +510,7 @@ mod tests {
                 waited_s,
                 attempt: 0,
                 salt: 7,
-                ctx: Context { running: &running, releases: stats, ahead },
+                ctx: Context { running: &running, releases: stats, ahead, now_s: 0.0 },
             })
         }
     }
@@ -482,15 +571,62 @@ mod tests {
         let local = LocalView::of_view(&f.view);
         // 99 GPUs released in 99 s: 1 GPU/s over 12 busy GPUs. A server has 6 busy and needs 2
         // more free: the 2nd of 6 releases, (1/6 + 1/5) × 12 s.
-        let w = expected_wait_s(&local, &Overlay::default(), spec, LocalityLevel::Server, &stats(1.0, 1.0));
+        let w = expected_wait_s(&local, &Overlay::default(), spec, LocalityLevel::Server, &stats(1.0, 1.0), 0.0);
         assert!((w.expect("estimated") - 12.0 * (1.0 / 6.0 + 1.0 / 5.0)).abs() < 1e-9, "{w:?}");
         // Across servers it fits now, but something must still be released to count.
-        let rack = expected_wait_s(&local, &Overlay::default(), spec, LocalityLevel::Rack, &stats(1.0, 1.0));
+        let rack = expected_wait_s(&local, &Overlay::default(), spec, LocalityLevel::Rack, &stats(1.0, 1.0), 0.0);
         assert!(rack.expect("estimated") < w.expect("estimated"));
         assert_eq!(
-            expected_wait_s(&local, &Overlay::default(), spec, LocalityLevel::Server, &ReleaseStats::new()),
+            expected_wait_s(&local, &Overlay::default(), spec, LocalityLevel::Server, &ReleaseStats::new(), 0.0),
             None
         );
+    }
+
+    #[test]
+    fn running_jobs_time_limits_bound_the_expected_wait_and_are_forgotten_with_their_placement() {
+        let mut f = fixture_limited(Some(600));
+        let spec = f.view.job(f.job).expect("job").spec.clone();
+        let local = LocalView::of_view(&f.view);
+        let at = |s: &ReleaseStats, level, now_s| expected_wait_s(&local, &Overlay::default(), &spec, level, s, now_s);
+        let observed = |mut s: ReleaseStats| {
+            f.view.jobs().into_iter().for_each(|j| s.observe(j, 10.0));
+            s
+        };
+        // Nothing released yet, but each filler frees its 6 GPUs by 610 s at the latest.
+        let limits = observed(ReleaseStats::new());
+        assert_eq!(at(&limits, LocalityLevel::Server, 110.0), Some(500.0));
+        assert_eq!(at(&limits, LocalityLevel::Rack, 110.0), Some(500.0), "one release in the rack");
+        assert_eq!(at(&limits, LocalityLevel::Server, 900.0), Some(0.0), "overdue: any moment now");
+        assert_eq!(at(&ReleaseStats::new(), LocalityLevel::Server, 110.0), None, "no limit known, no rate");
+        // A rate that expects the slot sooner stands (4.4 s); one that expects it later than
+        // the limits allow is capped by them.
+        let fast = at(&observed(stats(1.0, 1.0)), LocalityLevel::Server, 110.0).expect("estimated");
+        assert!((fast - 12.0 * (1.0 / 6.0 + 1.0 / 5.0)).abs() < 1e-9, "{fast}");
+        assert_eq!(at(&observed(stats(1.0, 1_000.0)), LocalityLevel::Server, 110.0), Some(500.0));
+        // A filler that ends is forgotten with its placement; the other one still counts.
+        let mut s = limits;
+        let gone = f.fillers[0];
+        let server = f.view.job(gone).and_then(|j| j.placement.as_ref()).expect("placed").members[0].server;
+        f.view.apply(&Command::Release { job: gone, failed: false });
+        s.observe(f.view.job(gone).expect("kept a while"), 200.0);
+        assert_eq!(s.freed_by_limits_s(server, u64::MAX, 1, 200.0), None);
+        let other = ServerId(1 - server.0);
+        assert_eq!(s.freed_by_limits_s(other, u64::MAX, 6, 200.0), Some(410.0));
+        assert_eq!(s.freed_by_limits_s(other, u64::MAX, 7, 200.0), None, "it holds 6");
+        assert_eq!((s.limited.len(), s.limited_on.len()), (1, 1));
+    }
+
+    #[test]
+    fn a_known_time_limit_can_make_waiting_for_the_level_not_pay() {
+        // Runs of 1,000 s lose 429 s across servers. With no release seen, the wait for one
+        // server is unknown and the job waits (up to the ski-rental bound); when the jobs on
+        // both servers run for 6,000 s more at the latest, waiting costs more than it gains.
+        let mut runs = ReleaseStats::new();
+        runs.record_run(1_000.0);
+        assert!(matches!(fixture().relax(0, &runs), Relaxed::Wait { .. }));
+        let f = fixture_limited(Some(6_000));
+        f.view.jobs().into_iter().for_each(|j| runs.observe(j, 0.0));
+        assert_eq!(f.relax(0, &runs), Relaxed::Start(LocalityLevel::Rack));
     }
 
     #[test]

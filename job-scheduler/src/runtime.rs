@@ -555,7 +555,7 @@ pub async fn place_job(
                     }
                 }
                 let ahead = s.jobs.get(&job).map_or(0, |j| s.same_kind_ahead(j));
-                let ctx = Context { running: &s.running, releases: &s.releases, ahead };
+                let ctx = Context { running: &s.running, releases: &s.releases, ahead, now_s: s.now_s() };
                 m.step(now(), Event::View { job: s.jobs.get(&job), view: &s.view, version, ctx })
             })
         };
@@ -842,7 +842,7 @@ mod tests {
         let look = |m: &mut PlaceMachine<'_>, now: Duration| {
             let local = LocalView::of_view(&f.view);
             let running = RunningIndex::from_jobs(f.view.jobs());
-            let ctx = Context { running: &running, releases: &releases, ahead: 0 };
+            let ctx = Context { running: &running, releases: &releases, ahead: 0, now_s: 0.0 };
             m.step(now, Event::View { job: f.view.job(f.job), view: &local, version: f.view.version(), ctx })
         };
         let opts = RuntimeOptions { max_backoff: Duration::from_secs(3_600), ..RuntimeOptions::default() };

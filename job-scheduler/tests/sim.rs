@@ -92,6 +92,29 @@ fn migration_lets_a_blocked_eight_gpu_job_start() {
 }
 
 #[test]
+fn the_view_moves_a_long_job_down_a_queue_on_simulated_time_and_a_new_one_preempts_it() {
+    // One 8-GPU server. A long 8-GPU job starts at once; a short one arrives at 100 s. In
+    // attained-service order the view itself moves the long job down a queue when it has held
+    // 3,600 GPU-s (450 s on 8 GPUs), and the short one, now ahead, preempts it at that instant.
+    let trace = Trace {
+        name: "las".into(),
+        jobs: vec![job("long", 0.0, 8, 100_000.0, "LM"), job("short", 100.0, 8, 600.0, "LM")],
+        ..Trace::default()
+    };
+    let las = run(SimPolicy::TesseraLas, &trace, 1, 1);
+    let fifo = run(SimPolicy::Tessera, &trace, 1, 1);
+    for r in [&las, &fifo] {
+        assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (2, 0, 0), "{r:?}");
+    }
+    let start = |r: &sim::PolicyReport| r.job_records[1].start_s.expect("the short job ran");
+    assert_eq!(las.preemptions, 1, "{las:?}");
+    let threshold = sim::compared_policies::LAS_THRESHOLDS_GPU_S[0] as f64 / 8.0;
+    assert!((start(&las) - threshold).abs() < 1e-3, "started when the long job crossed its mark: {}", start(&las));
+    assert_eq!(fifo.preemptions, 0);
+    assert!(start(&fifo) > 99_000.0, "in arrival order it waits for the long job: {}", start(&fifo));
+}
+
+#[test]
 fn bad_trace_rows_are_reported_with_row_and_column() {
     let dir = std::env::temp_dir().join(format!("tessera-sim-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp");

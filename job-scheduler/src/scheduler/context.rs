@@ -24,6 +24,9 @@ pub struct Context<'a> {
     /// of slot (the same gang shape, GPU type and floor level): they take the slots that open
     /// first. 0 when the host does not know.
     pub ahead: u32,
+    /// Now, on the clock of `releases` (seconds): when the time limits it keeps free GPUs is
+    /// read against it.
+    pub now_s: f64,
 }
 
 /// No jobs known: what tests and tools that hold only server records pass.
@@ -33,14 +36,14 @@ static NOTHING_RELEASED: ReleaseStats = ReleaseStats::new();
 impl Context<'static> {
     /// A context that knows nothing beyond the server records.
     pub fn empty() -> Context<'static> {
-        Context { running: &NOTHING_RUNNING, releases: &NOTHING_RELEASED, ahead: 0 }
+        Context { running: &NOTHING_RUNNING, releases: &NOTHING_RELEASED, ahead: 0, now_s: 0.0 }
     }
 }
 
 impl<'a> Context<'a> {
     /// A context of running jobs `running`, with nothing released yet.
     pub fn of_running(running: &'a RunningIndex) -> Context<'a> {
-        Context { running, releases: &NOTHING_RELEASED, ahead: 0 }
+        Context { running, releases: &NOTHING_RELEASED, ahead: 0, now_s: 0.0 }
     }
 }
 

@@ -32,21 +32,25 @@ use tessera_view::{CpuDemand, JobSpec, LocalityLevel, Predictor, Topology};
 /// ten. Tiresias spaces its queues exponentially so that a job's queue says how many orders of
 /// magnitude of GPU time it has had; starting at one GPU-hour lets jobs of minutes finish in the
 /// first queue. Not fitted to any trace.
-pub const LAS_THRESHOLDS_GPU_S: [f64; 2] = [3_600.0, 36_000.0];
+pub const LAS_THRESHOLDS_GPU_S: [u64; 2] = [3_600, 36_000];
 
 /// The order in which a host offers its waiting jobs to the scheduler.
 #[derive(Clone, Debug, PartialEq)]
 pub enum QueueOrder {
-    /// Priority, then arrival (FIFO with backfill: a job that does not fit is skipped).
+    /// The simulated cluster's order: arrival (FIFO with backfill: a job that does not fit is
+    /// skipped), or attained service where its cluster spec names thresholds, as a live host
+    /// offers them.
     Fifo,
     /// Priority, then the attained-service queue (GPU-seconds run so far against `thresholds`,
     /// ascending: queue `k` holds jobs that attained at least `thresholds[k-1]`), then arrival:
     /// Tiresias' discretized two-dimensional least-attained-service, which needs no duration
-    /// estimate. A running job crossing a threshold is demoted
-    /// ([`tessera_view::Command::SetServiceQueue`]), so waiting jobs of lower queues may preempt it.
+    /// estimate. The thresholds become the simulated cluster's
+    /// ([`tessera_view::Priorities::attained_service_gpu_s`]), so the view moves a running job
+    /// down a queue as its clock passes the job's mark ([`tessera_view::attained`]), exactly as
+    /// on a live cluster, and waiting jobs of lower queues may preempt it.
     AttainedService {
-        /// Queue thresholds in GPU-seconds, ascending.
-        thresholds_gpu_s: Vec<f64>,
+        /// Queue thresholds in GPU-seconds, ascending (at most 8, above 0).
+        thresholds_gpu_s: Vec<u64>,
     },
 }
 

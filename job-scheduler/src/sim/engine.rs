@@ -1,7 +1,10 @@
 //! The event loop of one simulated run, and its metrics.
 //!
-//! Events are arrivals, job completions, the end of a moved job's checkpoint-restart pause and
-//! wake-ups when a waiting job's locality tolerance relaxes. After all events of one instant, a
+//! Events are arrivals, job completions, the end of a moved job's checkpoint-restart pause,
+//! wake-ups when a waiting job's locality tolerance relaxes, and the view's own deadlines (a
+//! running job reaching its next attained-service threshold). Before the events of an instant
+//! the view's clock is set to it, as a leader's clock entries set a live view's, so the view
+//! stamps placements and moves jobs down its queues on simulated time. After all events of one instant, a
 //! scheduling pass offers waiting jobs to the policy in arrival order (a job that does not fit
 //! is skipped, not waited on, as generic schedulers do): after a release every waiting job is
 //! tried, after an arrival only the new ones. A shape that failed once in a pass is not searched
@@ -36,6 +39,19 @@ const ENDED_KEPT: usize = 1024;
 pub const MIGRATION_RETRY_S: f64 = 300.0;
 /// Points of the utilization series.
 const UTILIZATION_POINTS: usize = 400;
+/// The view's clock at simulated second 0 (Unix ms): any fixed origin serves, as only
+/// differences are read, but 0 is the view's "no clock yet".
+const EPOCH_MS: u64 = 1_700_000_000_000;
+
+/// The view's clock at simulated second `t`.
+fn view_ms(t: f64) -> u64 {
+    EPOCH_MS + (t.max(0.0) * 1000.0).round() as u64
+}
+
+/// The simulated second of the view's clock time `ms`.
+fn sim_s(ms: u64) -> f64 {
+    ms.saturating_sub(EPOCH_MS) as f64 / 1000.0
+}
 
 /// One run's parameters.
 #[derive(Clone, Debug)]
@@ -177,8 +193,9 @@ enum Event {
     Resume(usize, u64),
     Finish(usize, u64),
     Wake,
-    /// A running job attains its next service threshold (the job, its run count).
-    Demote(usize, u64),
+    /// The view's next deadline (a running job reaching its next attained-service threshold):
+    /// the clock entry a leader writes when one passes on an idle log.
+    Clock,
     /// A preempted job waits again: offered in the next pass like an arrival.
     Requeued(usize),
 }
@@ -211,16 +228,8 @@ struct Rt {
     frag_since: Option<f64>,
     /// Seconds it waited blocked by fragmentation.
     frag_blocked_s: f64,
-    /// GPU-seconds it ran before its current run.
-    attained_gpu_s: f64,
-    /// Counts its runs (starts); a demotion event names the run it belongs to.
-    runs: u64,
-    /// Its attained-service queue.
-    queue: u8,
     /// When its current run started.
     run_start_s: f64,
-    /// Since when its current run's service is not yet in `attained_gpu_s`.
-    run_from_s: f64,
 }
 
 /// A running job as a possible victim: what [`preemption::choose_victims`] needs, its rank
@@ -261,6 +270,10 @@ struct Sim<'a> {
     /// The running jobs as possible victims, with their rank and preemptions, built once per
     /// pass and dropped whenever the running set changes.
     victim_pool: Option<Vec<PoolEntry>>,
+    /// Whether the cluster orders waiting jobs by attained service (it names thresholds).
+    ranked: bool,
+    /// When the earliest [`Event::Clock`] queued is due (infinite when none is).
+    clock_wake_s: f64,
     rep: PolicyReport,
 }
 
@@ -273,7 +286,20 @@ pub fn simulate(
     cfg: &SimConfig,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PolicyReport, SchedulerError> {
-    let view = ClusterView::from_spec(cluster).with_limits(DEFAULT_CHANGE_LOG, ENDED_KEPT);
+    // A contender in attained-service order runs on a cluster that names its thresholds: the
+    // view moves jobs down its queues itself, as a live cluster's does.
+    let mut cluster = cluster.clone();
+    if let QueueOrder::AttainedService { thresholds_gpu_s } = &cfg.contender.order {
+        cluster.priorities.attained_service_gpu_s = thresholds_gpu_s.clone();
+        cluster.priorities.validate().map_err(|(field, why)| SchedulerError::BadSetting {
+            setting: "a contender's attained-service thresholds",
+            expected: format!("what `priorities.{field}` accepts ({why})"),
+            got: format!("{thresholds_gpu_s:?} for `{}`", cfg.contender.name),
+        })?;
+    }
+    let mut view = ClusterView::from_spec(&cluster).with_limits(DEFAULT_CHANGE_LOG, ENDED_KEPT);
+    view.apply(&Command::Clock { at_ms: view_ms(0.0) });
+    let ranked = !view.priorities().attained_service_gpu_s.is_empty();
     let local = LocalView::of_view(&view);
     let total_gpus = view.servers().iter().map(|r| u64::from(view.topology_of(r.config_set).devices)).sum();
     let mut sim = Sim {
@@ -301,6 +327,8 @@ pub fn simulate(
         busy_series: vec![(0.0, 0)],
         next_plan_s: 0.0,
         victim_pool: None,
+        ranked,
+        clock_wake_s: f64::INFINITY,
         releases: ReleaseStats::new(),
         rep: PolicyReport::default(),
     };
@@ -335,11 +363,7 @@ pub fn simulate(
             attempts: 0,
             frag_since: None,
             frag_blocked_s: 0.0,
-            attained_gpu_s: 0.0,
-            runs: 0,
-            queue: 0,
             run_start_s: 0.0,
-            run_from_s: 0.0,
         });
         let t = sim.jobs[i].arrival_s;
         sim.push(t, Event::Arrive(i));
@@ -349,6 +373,7 @@ pub fn simulate(
     while let Some(Reverse((bits, _, ev))) = sim.heap.pop() {
         let now = f64::from_bits(bits);
         sim.advance(now);
+        sim.tick(now);
         sim.handle(ev, now, trace)?;
         events += 1;
         if cfg.invariant_check_every > 0 && events.is_multiple_of(cfg.invariant_check_every) {
@@ -365,6 +390,7 @@ pub fn simulate(
         if sim.schedule(now) {
             sim.track_fragmentation(now);
         }
+        sim.wake_for_clock();
     }
     progress(total_events, total_events);
     sim.check_invariants();
@@ -409,11 +435,7 @@ impl Sim<'_> {
             Event::Resume(i, moves) if self.jobs[i].moves == moves && self.jobs[i].paused => self.resume(i, now),
             Event::Wake => self.woke = true,
             Event::Requeued(i) => self.fresh.push(i),
-            Event::Demote(i, runs)
-                if self.jobs[i].runs == runs && self.jobs[i].finish_s.is_none() && !self.pending.contains(&i) =>
-            {
-                self.demote(i, now)
-            }
+            Event::Clock if now >= self.clock_wake_s => self.clock_wake_s = f64::INFINITY,
             _ => {}
         }
         Ok(())
@@ -457,9 +479,9 @@ impl Sim<'_> {
         } else {
             self.fresh.iter().copied().filter(|i| self.pending.contains(i)).collect()
         };
-        if matches!(self.cfg.contender.order, QueueOrder::AttainedService { .. }) {
+        if self.ranked {
             // Priority, then the least attained service, then arrival (the index).
-            candidates.sort_by_key(|&i| (Reverse(self.jobs[i].spec.priority), self.jobs[i].queue, i));
+            candidates.sort_by_cached_key(|&i| (Reverse(self.jobs[i].spec.priority), self.queue_of(i), i));
         }
         self.fresh.clear();
         self.resources_freed = false;
@@ -476,7 +498,6 @@ impl Sim<'_> {
         let mut placed_kinds: BTreeMap<SlotKind, u32> = BTreeMap::new();
         let mut migrated = false;
         let preempts = self.cfg.contender.preempts;
-        let by_rank = matches!(self.cfg.contender.order, QueueOrder::AttainedService { .. });
         for i in candidates {
             let free = self.total_gpus - self.busy_gpus;
             if free == 0 && !preempts {
@@ -485,9 +506,9 @@ impl Sim<'_> {
             if free == 0 {
                 // Nothing free: only a job that outranks some running job can start. Offered by
                 // rank, no later job can once one cannot.
-                let me = (self.jobs[i].spec.priority, Reverse(self.jobs[i].queue));
+                let me = (self.jobs[i].spec.priority, Reverse(self.queue_of(i)));
                 if self.lowest_preemptible(now).is_none_or(|low| me <= low) {
-                    if by_rank {
+                    if self.ranked {
                         break;
                     }
                     continue;
@@ -507,7 +528,7 @@ impl Sim<'_> {
                 rt.spec.memory_mib_per_gpu,
                 rt.spec.gpu_type.clone(),
                 // What it may preempt depends on its rank.
-                if preempts { (rt.spec.priority, rt.queue) } else { (0, 0) },
+                if preempts { (rt.spec.priority, self.queue_of(i)) } else { (0, 0) },
             );
             let by_shape = self.cfg.contender.scheduler.decides_by_shape();
             if by_shape && failed.contains(&key) {
@@ -544,7 +565,7 @@ impl Sim<'_> {
                     waited_s: waited.max(0.0) as u64,
                     attempt: rt.attempts,
                     salt,
-                    ctx: Context { running: &self.running, releases: &self.releases, ahead },
+                    ctx: Context { running: &self.running, releases: &self.releases, ahead, now_s: now },
                 };
                 locality_cost::decide(self.cfg.contender.scheduler.as_ref(), &attempt)
             };
@@ -688,13 +709,13 @@ impl Sim<'_> {
             self.jobs[i].frag_blocked_s += now - since;
         }
         self.report_started(i, proposal, &members);
+        self.observe(i, now);
         let rt = &mut self.jobs[i];
         if rt.start_s.is_none() {
             rt.start_s = Some(now);
             rt.at_preferred = level <= rt.preferred;
         }
-        rt.runs += 1;
-        (rt.run_start_s, rt.run_from_s) = (now, now);
+        rt.run_start_s = now;
         rt.level = level;
         rt.members = members;
         rt.since_s = now;
@@ -703,39 +724,39 @@ impl Sim<'_> {
         self.occupy(i);
         self.local.catch_up(&self.view);
         self.victim_pool = None;
-        self.plan_demotion(i, now);
     }
 
-    /// Queues job `i`'s demotion at the instant its run reaches its next service threshold.
-    fn plan_demotion(&mut self, i: usize, now: f64) {
-        let QueueOrder::AttainedService { thresholds_gpu_s } = &self.cfg.contender.order else { return };
-        let rt = &self.jobs[i];
-        let Some(&next) = thresholds_gpu_s.get(rt.queue as usize) else { return };
-        let t = rt.run_from_s + ((next - rt.attained_gpu_s) / f64::from(rt.gpus.max(1))).max(0.0);
-        let runs = rt.runs;
-        self.push(t.max(now), Event::Demote(i, runs));
+    /// Job `i`'s attained-service queue, as the view keeps it.
+    fn queue_of(&self, i: usize) -> u8 {
+        self.view.job(self.jobs[i].view_id).map_or(0, |j| j.service_queue)
     }
 
-    /// Job `i` attained its next service threshold while running: it moves down a queue (in
-    /// the view too, where the approver reads it) and every waiting job is offered again, as a
-    /// job of a lower queue may now preempt it.
-    fn demote(&mut self, i: usize, now: f64) {
-        let QueueOrder::AttainedService { thresholds_gpu_s } = &self.cfg.contender.order else { return };
-        let rt = &self.jobs[i];
-        let attained = rt.attained_gpu_s + f64::from(rt.gpus) * (now - rt.run_from_s);
-        let queue = thresholds_gpu_s.iter().take_while(|&&t| attained >= t - 1e-6).count().min(u8::MAX as usize) as u8;
-        if queue <= rt.queue {
+    /// Advances the view's clock to `now`, as the leader's clock entries do. Jobs whose
+    /// attained service reached a threshold of the cluster's move down a queue in the view
+    /// ([`tessera_view::attained`]); then every waiting job is offered again, as one of a lower
+    /// queue may now preempt them.
+    fn tick(&mut self, now: f64) {
+        let at_ms = view_ms(now);
+        if at_ms <= self.view.now_ms() {
             return;
         }
-        let job = rt.view_id;
-        let out = self.view.apply(&Command::SetServiceQueue { job, queue });
-        debug_assert_eq!(out, Outcome::Ended(Ok(())));
-        let rt = &mut self.jobs[i];
-        rt.queue = queue;
-        rt.attained_gpu_s = attained;
-        rt.run_from_s = now;
-        self.woke = true;
-        self.plan_demotion(i, now);
+        let due = self.view.next_deadline_ms().is_some_and(|d| d <= at_ms);
+        let out = self.view.apply(&Command::Clock { at_ms });
+        debug_assert!(matches!(&out, Outcome::Clock { expired, .. } if expired.is_empty()), "no time limits: {out:?}");
+        if due {
+            self.woke = true;
+            self.victim_pool = None;
+        }
+    }
+
+    /// Queues an [`Event::Clock`] for the view's next deadline unless one is due no later.
+    fn wake_for_clock(&mut self) {
+        let Some(d) = self.view.next_deadline_ms() else { return };
+        let t = sim_s(d);
+        if t < self.clock_wake_s {
+            self.clock_wake_s = t;
+            self.push(t, Event::Clock);
+        }
     }
 
     /// Preempts lower-ranked gangs so that job `i` starts, if victims exist; true if it started.
@@ -829,20 +850,26 @@ impl Sim<'_> {
         let servers = self.vacate(j);
         let cost = self.cfg.migration.checkpoint_restart_s;
         let rt = &mut self.jobs[j];
-        rt.attained_gpu_s += f64::from(rt.gpus) * (now - rt.run_from_s);
         rt.work_left_s += cost;
         rt.speed = 0.0;
         rt.epoch += 1;
-        rt.runs += 1;
         rt.members.clear();
         let gpus = rt.gpus;
-        self.releases.record_release(now, gpus);
+        self.observe(j, now);
         self.rep.preemptions += 1;
         self.rep.preemption_cost_gpu_s += f64::from(gpus) * cost;
         self.set_busy(now, self.busy_gpus - u64::from(gpus));
         self.pending.insert(j);
         self.respeed(&servers);
         self.victim_pool = None;
+    }
+
+    /// The host's copy of the view sees job `i` change at `now` ([`ReleaseStats::observe`], as
+    /// a live host's does): a start is timed, a stop is a release, an end a run.
+    fn observe(&mut self, i: usize, now: f64) {
+        if let Some(j) = self.view.job(self.jobs[i].view_id) {
+            self.releases.observe(j, now);
+        }
     }
 
     /// Node agents' reports: every member started (the job runs).
@@ -929,9 +956,8 @@ impl Sim<'_> {
         let rt = &mut self.jobs[i];
         rt.finish_s = Some(now);
         rt.epoch += 1;
-        self.releases.record_release(now, rt.gpus);
-        self.releases.record_run(now - rt.run_start_s);
         let gpus = u64::from(rt.gpus);
+        self.observe(i, now);
         self.set_busy(now, self.busy_gpus - gpus);
         self.respeed(&servers);
         self.resources_freed = true;
@@ -1012,6 +1038,7 @@ impl Sim<'_> {
             self.server_jobs[s.index()].push(j);
         }
         self.running.add(self.jobs[j].view_id, self.jobs[j].gpus, to);
+        self.observe(j, now);
         self.respeed(&servers);
         self.jobs[j].moves += 1;
         let moves = self.jobs[j].moves;
