@@ -366,6 +366,13 @@ pub struct Job {
     pub priority: i32,
     /// The priority class it named, if it named one (its priority comes from it).
     pub class: Option<String>,
+    /// The model it named, if any (a spec that declared no slowdown was admitted with that
+    /// model's losses, shown in `slowdown`).
+    pub model: Option<String>,
+    /// Throughput it loses at each locality level, by level name, as admitted (empty: none
+    /// declared; its host then accepts any level it tolerates at once).
+    #[serde(default)]
+    pub slowdown: BTreeMap<String, f64>,
     /// How many times a higher-ranked job preempted it.
     pub preemptions: u32,
     /// Its attained-service queue (0 = the least service); within a priority, a job may preempt
@@ -444,6 +451,8 @@ impl Job {
             scheduler: spec.scheduler.clone(),
             priority: spec.priority,
             class: spec.class.clone(),
+            model: spec.model.clone(),
+            slowdown: spec.slowdown.iter().map(|(l, s)| (l.to_string(), *s)).collect(),
             preemptions: j.preemptions,
             service_queue: j.service_queue,
             submitted_at: j.submitted_at.0,

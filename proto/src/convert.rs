@@ -437,6 +437,7 @@ impl From<&JobSpec> for v1::JobSpec {
             after: s.after.iter().map(|j| j.0).collect(),
             after_any: s.after_any.iter().map(|j| j.0).collect(),
             array: s.array,
+            model: s.model.clone(),
         }
     }
 }
@@ -469,6 +470,7 @@ impl TryFrom<v1::JobSpec> for JobSpec {
             command: w.command,
             scheduler: w.scheduler,
             class: w.class,
+            model: w.model,
             run: RunSettings {
                 env: w.env.into_iter().collect(),
                 workdir: w.workdir,
@@ -1132,6 +1134,7 @@ mod tests {
         spec.priority = -3;
         spec.command = vec!["python3".into(), "train.py".into()];
         spec.scheduler = Some("optimus".into());
+        spec.model = Some("ResNet-50".into());
         spec
     }
 

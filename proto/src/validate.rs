@@ -46,6 +46,7 @@ const JOB_SPEC_FIELDS: &[&str] = &[
     "after",
     "after_any",
     "array",
+    "model",
 ];
 const CPU_DEMAND_FIELDS: &[&str] = &["fixed.cores_per_gpu", "predicted.predictor", "predicted.min_cores_per_gpu"];
 const PREDICTOR_FIELDS: &[&str] = &["p0", "p1", "p2", "theta"];

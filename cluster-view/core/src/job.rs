@@ -8,6 +8,8 @@
 //! tenant = "vision"         # optional, default "default"
 //! priority = "batch"       # a class of the cluster's [priorities] (resolved at admission), or a number
 //! memory_mib_per_gpu = 32768     # optional; default: the server's memory share per GPU
+//! model = "ResNet-50"       # optional: what it trains; without a declared `slowdown` the job is
+//!                           # admitted with the speed model's losses for it (`SpeedModel`)
 //! command = ["python3", "train.py"]
 //! restart = { max = 3, backoff_s = 10 }  # optional: after a member fails, restart the gang
 //!                           # whole, at most 3 times, waiting 10 s, 20 s, 40 s
@@ -41,6 +43,9 @@ use std::path::Path;
 
 /// The most members one gang may have.
 pub const MAX_MEMBERS: u32 = 4096;
+
+/// The longest `model` name a spec may give, in characters.
+pub const MAX_MODEL_LEN: usize = 128;
 
 /// The tenant of a job whose spec names none.
 pub const DEFAULT_TENANT: &str = "default";
@@ -169,6 +174,11 @@ pub struct JobSpec {
     /// at admission ([`crate::Priorities::resolve`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// The deep-learning model it trains, as the speed model knows it (`ResNet-50`, `LM`, or a
+    /// class name). A spec that declares no `slowdown` is admitted with that model's losses
+    /// ([`crate::SpeedModel::default_slowdown`], on the leader before the entry is written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// The command each member runs (empty for simulated jobs).
     pub command: Vec<String>,
     /// The scheduler that places the job, by the name a scheduler host knows it by
@@ -374,6 +384,8 @@ pub struct JobFile {
     #[serde(default)]
     memory_mib_per_gpu: Option<u32>,
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     command: Vec<String>,
     #[serde(default)]
     scheduler: Option<String>,
@@ -526,6 +538,7 @@ impl JobFile {
             memory_mib_per_gpu: self.memory_mib_per_gpu,
             priority,
             class,
+            model: self.model,
             command: self.command,
             scheduler: self.scheduler,
             run: RunSettings {
@@ -562,6 +575,7 @@ impl JobSpec {
             memory_mib_per_gpu: None,
             priority: 0,
             class: None,
+            model: None,
             command: Vec::new(),
             scheduler: None,
             run: RunSettings::default(),
@@ -685,6 +699,17 @@ impl JobSpec {
             && (class.trim().is_empty() || class.len() > 64 || class.chars().any(char::is_whitespace))
         {
             return bad("priority", format!("`{class}` is not a class name (1 to 64 characters, no spaces)"));
+        }
+        if let Some(model) = &self.model
+            && (model.trim().is_empty() || model.chars().count() > MAX_MODEL_LEN || model.chars().any(char::is_control))
+        {
+            return bad(
+                "model",
+                format!(
+                    "must be 1 to {MAX_MODEL_LEN} characters, not blank, without control characters (got {})",
+                    model.chars().count()
+                ),
+            );
         }
         Ok(())
     }
@@ -958,6 +983,18 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_model_name_parses_and_is_bounded() {
+        let parse = |extra: &str| JobSpec::from_toml("j.toml", &format!("name='j'\ngpus=1\n{extra}\n"));
+        assert_eq!(parse("model = 'ResNet-50'").expect("valid").model.as_deref(), Some("ResNet-50"));
+        assert_eq!(parse("").expect("valid").model, None);
+        let long = "m".repeat(MAX_MODEL_LEN + 1);
+        for bad in ["model = ' '", "model = \"a\\u0007b\"", &format!("model = '{long}'")] {
+            let e = parse(bad).expect_err(bad).to_string();
+            assert!(e.contains("model") && e.contains("control characters"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn dependencies_and_arrays_parse_and_are_bounded() {

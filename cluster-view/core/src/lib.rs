@@ -26,6 +26,7 @@
 //! | [`preemption`] | [`Preemption`], the approver's atomic take-over of lower-priority gangs, and the pure victim choice |
 //! | [`migration_planner`] | the migration planner: fewest moves of small jobs that free a group (the scheduler hosts' migration task and the simulator execute its plans) |
 //! | [`migration_check`] | whether a host's moves help the pending job they are for (the leader's check before a `Migrate`) |
+//! | [`speed_model`] | [`SpeedModel`]: how fast a job runs where it is placed (the simulator), and the locality losses a spec that names its `model` is admitted with |
 //! | [`usage`] | accounting: the view's clock, jobs' wall-clock times, GPU and core time per tenant and user |
 //! | [`invariants`] | an independent checker of the view's invariants |
 //!
@@ -56,6 +57,7 @@ pub mod policy;
 pub mod preemption;
 pub mod priority;
 pub mod server;
+pub mod speed_model;
 pub mod topology;
 pub mod trace;
 pub mod usage;
@@ -77,6 +79,7 @@ pub use placement::{Decision, MemberPlacement, Proposal, Rejection};
 pub use preemption::Preemption;
 pub use priority::Priorities;
 pub use server::{Cordon, Health, HealthChange, ServerRecord};
+pub use speed_model::SpeedModel;
 pub use topology::Topology;
 pub use trace::JobTrace;
 pub use usage::{HeldSpan, JobTimes, Ledger, Usage, UsageBy, UsageKey, UsageReport, UsageRow};

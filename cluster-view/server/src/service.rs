@@ -242,6 +242,11 @@ impl ViewService {
             {
                 spec.tenant = only.clone();
             }
+            // A spec that names its model and declares no losses is admitted with the model's,
+            // written into the entry: replicas never read the compiled-in table at apply.
+            if let Some(slowdown) = tessera_view::SpeedModel::shipped().default_slowdown(&spec) {
+                spec.slowdown = slowdown;
+            }
             specs.push(spec);
         }
         let tenants = specs.iter().map(|s| s.tenant.as_str()).collect();

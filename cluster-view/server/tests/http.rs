@@ -142,6 +142,35 @@ fn parse_prometheus(text: &str) -> HashMap<String, f64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_naming_its_model_is_admitted_with_the_models_losses_unless_it_declares_its_own() {
+    let r = Replica::start().await;
+    let api = Api::new(&r).await;
+    let named = api.admit(json!({ "name": "named", "gpus": 2, "model": "ResNet-50" })).await;
+    let own = json!({ "name": "own", "gpus": 2, "model": "LM", "locality": { "slowdown": { "rack": 0.5 } } });
+    let own = api.admit(own).await;
+    let plain = api.admit(json!({ "name": "plain", "gpus": 2 })).await;
+    let (s, list) = api.get("/v1/jobs", "/v1/jobs").await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let job =
+        |id: u64| list["jobs"].as_array().and_then(|v| v.iter().find(|j| j["id"] == id)).cloned().expect("listed");
+    let named = job(named);
+    assert_eq!(named["model"], "ResNet-50");
+    // The shipped speed model's `cnn-imagenet` class.
+    assert_eq!(named["slowdown"]["socket"], 0.0, "{named}");
+    assert_eq!((named["slowdown"]["server"].as_f64(), named["slowdown"]["rack"].as_f64()), (Some(0.27), Some(0.28)));
+    assert_eq!(job(own)["slowdown"], json!({ "rack": 0.5 }), "a declared loss wins");
+    assert_eq!((job(plain)["slowdown"].clone(), job(plain)["model"].clone()), (json!({}), Value::Null));
+    // A blank, overlong or control-character name is refused and admits nothing.
+    for bad in [json!(" "), json!("m".repeat(129)), json!("a\u{7}b")] {
+        let got = api.submit_json(json!({ "name": "bad", "gpus": 1, "model": bad })).await;
+        assert_error(&got, StatusCode::BAD_REQUEST, "invalid_spec");
+        assert_eq!(got.1["field"], "model", "{}", got.1);
+    }
+    let (_, after) = api.get("/v1/jobs", "/v1/jobs").await;
+    assert_eq!(after["jobs"].as_array().map(Vec::len), Some(3), "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_answer_as_documented_and_refuse_bad_input() {
     let r = Replica::start().await;
     let api = Api::new(&r).await;

@@ -23,14 +23,15 @@ pub mod compared_policies;
 pub mod engine;
 pub mod experiment;
 pub mod matrix;
-pub mod model;
 pub mod synthetic;
 pub mod trace_loader;
 
 pub use compared_policies::{Contender, SimPolicy, SpecStyle};
 pub use engine::{JobRecord, PolicyReport, SimConfig, simulate};
 pub use experiment::{Experiment, ExperimentSpec, ModelChoice, TraceSource};
-pub use model::SpeedModel;
+/// The speed model lives in the core, where admission reads a model's locality losses.
+pub use tessera_view::speed_model as model;
+pub use tessera_view::speed_model::SpeedModel;
 pub use trace_loader::{SimJob, Trace};
 
 use tessera_view::{ClusterSpec, Topology};

@@ -161,6 +161,10 @@ pub struct JobFileBody {
     /// Memory per GPU, MiB (default: the server's share).
     #[schema(minimum = 1)]
     pub memory_mib_per_gpu: Option<u32>,
+    /// The deep-learning model it trains (`ResNet-50`, `LM`, or a speed-model class); with no
+    /// `locality.slowdown`, the job is admitted with that model's locality losses.
+    #[schema(min_length = 1, max_length = 128, pattern = "\\S")]
+    pub model: Option<String>,
     /// The command each member runs.
     pub command: Option<Vec<String>>,
     /// The scheduler that places the job (default: the host's).
@@ -327,6 +331,7 @@ mod tests {
             tenant: Some("t".into()),
             priority: Some(1),
             memory_mib_per_gpu: Some(1024),
+            model: Some("ResNet-50".into()),
             command: Some(vec!["true".into()]),
             scheduler: Some("default".into()),
             locality: Some(LocalityBody {
@@ -357,5 +362,6 @@ mod tests {
         assert_eq!(spec.run.restart, Some(tessera_view::RestartPolicy { max: 2, backoff_s: 5 }));
         assert_eq!(spec.run.stop_grace_s, Some(20));
         assert_eq!((spec.after.len(), spec.after_any.len(), spec.array), (1, 2, Some(3)));
+        assert_eq!(spec.model.as_deref(), Some("ResNet-50"));
     }
 }

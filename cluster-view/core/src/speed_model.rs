@@ -5,11 +5,19 @@
 //! gives) is the product of a locality factor, an interference factor and a CPU factor. The
 //! [`SpeedModel::ideal`] model has none of them, so queueing alone can be compared with other
 //! simulators.
+//!
+//! The simulator runs jobs at these speeds; a live cluster reads only the locality losses: a
+//! job spec that names its `model` and declares no `slowdown` is given its class's losses when
+//! the leader admits it ([`SpeedModel::default_slowdown`]), so its host weighs locality by cost
+//! as it would with a declared one. The figures are written into the admitted spec (the log
+//! entry), so replicas never read this table when they apply.
 
-use crate::error::SchedulerError;
+use crate::error::SpecError;
+use crate::job::JobSpec;
+use crate::locality::LocalityLevel;
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use tessera_view::LocalityLevel;
+use std::sync::LazyLock;
 
 /// The shipped model file.
 pub const BUILTIN_MODEL: &str = include_str!("../../../deploy/sim/speed-model.toml");
@@ -91,24 +99,25 @@ pub struct SpeedModel {
 
 impl SpeedModel {
     /// Parses a model file; `file` names it in errors.
-    pub fn from_toml(file: &str, text: &str) -> Result<SpeedModel, SchedulerError> {
-        let bad = |message: String| SchedulerError::BadFile { file: file.to_string(), message };
-        let raw: RawModel = toml::from_str(text).map_err(|e| bad(e.to_string().trim_end().to_string()))?;
+    pub fn from_toml(file: &str, text: &str) -> Result<SpeedModel, SpecError> {
+        let raw: RawModel = toml::from_str(text)
+            .map_err(|e| SpecError::Syntax { file: file.to_string(), message: e.to_string().trim_end().to_string() })?;
         let classes: Vec<(String, SpeedClass)> = raw.classes.into_iter().collect();
         for (name, c) in &classes {
+            let field = format!("classes.{name}");
             let losses = [c.socket, c.server, c.two_servers, c.four_servers, c.interference];
             if losses.iter().any(|l| !(0.0..1.0).contains(l)) {
-                return Err(bad(format!("class `{name}`: every loss must be in [0, 1)")));
+                return Err(SpecError::invalid(file, field, "every loss must be in [0, 1)"));
             }
             if !(c.theta.is_finite() && c.theta > 0.0 && c.p0.is_finite() && c.p1.is_finite()) {
-                return Err(bad(format!("class `{name}`: theta must be positive, p0 and p1 finite")));
+                return Err(SpecError::invalid(file, field, "theta must be positive, p0 and p1 finite"));
             }
         }
         let index = |class: &str, field: &str| {
             classes
                 .iter()
                 .position(|(n, _)| n == class)
-                .ok_or_else(|| bad(format!("`{field}` names unknown class `{class}`")))
+                .ok_or_else(|| SpecError::invalid(file, field, format!("names unknown class `{class}`")))
         };
         let default_class = index(&raw.default_class, "default_class")?;
         let mut job_types = Vec::new();
@@ -135,6 +144,27 @@ impl SpeedModel {
     /// The class index of a trace job type.
     pub fn class_of(&self, job_type: &str) -> usize {
         self.job_types.iter().find(|(p, _)| job_type.starts_with(p.as_str())).map_or(self.default_class, |(_, c)| *c)
+    }
+
+    /// The class of a job spec's `model`: a class named so, else the class of the job types it
+    /// starts with (`ResNet-50` → `cnn-imagenet`), else the default class, as for a trace job
+    /// of an unknown type.
+    pub fn class_of_model(&self, model: &str) -> usize {
+        self.classes.iter().position(|(n, _)| n == model).unwrap_or_else(|| self.class_of(model))
+    }
+
+    /// The model shipped with this build, parsed once.
+    pub fn shipped() -> &'static SpeedModel {
+        static SHIPPED: LazyLock<SpeedModel> = LazyLock::new(SpeedModel::builtin);
+        &SHIPPED
+    }
+
+    /// The losses `spec` is admitted with: what it declares, or, when it declares none and
+    /// names its `model`, that model's class's ([`SpeedModel::slowdown_of`]); `None` when
+    /// nothing is to be filled in.
+    pub fn default_slowdown(&self, spec: &JobSpec) -> Option<BTreeMap<LocalityLevel, f64>> {
+        let model = spec.model.as_deref().filter(|_| spec.slowdown.is_empty())?;
+        Some(self.slowdown_of(self.class_of_model(model)))
     }
 
     /// A class by index.
@@ -229,11 +259,27 @@ mod tests {
     }
 
     #[test]
+    fn a_spec_naming_its_model_and_declaring_no_loss_takes_its_class_figures() {
+        let m = SpeedModel::builtin();
+        assert_eq!(m.classes[m.class_of_model("ResNet-50")].0, "cnn-imagenet", "a job type's prefix");
+        assert_eq!(m.classes[m.class_of_model("inception-like")].0, "inception-like", "a class by name");
+        assert_eq!(m.classes[m.class_of_model("my-own-net")].0, "default", "unknown: the default class");
+        let mut spec = JobSpec::simple("j", 2, 4);
+        assert_eq!(m.default_slowdown(&spec), None, "no model named");
+        spec.model = Some("LM-big".into());
+        let lm = m.default_slowdown(&spec).expect("filled in");
+        assert_eq!((lm[&LocalityLevel::Server], lm[&LocalityLevel::Rack]), (0.11, 0.28));
+        spec.slowdown = BTreeMap::from([(LocalityLevel::Rack, 0.5)]);
+        assert_eq!(m.default_slowdown(&spec), None, "a declared loss wins");
+        assert_eq!(SpeedModel::shipped(), &m);
+    }
+
+    #[test]
     fn bad_model_files_are_refused() {
         let e = SpeedModel::from_toml("m.toml", "name='x'\ndefault_class='nope'\n[classes]\n").expect_err("bad");
         assert!(e.to_string().contains("unknown class `nope`"), "{e}");
         let text = BUILTIN_MODEL.replace("interference = 0.19", "interference = 1.5");
         let e = SpeedModel::from_toml("m.toml", &text).expect_err("bad");
-        assert!(e.to_string().contains("class `language`"), "{e}");
+        assert!(e.to_string().contains("classes.language"), "{e}");
     }
 }
