@@ -101,6 +101,7 @@ fn dev_spec(args: &DevArgs) -> Result<ClusterSpec> {
         topologies: vec![topology],
         groups,
         quotas: Default::default(),
+        class_quotas: Default::default(),
         priorities: Default::default(),
         accounting: Default::default(),
     })

@@ -1,5 +1,6 @@
-//! `tessera policy` (show), `tessera policy quota TENANT GPUS|none` and `tessera policy class
-//! CLASS PRIORITY|none`: tenants' GPU quotas and the priority classes of a running cluster,
+//! `tessera policy` (show), `tessera policy quota TENANT GPUS|none [--class CLASS]` and
+//! `tessera policy class CLASS PRIORITY|none`: tenants' GPU quotas (over all their jobs, or at
+//! a priority class and above) and the priority classes of a running cluster,
 //! changed by an admin through the `SetPolicy` RPC (replicated and validated by the view; its
 //! refusals come back in its words). A quota binds new placements and submissions, not jobs
 //! already holding GPUs; a class applies to jobs submitted afterwards.
@@ -26,7 +27,8 @@ pub struct PolicyArgs {
 
 #[derive(Subcommand)]
 pub enum PolicyAction {
-    /// Set a tenant's GPU quota, or remove it with `none` (no bound).
+    /// Set a tenant's GPU quota, or remove it with `none` (no bound); with `--class`, its quota
+    /// at that priority class and above.
     Quota(QuotaArgs),
     /// Set a priority class's priority (adding the class), or remove the class with `none`.
     Class(ClassArgs),
@@ -40,6 +42,10 @@ pub struct QuotaArgs {
     tenant: String,
     /// GPUs, or `none`.
     gpus: String,
+    /// Bound only the tenant's jobs at this class's priority and above (by number, whatever
+    /// class they named).
+    #[arg(long)]
+    class: Option<String>,
 }
 
 #[derive(Args)]
@@ -68,11 +74,12 @@ pub fn run(args: PolicyArgs) -> Result<ExitCode> {
         None => return show(args.view, args.json),
         Some(PolicyAction::Quota(q)) => {
             let gpus = number_or_none::<u32>(&q.gpus, "GPUs")?;
+            let at = q.class.as_ref().map(|c| format!(" at class `{c}` and above")).unwrap_or_default();
             let what = match gpus {
-                Some(g) => format!("tenant `{}` may hold {g} GPUs", q.tenant),
-                None => format!("tenant `{}` has no quota", q.tenant),
+                Some(g) => format!("tenant `{}` may hold {g} GPUs{at}", q.tenant),
+                None => format!("tenant `{}` has no quota{at}", q.tenant),
             };
-            (q.view, Change::Quota(v1::SetQuota { tenant: q.tenant, gpus }), what)
+            (q.view, Change::Quota(v1::SetQuota { tenant: q.tenant, gpus, class: q.class }), what)
         }
         Some(PolicyAction::Class(c)) => {
             let priority = number_or_none::<i32>(&c.priority, "priority")?;
@@ -108,6 +115,13 @@ fn show(view: ViewArg, json: bool) -> Result<ExitCode> {
         }
         for q in &p.quotas {
             println!("  {:<24} {:>6} {:>6}", q.tenant, q.gpus, q.held);
+        }
+        if !p.class_quotas.is_empty() {
+            println!("quotas at a class and above");
+            println!("  {:<24} {:<16} {:>6} {:>6}", "TENANT", "CLASS", "QUOTA", "HELD");
+        }
+        for q in &p.class_quotas {
+            println!("  {:<24} {:<16} {:>6} {:>6}", q.tenant, q.class, q.gpus, q.held);
         }
         println!("priority classes (a job is preempted at most {} times)", p.max_preemptions);
         for c in &p.classes {

@@ -1,8 +1,9 @@
 //! Quotas and priority classes changed on a running cluster, as real processes on loopback: an
 //! admin sets tenant `vision`'s quota and adds a class with `tessera policy`; a user may not.
 //! The next submissions are judged by them (a job over the quota is refused, a job of the new
-//! class gets its priority), they survive a replica's restart (replicated, in RocksDB), and
-//! removing the quota admits the larger job.
+//! class gets its priority, a job over the tenant's quota at its class is refused), they
+//! survive a replica's restart (replicated, in RocksDB), and removing the quota admits the
+//! larger job.
 
 use std::process::Command;
 
@@ -60,6 +61,16 @@ fn an_admin_changes_quotas_and_classes_on_a_running_cluster_and_they_bind_the_ne
     };
     assert_eq!((priority("urgent"), priority("small")), (500, 0));
 
+    // A quota at the new class and above: 1 GPU. A 2-GPU job of that class can never fit it; the
+    // same job without the class is judged by the tenant's quota of 2 alone.
+    let (ok, out, err) = run(&["policy", "quota", "vision", "1", "--class", "urgent", "--view", &addr], &admin);
+    assert!(ok && out.contains("may hold 1 GPUs at class `urgent` and above"), "{out}{err}");
+    let pair = job("urgent-pair", 2, "priority = 500\n");
+    let (ok, out, err) = run(&["submit", "--view", &addr, &pair], &ana);
+    assert!(!ok && format!("{out}{err}").contains("at class `urgent`"), "{out}{err}");
+    let (ok, out, err) = run(&["policy", "quota", "vision", "1", "--class", "nightly", "--view", &addr], &admin);
+    assert!(!ok && err.contains("unknown priority class `nightly`"), "{out}{err}");
+
     // Replicated state: the same after the replica restarts from its RocksDB.
     view.kill(1).expect("kill");
     view.restart(1).expect("restart");
@@ -69,6 +80,8 @@ fn an_admin_changes_quotas_and_classes_on_a_running_cluster_and_they_bind_the_ne
     let shown: serde_json::Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(shown["quotas"], serde_json::json!([{ "tenant": "vision", "gpus": 2, "held": 0 }]), "{shown}");
     assert_eq!(shown["classes"][0], serde_json::json!({ "class": "urgent", "priority": 500 }), "{shown}");
+    let held_urgent = serde_json::json!([{ "tenant": "vision", "class": "urgent", "gpus": 1, "held": 0 }]);
+    assert_eq!(shown["class_quotas"], held_urgent, "{shown}");
 
     // Removed: the larger job is admitted.
     let (ok, out, err) = run(&["policy", "quota", "vision", "none", "--view", &addr], &admin);

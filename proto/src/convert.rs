@@ -976,6 +976,13 @@ impl From<&ViewSnapshot> for v1::ViewSnapshot {
             server_names: s.server_names.clone(),
             jobs: s.jobs.iter().map(Into::into).collect(),
             quotas: s.quotas.clone(),
+            class_quotas: s
+                .class_quotas
+                .iter()
+                .flat_map(|(t, classes)| {
+                    classes.iter().map(|(c, &gpus)| v1::ClassQuota { tenant: t.clone(), class: c.clone(), gpus })
+                })
+                .collect(),
             priorities: Some((&s.priorities).into()),
             next_job: s.next_job,
             ended: s.ended.iter().map(|j| j.0).collect(),
@@ -1019,6 +1026,19 @@ impl TryFrom<v1::ViewSnapshot> for ViewSnapshot {
             server_names: w.server_names,
             jobs: convert_all(w.jobs, "jobs")?,
             quotas: w.quotas,
+            class_quotas: {
+                let mut by: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
+                for (i, q) in w.class_quotas.into_iter().enumerate() {
+                    if by.entry(q.tenant.clone()).or_default().insert(q.class.clone(), q.gpus).is_some() {
+                        return Err(WireError::invalid(
+                            "ViewSnapshot",
+                            "class_quotas",
+                            format!("[{i}]: tenant `{}` at class `{}` is listed twice", q.tenant, q.class),
+                        ));
+                    }
+                }
+                by
+            },
             priorities: Priorities::try_from(required(w.priorities, "ViewSnapshot", "priorities")?)
                 .map_err(|e| e.at("priorities"))?,
             next_job: w.next_job,

@@ -170,9 +170,24 @@ fn check_waiting(s: &ViewSnapshot) -> Result<(), WireError> {
 /// (one member per gang member, each with `gpus_per_member` GPUs), on existing servers, within
 /// their topologies, with unique proposal ids; no device or core held twice; every server's
 /// free devices, cores and memory equal to its capacity minus what its jobs hold (nothing, held or
-/// free, on a removed server); and jobs wait
-/// only for earlier jobs that have not ended.
+/// free, on a removed server); jobs wait only for earlier jobs that have not ended; and class
+/// quotas name well-formed tenants and classes the snapshot has, at most `MAX_CLASS_QUOTAS`.
 pub fn check_snapshot(s: &ViewSnapshot) -> Result<(), WireError> {
+    let mut class_quotas = 0usize;
+    for (tenant, classes) in &s.class_quotas {
+        for class in classes.keys() {
+            let bad = |why: String| WireError::invalid(SNAPSHOT, "class_quotas", why);
+            tessera_view::policy::check_name("tenant", tenant).map_err(|e| bad(e.to_string()))?;
+            if !s.priorities.classes.contains_key(class) {
+                return Err(bad(format!("tenant `{tenant}` has a quota at class `{class}`, which the snapshot lacks")));
+            }
+            class_quotas += 1;
+        }
+    }
+    if class_quotas > tessera_view::policy::MAX_CLASS_QUOTAS {
+        let most = tessera_view::policy::MAX_CLASS_QUOTAS;
+        return Err(WireError::out_of_range(SNAPSHOT, "class_quotas", class_quotas as u64, format!("at most {most}")));
+    }
     for (i, t) in s.topologies.iter().enumerate() {
         check_topology(t).map_err(|e| e.at(format!("topologies[{i}]")))?;
     }

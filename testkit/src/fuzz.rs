@@ -710,7 +710,12 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     // lowered below what the tenant holds (it keeps its gang) and removed, a class added and
     // a job naming it admitted, the class removed; malformed names refused on the way.
     let policy = |change| (11u8, v1::PolicyRequest { change: Some(change) }.encode_to_vec());
-    let quota = |gpus| policy(v1::policy_request::Change::Quota(v1::SetQuota { tenant: "t".into(), gpus }));
+    let quota =
+        |gpus| policy(v1::policy_request::Change::Quota(v1::SetQuota { tenant: "t".into(), gpus, class: None }));
+    let class_quota = |class: &str, gpus| {
+        let q = v1::SetQuota { tenant: "t".into(), gpus, class: Some(class.into()) };
+        policy(v1::policy_request::Change::Quota(q))
+    };
     let class = |name: &str, priority| {
         policy(v1::policy_request::Change::PriorityClass(v1::SetPriorityClass { class: name.into(), priority }))
     };
@@ -728,6 +733,8 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
         v1::ProposeRequest { proposals: vec![v1::Proposal::from(&p)], for_job: None, target: Vec::new() }
             .encode_to_vec(),
     ));
+    rules.push(class_quota("batch", Some(2)));
+    rules.push(class_quota("no-such-class", Some(2)));
     rules.push(class("urgent", Some(500)));
     let urgent = JobSpec { class: Some("urgent".into()), ..small_job(1) };
     let urgent = v1::SubmitJobRequest { specs: vec![v1::JobSpec::from(&urgent)], request_id: String::new() };
@@ -735,6 +742,7 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     rules.push(quota(Some(1)));
     rules.push(class("two words", Some(1)));
     rules.push(class("urgent", None));
+    rules.push(class_quota("batch", None));
     rules.push(quota(None));
     out.push(("wire_commands", "policy".to_string(), encode(&rules)));
 

@@ -180,6 +180,29 @@ impl ClusterView {
             if used + spec.total_gpus() > quota {
                 first = Some(Rejection::QuotaExceeded {
                     tenant: spec.tenant.clone(),
+                    class: None,
+                    quota,
+                    used,
+                    asked: spec.total_gpus(),
+                });
+            }
+        }
+        // Its tenant's quotas at its class and at the classes below it, net of what the
+        // released gangs of that tenant hold at those ranks.
+        for (class, floor, quota) in self.class_limits(&spec.tenant, spec.priority) {
+            if first.is_some() {
+                break;
+            }
+            let own: u32 = released
+                .iter()
+                .filter(|j| j.placement.is_some() && j.spec.tenant == spec.tenant && j.spec.priority >= floor)
+                .map(|j| j.spec.total_gpus())
+                .sum();
+            let used = self.held_at_or_above(&spec.tenant, floor).saturating_sub(own);
+            if used + spec.total_gpus() > quota {
+                first = Some(Rejection::QuotaExceeded {
+                    tenant: spec.tenant.clone(),
+                    class: Some(class),
                     quota,
                     used,
                     asked: spec.total_gpus(),
@@ -232,7 +255,8 @@ impl ClusterView {
         if let Some(d) = job.deadline_ms() {
             self.deadlines.insert((d, p.job));
         }
-        let (tenant, total) = (job.spec.tenant.clone(), job.spec.total_gpus());
+        let (tenant, total, priority) = (job.spec.tenant.clone(), job.spec.total_gpus(), job.spec.priority);
+        self.hold_rank(&tenant, priority, total);
         *self.tenant_used.entry(tenant).or_default() += total;
         self.applied.insert(p.id, p.job);
         self.note(Change::Job(p.job));

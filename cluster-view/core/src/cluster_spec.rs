@@ -12,6 +12,9 @@
 //! [quotas]                       # optional: most GPUs a tenant may hold at once
 //! vision = 16
 //!
+//! [class_quotas]                 # optional: most GPUs a tenant may hold at a priority class
+//! vision = { production = 8 }    # and above (see `policy`)
+//!
 //! [priorities]                   # optional; these are the defaults (see `priority`)
 //! classes = { production = 100, batch = 50, best-effort = 0 }
 //! max_preemptions = 3
@@ -62,6 +65,8 @@ pub struct ClusterSpec {
     pub groups: Vec<RackGroup>,
     /// GPU quota per tenant; tenants not listed are unlimited.
     pub quotas: BTreeMap<String, u32>,
+    /// GPU quota per tenant at a priority class and above: tenant → class → GPUs.
+    pub class_quotas: BTreeMap<String, BTreeMap<String, u32>>,
     /// Priority classes and the preemption bound.
     pub priorities: Priorities,
     /// Accounting settings.
@@ -111,6 +116,8 @@ struct RawSpec {
     racks: Vec<RawRack>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     quotas: BTreeMap<String, u32>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    class_quotas: BTreeMap<String, BTreeMap<String, u32>>,
     #[serde(default)]
     priorities: RawPriorities,
     #[serde(default)]
@@ -179,6 +186,7 @@ impl ClusterSpec {
             topologies: Vec::new(),
             groups: Vec::new(),
             quotas: raw.quotas,
+            class_quotas: raw.class_quotas,
             priorities,
             accounting: raw.accounting,
         };
@@ -275,6 +283,30 @@ impl ClusterSpec {
                 ));
             }
         }
+        let mut class_quotas = 0;
+        for (tenant, classes) in &spec.class_quotas {
+            crate::policy::check_name("tenant", tenant)
+                .map_err(|e| SpecError::invalid(file, "class_quotas", e.to_string()))?;
+            for (class, q) in classes {
+                let field = format!("class_quotas.{tenant}.{class}");
+                if !spec.priorities.classes.contains_key(class) {
+                    let known: Vec<&str> = spec.priorities.classes.keys().map(String::as_str).collect();
+                    return Err(SpecError::invalid(
+                        file,
+                        field,
+                        format!("no priority class `{class}` (this cluster has: {})", known.join(", ")),
+                    ));
+                }
+                if *q == 0 {
+                    return Err(SpecError::invalid(file, field, "a quota of 0 GPUs admits nothing at that class"));
+                }
+                class_quotas += 1;
+            }
+        }
+        if class_quotas > crate::policy::MAX_CLASS_QUOTAS {
+            let most = crate::policy::MAX_CLASS_QUOTAS;
+            return Err(SpecError::invalid(file, "class_quotas", format!("at most {most} class quotas")));
+        }
         Ok(spec)
     }
 
@@ -309,6 +341,7 @@ impl ClusterSpec {
             topologies: vec![topology],
             groups,
             quotas: BTreeMap::new(),
+            class_quotas: BTreeMap::new(),
             priorities: Priorities::default(),
             accounting: Accounting::default(),
         }
@@ -347,6 +380,7 @@ impl ClusterSpec {
                 })
                 .collect(),
             quotas: self.quotas.clone(),
+            class_quotas: self.class_quotas.clone(),
             priorities: RawPriorities {
                 classes: Some(self.priorities.classes.clone()),
                 max_preemptions: Some(self.priorities.max_preemptions),

@@ -145,6 +145,7 @@ pub fn check(view: &ClusterView) -> Report {
             ));
         }
     }
+    quota_counters(view, &mut rep);
     let dependents = crate::dependency::dependents_of(&view.jobs);
     if dependents != view.dependents {
         rep.violations.push(format!(
@@ -161,6 +162,30 @@ pub fn check(view: &ClusterView) -> Report {
         }
     }
     rep
+}
+
+/// What quotas read (GPUs held per tenant, and per tenant and priority) is what the placed
+/// jobs hold.
+fn quota_counters(view: &ClusterView, rep: &mut Report) {
+    use std::collections::{BTreeMap, HashMap};
+    let mut tenants: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut ranks: BTreeMap<(&str, i32), u32> = BTreeMap::new();
+    for j in view.jobs.values().filter(|j| j.placement.is_some()) {
+        *tenants.entry(&j.spec.tenant).or_default() += j.spec.total_gpus();
+        *ranks.entry((&j.spec.tenant, j.spec.priority)).or_default() += j.spec.total_gpus();
+    }
+    let counted: BTreeMap<&str, u32> =
+        view.tenant_used.iter().filter(|(_, g)| **g > 0).map(|(t, g)| (t.as_str(), *g)).collect();
+    if counted != tenants {
+        rep.violations.push(format!("GPUs counted per tenant {counted:?} differ from the placed jobs' {tenants:?}"));
+    }
+    let by_rank: &HashMap<String, BTreeMap<i32, u32>> = &view.rank_used;
+    let counted: BTreeMap<(&str, i32), u32> =
+        by_rank.iter().flat_map(|(t, by)| by.iter().map(move |(p, g)| ((t.as_str(), *p), *g))).collect();
+    if counted != ranks {
+        rep.violations
+            .push(format!("GPUs counted per tenant and priority {counted:?} differ from the jobs' {ranks:?}"));
+    }
 }
 
 /// A job that still waits for others is pending and was never placed, and each job it waits

@@ -193,11 +193,17 @@ pub enum Rejection {
         /// Level tolerated.
         tolerate: crate::LocalityLevel,
     },
-    /// The tenant would exceed its GPU quota.
-    #[error("tenant {tenant} would hold {} GPUs, quota {quota}", .used + .asked)]
+    /// The tenant would exceed its GPU quota, or its quota at a priority class and above.
+    #[error(
+        "tenant {tenant} would hold {} GPUs{}, quota {quota}",
+        .used + .asked,
+        .class.as_ref().map(|c| format!(" at class `{c}` or above")).unwrap_or_default()
+    )]
     QuotaExceeded {
         /// The tenant.
         tenant: String,
+        /// The class whose quota it is, if a class quota (it bounds that class and above).
+        class: Option<String>,
         /// Its quota.
         quota: u32,
         /// GPUs it holds.

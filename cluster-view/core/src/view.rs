@@ -182,12 +182,16 @@ pub enum Command {
         /// The configuration set.
         config_set: ConfigSetId,
     },
-    /// An admin sets a tenant's GPU quota, or removes it (see [`crate::policy`]).
+    /// An admin sets a tenant's GPU quota, or its quota at a priority class and above, or
+    /// removes it (see [`crate::policy`]).
     SetQuota {
         /// The tenant.
         tenant: String,
         /// Its quota in GPUs; `None` removes it.
         gpus: Option<u32>,
+        /// The class whose priority and above the quota bounds; `None`: all its jobs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        class: Option<String>,
     },
     /// An admin sets a priority class's priority (adding the class), or removes the class.
     SetPriorityClass {
@@ -264,6 +268,16 @@ impl ViewSnapshot {
         }
         used
     }
+
+    /// The same by the jobs' priorities (what class quotas bound); priorities holding none are
+    /// absent.
+    pub fn rank_used(&self) -> HashMap<String, BTreeMap<i32, u32>> {
+        let mut used: HashMap<String, BTreeMap<i32, u32>> = HashMap::new();
+        for j in self.jobs.iter().filter(|j| j.placement.is_some()) {
+            *used.entry(j.spec.tenant.clone()).or_default().entry(j.spec.priority).or_default() += j.spec.total_gpus();
+        }
+        used
+    }
 }
 
 /// A whole view, enough to rebuild an identical [`ClusterView`].
@@ -287,6 +301,9 @@ pub struct ViewSnapshot {
     pub jobs: Vec<Job>,
     /// Tenant quotas.
     pub quotas: BTreeMap<String, u32>,
+    /// Tenants' quotas at a priority class and above: tenant → class → GPUs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_quotas: BTreeMap<String, BTreeMap<String, u32>>,
     /// Priority classes and the preemption bound.
     #[serde(default)]
     pub priorities: Priorities,
@@ -355,8 +372,12 @@ pub struct ClusterView {
     /// Request ids of remembered jobs (derived from [`Job::request`]).
     pub(crate) requests: HashMap<RequestId, JobId>,
     pub(crate) quotas: BTreeMap<String, u32>,
+    /// Quotas at a priority class and above: tenant → class → GPUs ([`crate::policy`]).
+    pub(crate) class_quotas: BTreeMap<String, BTreeMap<String, u32>>,
     pub(crate) priorities: Priorities,
     pub(crate) tenant_used: HashMap<String, u32>,
+    /// GPUs each tenant's placed gangs hold, by their priority (derived), for class quotas.
+    pub(crate) rank_used: HashMap<String, BTreeMap<i32, u32>>,
     pub(crate) log: VecDeque<(ViewVersion, Change)>,
     pub(crate) log_cap: usize,
     pub(crate) log_floor: ViewVersion,
@@ -379,6 +400,8 @@ pub struct ClusterView {
 pub(crate) struct ShapeKey {
     gpu_type: Option<String>,
     tenant: String,
+    /// Class quotas bind by priority.
+    priority: i32,
     members: u32,
     gpus_per_member: u32,
     tolerate: LocalityLevel,
@@ -397,6 +420,7 @@ impl ShapeKey {
         ShapeKey {
             gpu_type: spec.gpu_type.clone(),
             tenant: spec.tenant.clone(),
+            priority: spec.priority,
             members: spec.members,
             gpus_per_member: spec.gpus_per_member,
             tolerate: spec.tolerate,
@@ -470,8 +494,10 @@ impl ClusterView {
             applied: HashMap::new(),
             requests: HashMap::new(),
             quotas: spec.quotas.clone(),
+            class_quotas: spec.class_quotas.clone(),
             priorities: spec.priorities.clone(),
             tenant_used: HashMap::new(),
+            rank_used: HashMap::new(),
             log: VecDeque::new(),
             log_cap: DEFAULT_CHANGE_LOG,
             log_floor: ViewVersion(0),
@@ -650,7 +676,10 @@ impl ClusterView {
             Command::RemoveConfigSet { config_set } => {
                 Outcome::Layout(self.remove_config_set(*config_set).map(|()| LayoutChange::default()))
             }
-            Command::SetQuota { tenant, gpus } => Outcome::Policy(self.set_quota(tenant, *gpus)),
+            Command::SetQuota { tenant, gpus, class: None } => Outcome::Policy(self.set_quota(tenant, *gpus)),
+            Command::SetQuota { tenant, gpus, class: Some(class) } => {
+                Outcome::Policy(self.set_class_quota(tenant, class, *gpus))
+            }
             Command::SetPriorityClass { class, priority } => Outcome::Policy(self.set_priority_class(class, *priority)),
         }
     }
@@ -1045,6 +1074,12 @@ impl ClusterView {
         {
             return Some(format!("{total} GPUs exceed tenant `{}`'s quota of {q}", spec.tenant));
         }
+        if let Some((class, _, q)) = self.class_limits(&spec.tenant, spec.priority).into_iter().find(|l| total > l.2) {
+            return Some(format!(
+                "{total} GPUs exceed tenant `{}`'s quota of {q} at class `{class}` and above",
+                spec.tenant
+            ));
+        }
         let typed = |cs: &ConfigSet| {
             let t = &self.topologies[cs.topology as usize];
             spec.gpu_type.as_ref().is_none_or(|want| *want == t.device_type)
@@ -1251,6 +1286,7 @@ impl ClusterView {
             server_names: self.server_names.clone(),
             jobs: self.jobs().into_iter().cloned().collect(),
             quotas: self.quotas.clone(),
+            class_quotas: self.class_quotas.clone(),
             priorities: self.priorities.clone(),
             next_job: self.next_job,
             ended: self.ended.iter().copied().collect(),
@@ -1268,6 +1304,7 @@ impl ClusterView {
     /// empty at the snapshot's version.
     pub fn from_snapshot(s: ViewSnapshot) -> ClusterView {
         let tenant_used = s.tenant_used();
+        let rank_used = s.rank_used();
         let mut applied = HashMap::new();
         let mut requests = HashMap::new();
         for j in &s.jobs {
@@ -1304,8 +1341,10 @@ impl ClusterView {
             applied,
             requests,
             quotas: s.quotas,
+            class_quotas: s.class_quotas,
             priorities: s.priorities,
             tenant_used,
+            rank_used,
             log: VecDeque::new(),
             log_cap: DEFAULT_CHANGE_LOG,
             log_floor: s.version,
@@ -1349,6 +1388,13 @@ impl ClusterView {
         for (tenant, gpus) in &self.quotas {
             h.str(tenant);
             h.u64(u64::from(*gpus));
+        }
+        for (tenant, classes) in &self.class_quotas {
+            for (class, gpus) in classes {
+                h.str(tenant);
+                h.str(class);
+                h.u64(u64::from(*gpus));
+            }
         }
         h.finish()
     }
@@ -1518,7 +1564,7 @@ impl ClusterView {
         let Some(p) = j.placement.take() else { return };
         j.tasks.clear();
         let total = j.spec.total_gpus();
-        let tenant = j.spec.tenant.clone();
+        let (tenant, priority) = (j.spec.tenant.clone(), j.spec.priority);
         for m in &p.members {
             let r = &mut self.servers[m.server.index()];
             assert_eq!(r.free_gpus & m.gpus, 0, "{job}: releasing devices that are already free on {}", m.server);
@@ -1531,6 +1577,7 @@ impl ClusterView {
         if let Some(u) = self.tenant_used.get_mut(&tenant) {
             *u = u.saturating_sub(total);
         }
+        self.unhold_rank(&tenant, priority, total);
         self.note(Change::Job(job));
     }
 

@@ -36,11 +36,13 @@ pub enum Waiting {
         /// Why, as the submission check words it.
         why: String,
     },
-    /// Its tenant's quota has no room for it.
+    /// Its tenant's quota, or its quota at the job's class or a class below, has no room for it.
     Quota {
         /// The tenant.
         tenant: String,
-        /// GPUs the tenant holds now.
+        /// The class whose quota it is (it bounds that class and above), if a class quota.
+        class: Option<String>,
+        /// GPUs the tenant holds now (at that class and above, for a class quota).
         held: u32,
         /// The tenant's quota, GPUs.
         quota: u32,
@@ -113,9 +115,13 @@ impl fmt::Display for Waiting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Waiting::NeverFits { why } => write!(f, "never fits this cluster: {why}"),
-            Waiting::Quota { tenant, held, quota, needs } => write!(
+            Waiting::Quota { tenant, class: None, held, quota, needs } => write!(
                 f,
                 "quota: tenant `{tenant}` holds {held} of its {quota} GPUs and this job needs {needs}; it waits for the tenant's jobs to end"
+            ),
+            Waiting::Quota { tenant, class: Some(class), held, quota, needs } => write!(
+                f,
+                "quota: tenant `{tenant}` holds {held} of its {quota} GPUs at class `{class}` and above, and this job needs {needs}; it waits for those jobs to end"
             ),
             Waiting::Capacity { members, slots } => write!(
                 f,
@@ -244,7 +250,13 @@ impl<'a> Explainer<'a> {
         if let Some(&quota) = self.view.quotas().get(&spec.tenant) {
             let held = self.view.tenant_used(&spec.tenant);
             if held.saturating_add(needs) > quota {
-                return Waiting::Quota { tenant: spec.tenant.clone(), held, quota, needs };
+                return Waiting::Quota { tenant: spec.tenant.clone(), class: None, held, quota, needs };
+            }
+        }
+        for (class, floor, quota) in self.view.class_limits(&spec.tenant, spec.priority) {
+            let held = self.view.held_at_or_above(&spec.tenant, floor);
+            if held.saturating_add(needs) > quota {
+                return Waiting::Quota { tenant: spec.tenant.clone(), class: Some(class), held, quota, needs };
             }
         }
         let room = self.room(spec);
@@ -456,7 +468,7 @@ mod tests {
         fill(&mut v, 0, 6);
         let j = v.submit(spec(1, 4, LocalityLevel::Server, LocalityLevel::Any)).expect("j");
         let w = Explainer::new(&v).explain(j).expect("pending").waiting;
-        assert_eq!(w, Waiting::Quota { tenant: "t".into(), held: 6, quota: 8, needs: 4 }, "{w}");
+        assert_eq!(w, Waiting::Quota { tenant: "t".into(), class: None, held: 6, quota: 8, needs: 4 }, "{w}");
         assert!(w.to_string().contains("holds 6 of its 8 GPUs"), "{w}");
     }
 

@@ -444,8 +444,10 @@ async fn every_documented_route_is_served() {
         // Configuration set 1 is the one `POST /v1/config-sets` adds (paths sort before their
         // sub-paths); the server removed is the one `POST /v1/servers` adds.
         let id = if path.starts_with("/v1/config-sets") { "1".to_string() } else { id.to_string() };
+        // A class quota names a class there is (`doc` is the class `PUT /v1/policy/classes` adds).
+        let class = if path.starts_with("/v1/policy/quotas") { "batch" } else { "doc" };
         let url =
-            path.replace("{id}", &id).replace("{name}", &server).replace("{tenant}", "doc").replace("{class}", "doc");
+            path.replace("{id}", &id).replace("{name}", &server).replace("{tenant}", "doc").replace("{class}", class);
         for method in ops.as_object().expect("operations").keys() {
             let req = match method.as_str() {
                 // `/` answers a redirect, which this client must not follow.
@@ -929,6 +931,25 @@ async fn quotas_and_classes_are_set_and_removed_over_http() {
     assert_eq!(s, StatusCode::OK, "{policy}");
     assert_eq!(policy["quotas"], json!([{ "tenant": "vision", "gpus": 2, "held": 0 }]), "{policy}");
     assert_eq!(policy["classes"][0], json!({ "class": "urgent", "priority": 500 }), "highest first: {policy}");
+    // A quota at a class and above: 1 GPU at `urgent`; a 2-GPU job of that priority never fits
+    // it, by number as by name; a class the cluster does not have is refused as a conflict.
+    const CLASS_QUOTA: &str = "/v1/policy/quotas/{tenant}/classes/{class}";
+    let set =
+        put(CLASS_QUOTA, "/v1/policy/quotas/vision/classes/urgent".into(), json!({ "gpus": 1 }).to_string()).await;
+    assert_eq!((set.0, set.1["action"].as_str()), (StatusCode::OK, Some("set-class-quota")), "{}", set.1);
+    assert_eq!(set.1["name"], "vision/urgent");
+    for priority in [json!("urgent"), json!(600)] {
+        let refused =
+            api.submit_json(json!({ "name": "u2", "gpus": 2, "tenant": "vision", "priority": priority })).await;
+        assert!(refused.0.is_client_error(), "over the class quota: {}", refused.1);
+        let m = refused.1["message"].as_str().unwrap_or_default();
+        assert!(m.contains("quota of 1 at class `urgent`"), "{}", refused.1);
+    }
+    let unknown = put(CLASS_QUOTA, "/v1/policy/quotas/vision/classes/nightly".into(), json!({ "gpus": 1 }).to_string());
+    assert_error(&unknown.await, StatusCode::CONFLICT, "conflict");
+    let (_, policy) = api.get("/v1/policy", "/v1/policy").await;
+    let shown = json!([{ "tenant": "vision", "class": "urgent", "gpus": 1, "held": 0 }]);
+    assert_eq!(policy["class_quotas"], shown, "{policy}");
     // Malformed requests change nothing.
     let before = api.get("/v1/policy", "/v1/policy").await.1;
     for (template, path, body, code) in [
@@ -945,9 +966,10 @@ async fn quotas_and_classes_are_set_and_removed_over_http() {
     }
     let after = api.get("/v1/policy", "/v1/policy").await.1;
     assert_eq!(before, after, "a refused change changed the policy");
-    // Removed: the class is unknown to new jobs, the tenant unbounded.
+    // Removed: the class is unknown to new jobs (and its quota gone), the tenant unbounded.
     let got = api.delete(CLASS, "/v1/policy/classes/urgent").await;
     assert_eq!((got.0, got.1["action"].as_str()), (StatusCode::OK, Some("remove-class")), "{}", got.1);
+    assert_eq!(api.get("/v1/policy", "/v1/policy").await.1["class_quotas"], json!([]));
     let refused = api.submit_json(json!({ "name": "u2", "gpus": 1, "priority": "urgent" })).await;
     assert!(refused.0.is_client_error(), "a removed class: {}", refused.1);
     let got = api.delete(QUOTA, "/v1/policy/quotas/vision").await;

@@ -331,6 +331,7 @@ fn alibaba_nodes(mut tab: Table) -> Result<NodeCluster, SchedulerError> {
         topologies: Vec::new(),
         groups: Vec::new(),
         quotas: BTreeMap::new(),
+        class_quotas: BTreeMap::new(),
         priorities: Default::default(),
         accounting: Default::default(),
     };

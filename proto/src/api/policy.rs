@@ -18,6 +18,20 @@ pub struct Quota {
     pub held: u32,
 }
 
+/// One tenant's quota at a priority class and above, and what it holds there now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClassQuota {
+    /// The tenant.
+    pub tenant: String,
+    /// The class: the quota bounds the tenant's jobs at its priority and above.
+    pub class: String,
+    /// GPUs those jobs may hold together.
+    pub gpus: u32,
+    /// GPUs they hold now (more than `gpus` after the quota was lowered, or the class's
+    /// priority moved under running jobs: jobs keep what they hold).
+    pub held: u32,
+}
+
 /// One priority class.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PriorityClass {
@@ -34,6 +48,9 @@ pub struct Policy {
     pub version: u64,
     /// Tenants' GPU quotas, by tenant; a tenant absent has no bound.
     pub quotas: Vec<Quota>,
+    /// Tenants' quotas at a priority class and above, by tenant, then class.
+    #[serde(default)]
+    pub class_quotas: Vec<ClassQuota>,
     /// Priority classes, highest first.
     pub classes: Vec<PriorityClass>,
     /// A job preempted this many times is not preempted again (0: preemption is off).
@@ -52,7 +69,18 @@ impl Policy {
         let mut classes: Vec<PriorityClass> =
             s.priorities.classes.iter().map(|(c, &priority)| PriorityClass { class: c.clone(), priority }).collect();
         classes.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.class.cmp(&b.class)));
-        Policy { version: s.version.0, quotas, classes, max_preemptions: s.priorities.max_preemptions }
+        let by_rank = s.rank_used();
+        let class_quotas = s
+            .class_quotas
+            .iter()
+            .flat_map(|(t, classes)| classes.iter().map(move |(c, &gpus)| (t, c, gpus)))
+            .map(|(t, c, gpus)| {
+                let floor = s.priorities.classes.get(c).copied().unwrap_or(i32::MAX);
+                let held = by_rank.get(t).map_or(0, |by| by.range(floor..).map(|(_, g)| g).sum());
+                ClassQuota { tenant: t.clone(), class: c.clone(), gpus, held }
+            })
+            .collect();
+        Policy { version: s.version.0, quotas, class_quotas, classes, max_preemptions: s.priorities.max_preemptions }
     }
 }
 
@@ -92,9 +120,10 @@ where
 /// What a policy change did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PolicyChanged {
-    /// What was done: `set-quota`, `remove-quota`, `set-class`, `remove-class`.
+    /// What was done: `set-quota`, `remove-quota`, `set-class-quota`, `remove-class-quota`,
+    /// `set-class`, `remove-class`.
     pub action: String,
-    /// The tenant or class.
+    /// The tenant or class (`tenant/class` for a class quota).
     pub name: String,
     /// The view version after it (unchanged when the change was in force already).
     pub version: u64,

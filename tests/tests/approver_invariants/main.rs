@@ -225,11 +225,30 @@ fn held_proposals(view: &ClusterView) -> HashMap<ProposalId, JobId> {
 
 /// GPUs a tenant holds, from the jobs alone.
 fn tenant_held(view: &ClusterView, tenant: &str) -> u32 {
+    held_at_or_above(view, tenant, i32::MIN)
+}
+
+/// GPUs a tenant holds at priority `floor` and above, from the jobs alone.
+fn held_at_or_above(view: &ClusterView, tenant: &str, floor: i32) -> u32 {
     view.jobs()
         .into_iter()
-        .filter(|j| j.placement.is_some() && j.spec.tenant == tenant)
+        .filter(|j| j.placement.is_some() && j.spec.tenant == tenant && j.spec.priority >= floor)
         .map(|j| j.spec.total_gpus())
         .sum()
+}
+
+/// The class quotas that bind a job of `tenant` at `priority`, in class-name order, as
+/// (class, the class's priority, GPUs): those of its class and the classes below it.
+fn class_limits(view: &ClusterView, tenant: &str, priority: i32) -> Vec<(String, i32, u32)> {
+    let mut out = Vec::new();
+    for (class, &q) in view.class_quotas().get(tenant).into_iter().flatten() {
+        if let Some(&floor) = view.priorities().classes.get(class)
+            && priority >= floor
+        {
+            out.push((class.clone(), floor, q));
+        }
+    }
+    out
 }
 
 fn jobs_map(view: &ClusterView) -> BTreeMap<JobId, Job> {
@@ -330,8 +349,25 @@ fn predict(view: &ClusterView, layout: &Layout, p: &Proposal) -> Expect {
     if let Some(&quota) = view.quotas().get(&spec.tenant) {
         let used = tenant_held(view, &spec.tenant);
         if used + spec.total_gpus() > quota {
-            first =
-                Some(Rejection::QuotaExceeded { tenant: spec.tenant.clone(), quota, used, asked: spec.total_gpus() });
+            first = Some(Rejection::QuotaExceeded {
+                tenant: spec.tenant.clone(),
+                class: None,
+                quota,
+                used,
+                asked: spec.total_gpus(),
+            });
+        }
+    }
+    for (class, floor, quota) in class_limits(view, &spec.tenant, spec.priority) {
+        let used = held_at_or_above(view, &spec.tenant, floor);
+        if first.is_none() && used + spec.total_gpus() > quota {
+            first = Some(Rejection::QuotaExceeded {
+                tenant: spec.tenant.clone(),
+                class: Some(class),
+                quota,
+                used,
+                asked: spec.total_gpus(),
+            });
         }
     }
     let mut stale = BTreeSet::new();

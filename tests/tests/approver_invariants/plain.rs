@@ -245,7 +245,7 @@ fn quota_is_enforced_at_submit_and_at_approval() {
     };
     let (h, v) = (view.state_hash(), view.version());
     let (reason, fresh) = rejected(decide(&mut view, &pb));
-    assert_eq!(reason, Rejection::QuotaExceeded { tenant: "vision".into(), quota: 8, used: 8, asked: 2 });
+    assert_eq!(reason, Rejection::QuotaExceeded { tenant: "vision".into(), class: None, quota: 8, used: 8, asked: 2 });
     assert!(reason.is_conflict() && fresh.is_empty(), "quota is a retryable conflict with no stale server");
     assert_eq!((view.state_hash(), view.version()), (h, v));
     // Other tenants are not limited.

@@ -76,6 +76,10 @@ struct Stats {
     layout_readded_names: u64,
     policy_changes: u64,
     quota_below_held: u64,
+    class_quota_changes: u64,
+    class_quota_below_held: u64,
+    /// Proposals refused for a class quota.
+    class_quota_rejections: u64,
 }
 
 impl Stats {
@@ -129,6 +133,9 @@ impl Stats {
         self.layout_readded_names += o.layout_readded_names;
         self.policy_changes += o.policy_changes;
         self.quota_below_held += o.quota_below_held;
+        self.class_quota_changes += o.class_quota_changes;
+        self.class_quota_below_held += o.class_quota_below_held;
+        self.class_quota_rejections += o.class_quota_rejections;
         for (k, v) in &o.layout_refused {
             *self.layout_refused.entry(k.clone()).or_default() += v;
         }
@@ -178,6 +185,8 @@ struct World {
     /// Tenants over a quota lowered under what they held: the most they may hold until they are
     /// back under it (they keep their gangs, and nothing new is placed for them).
     quota_grace: BTreeMap<String, u32>,
+    /// The same for class quotas, by (tenant, class).
+    class_grace: BTreeMap<(String, String), u32>,
     stats: Stats,
 }
 
@@ -209,6 +218,7 @@ impl World {
             dep_rng: SmallRng::seed_from_u64(p.seed ^ 0xdeb5),
             policy_rng: SmallRng::seed_from_u64(p.seed ^ 0x901c),
             quota_grace: BTreeMap::new(),
+            class_grace: BTreeMap::new(),
             stats: Stats::default(),
         }
     }
@@ -347,6 +357,23 @@ impl World {
                 _ => {}
             }
         }
+        let graced: Vec<(String, String)> = self.class_grace.keys().cloned().collect();
+        for (t, c) in graced {
+            let quota = self.view.class_quotas().get(&t).and_then(|q| q.get(&c)).copied();
+            let floor = self.view.priorities().classes.get(&c).copied();
+            let (Some(q), Some(floor)) = (quota, floor) else {
+                self.class_grace.remove(&(t, c));
+                continue;
+            };
+            let held = held_at_or_above(&self.view, &t, floor);
+            if held <= q {
+                self.class_grace.remove(&(t, c));
+            } else if let Some(g) = self.class_grace.get_mut(&(t, c))
+                && held < *g
+            {
+                *g = held;
+            }
+        }
     }
 
     fn check_global(&self) -> Result<()> {
@@ -385,6 +412,15 @@ impl World {
                 // Over a lowered quota, a tenant only shrinks: its bound is what it held last.
                 let grace = self.quota_grace.get(t).copied().unwrap_or(0);
                 ensure!(held <= q.max(grace), "tenant {t} holds {held} GPUs over its quota {q} (grace {grace})");
+            }
+        }
+        for (t, classes) in self.view.class_quotas() {
+            for (c, &q) in classes {
+                let floor = self.view.priorities().classes.get(c).copied();
+                let Some(floor) = floor else { bail!("tenant {t} has a quota at class {c}, which is gone") };
+                let held = held_at_or_above(&self.view, t, floor);
+                let grace = self.class_grace.get(&(t.clone(), c.clone())).copied().unwrap_or(0);
+                ensure!(held <= q.max(grace), "tenant {t} holds {held} GPUs at {c} ({floor}) and above, quota {q}");
             }
         }
         let servers = self.view.servers();
@@ -468,7 +504,8 @@ impl World {
                     ensure!(fresh.is_empty(), "a non-conflict rejection carries fresh records");
                 }
                 match got {
-                    Rejection::QuotaExceeded { .. } => self.stats.quota_rejections += 1,
+                    Rejection::QuotaExceeded { class: None, .. } => self.stats.quota_rejections += 1,
+                    Rejection::QuotaExceeded { class: Some(_), .. } => self.stats.class_quota_rejections += 1,
                     Rejection::JobNotPending { .. } => self.stats.not_pending += 1,
                     Rejection::DependencyPending { .. } => self.stats.dep_pending += 1,
                     Rejection::LocalityTooLoose { .. } => self.stats.too_loose += 1,
@@ -599,7 +636,8 @@ impl World {
                 ensure!(self.view.state_hash() == before.state_hash(), "refused submit changed state");
                 // No false refusals: a gang the shared fit function can build on the empty
                 // cluster within the job's tolerance and quota does fit.
-                let within_quota = self.view.quotas().get(&spec.tenant).is_none_or(|q| spec.total_gpus() <= *q);
+                let within_quota = self.view.quotas().get(&spec.tenant).is_none_or(|q| spec.total_gpus() <= *q)
+                    && class_limits(&self.view, &spec.tenant, spec.priority).iter().all(|l| spec.total_gpus() <= l.2);
                 for _ in 0..4 {
                     if let Some(ms) = plan_gang(&self.layout, &self.pristine, &spec, rng, true) {
                         let level = gang_level(&self.layout, &self.pristine, &ms);
@@ -1611,6 +1649,9 @@ fn scenarios_exercise_every_path() {
         ("layout_readded_names", t.layout_readded_names),
         ("policy_changes", t.policy_changes),
         ("quota_below_held", t.quota_below_held),
+        ("class_quota_changes", t.class_quota_changes),
+        ("class_quota_below_held", t.class_quota_below_held),
+        ("class_quota_rejections", t.class_quota_rejections),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }

@@ -22,7 +22,11 @@ fn policy(v: &mut ClusterView, cmd: Command) -> Result<(), ViewError> {
 }
 
 fn quota(v: &mut ClusterView, tenant: &str, gpus: Option<u32>) -> Result<(), ViewError> {
-    policy(v, Command::SetQuota { tenant: tenant.into(), gpus })
+    policy(v, Command::SetQuota { tenant: tenant.into(), gpus, class: None })
+}
+
+fn class_quota(v: &mut ClusterView, tenant: &str, class: &str, gpus: Option<u32>) -> Result<(), ViewError> {
+    policy(v, Command::SetQuota { tenant: tenant.into(), gpus, class: Some(class.into()) })
 }
 
 fn class(v: &mut ClusterView, class: &str, priority: Option<i32>) -> Result<(), ViewError> {
@@ -127,4 +131,62 @@ fn priority_classes_are_added_changed_and_removed_for_later_admissions() {
     assert!(e.to_string().contains("last priority class"), "{e}");
     assert_eq!(v.priorities().classes.len(), 1);
     assert!(matches!(class(&mut v, "with space", Some(1)), Err(ViewError::Policy(_))));
+}
+
+/// A job of `tenant` at priority `priority` (a number, as a class would resolve to).
+fn ranked(tenant: &str, gpus: u32, priority: i32) -> JobSpec {
+    JobSpec { priority, ..job(tenant, gpus) }
+}
+
+#[test]
+fn a_class_quota_bounds_what_a_tenant_holds_at_the_class_and_above_by_priority_not_by_name() {
+    let mut v = view();
+    class_quota(&mut v, "vision", "batch", Some(4)).expect("set");
+    assert_eq!(v.class_quotas()["vision"]["batch"], 4);
+    // Below the class: not bound. At batch (50) or above, by number or by a higher class: bound.
+    let low = v.submit(ranked("vision", 2, 10)).expect("admitted");
+    assert!(propose(&mut v, low, 1, 0, 2).is_placed());
+    let batch = v.submit(ranked("vision", 3, 50)).expect("admitted");
+    assert!(propose(&mut v, batch, 2, 2, 3).is_placed());
+    assert_eq!(v.held_at_or_above("vision", 50), 3);
+    let urgent = v.submit(JobSpec { class: Some("production".into()), ..job("vision", 2) }).expect("admitted");
+    let d = propose(&mut v, urgent, 3, 5, 2);
+    let Decision::Rejected { reason, .. } = &d else { panic!("{d:?}") };
+    assert_eq!(
+        *reason,
+        Rejection::QuotaExceeded { tenant: "vision".into(), class: Some("batch".into()), quota: 4, used: 3, asked: 2 }
+    );
+    assert!(reason.to_string().contains("at class `batch` or above"), "{reason}");
+    assert!(v.submit(ranked("vision", 5, 60)).expect_err("never fits").to_string().contains("at class `batch`"));
+    assert!(v.submit(ranked("nlp", 5, 60)).is_ok(), "another tenant is not bound");
+    // The batch job ends: room at batch and above again.
+    v.apply(&Command::Release { job: batch, failed: false });
+    assert_eq!(v.held_at_or_above("vision", 50), 0);
+    assert!(propose(&mut v, urgent, 4, 2, 2).is_placed());
+    let report = crate::invariants::check(&v);
+    assert!(report.is_clean(), "{:?}", report.violations);
+}
+
+#[test]
+fn class_quotas_name_known_classes_go_with_their_class_and_survive_a_snapshot() {
+    let mut v = view();
+    let e = class_quota(&mut v, "vision", "urgent", Some(4)).expect_err("no such class");
+    assert!(e.to_string().contains("unknown priority class `urgent`"), "{e}");
+    assert!(class_quota(&mut v, "vision", "two words", Some(4)).is_err());
+    class_quota(&mut v, "vision", "production", Some(4)).expect("set");
+    let (hash, version) = (v.state_hash(), v.version());
+    class_quota(&mut v, "vision", "production", Some(4)).expect("the same");
+    assert_eq!((v.state_hash(), v.version()), (hash, version), "a retried change is no change");
+    let held = v.submit(ranked("vision", 2, 100)).expect("admitted");
+    assert!(propose(&mut v, held, 1, 0, 2).is_placed());
+    // Rebuilt from a snapshot: the same quotas, counters and hash.
+    let copy = ClusterView::from_snapshot(v.snapshot());
+    assert_eq!((copy.class_quotas(), copy.state_hash()), (v.class_quotas(), v.state_hash()));
+    assert_eq!(copy.held_at_or_above("vision", 100), 2);
+    // The class is removed: its quotas go with it. Removing a quota that is not there is no change.
+    class(&mut v, "production", None).expect("removed");
+    assert!(v.class_quotas().is_empty(), "{:?}", v.class_quotas());
+    let version = v.version();
+    class_quota(&mut v, "vision", "batch", None).expect("none to remove");
+    assert_eq!(v.version(), version);
 }

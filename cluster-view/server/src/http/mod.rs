@@ -440,6 +440,11 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .route(web::delete().to(policy::remove_quota)),
         )
         .service(
+            resource("/v1/policy/quotas/{tenant}/classes/{class}", "PUT, DELETE")
+                .route(web::put().to(policy::set_class_quota))
+                .route(web::delete().to(policy::remove_class_quota)),
+        )
+        .service(
             resource("/v1/policy/classes/{class}", "PUT, DELETE")
                 .route(web::put().to(policy::set_class))
                 .route(web::delete().to(policy::remove_class)),

@@ -1,5 +1,6 @@
-//! `GET /v1/policy`, `PUT` and `DELETE` of `/v1/policy/quotas/{tenant}` and
-//! `/v1/policy/classes/{class}`: tenants' GPU quotas and the priority classes of the running
+//! `GET /v1/policy`, `PUT` and `DELETE` of `/v1/policy/quotas/{tenant}`,
+//! `/v1/policy/quotas/{tenant}/classes/{class}` and `/v1/policy/classes/{class}`: tenants' GPU
+//! quotas (over all their jobs, or at a priority class and above) and the priority classes of the running
 //! cluster, read by any caller and changed by an admin (the `SetPolicy` RPC, audited there), as
 //! the [`Policy`] and [`PolicyChanged`] types the CLI prints too. The documented pattern of a
 //! tenant or class name is the view's rule (`tessera_view::policy::check_name`): 1 to 64
@@ -59,7 +60,7 @@ pub(super) async fn set_quota(
     query(&req, &[])?;
     let body: QuotaBody = json_body(&read_body(&api, &req, payload).await?)?;
     let tenant = tenant.into_inner();
-    let change = Change::Quota(v1::SetQuota { tenant: tenant.clone(), gpus: Some(body.gpus) });
+    let change = Change::Quota(v1::SetQuota { tenant: tenant.clone(), gpus: Some(body.gpus), class: None });
     changed(&api, change, "set-quota", tenant).await
 }
 
@@ -84,8 +85,73 @@ pub(super) async fn remove_quota(
 ) -> Result<HttpResponse, ApiError> {
     query(&req, &[])?;
     let tenant = tenant.into_inner();
-    let change = Change::Quota(v1::SetQuota { tenant: tenant.clone(), gpus: None });
+    let change = Change::Quota(v1::SetQuota { tenant: tenant.clone(), gpus: None, class: None });
     changed(&api, change, "remove-quota", tenant).await
+}
+
+/// Sets a tenant's GPU quota at a priority class and above: the most its jobs of that class's
+/// priority or higher (by number, whatever class they named) may hold together. It binds new
+/// placements and submissions; gangs placed already keep their GPUs.
+#[utoipa::path(
+    put,
+    path = "/v1/policy/quotas/{tenant}/classes/{class}",
+    tag = "cluster",
+    params(
+        ("tenant" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "the tenant (1 to 64 characters, no whitespace or control characters)"),
+        ("class" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "a priority class of the cluster's"),
+    ),
+    request_body(content = QuotaBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "set (or in force already)", body = PolicyChanged),
+        (status = 400, description = "a malformed body, tenant or class (codes `malformed_json`, `bad_body`, `invalid_argument`)", body = ErrorBody),
+        (status = 403, description = "the caller is not an admin (code `permission_denied`)", body = ErrorBody),
+        (status = 409, description = "the view refused it: no such class, or too many class quotas (code `conflict`)", body = ErrorBody),
+        (status = 413, description = "the body is too large (code `too_large`)", body = ErrorBody),
+        (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn set_class_quota(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    query(&req, &[])?;
+    let body: QuotaBody = json_body(&read_body(&api, &req, payload).await?)?;
+    let (tenant, class) = path.into_inner();
+    let name = format!("{tenant}/{class}");
+    let change = Change::Quota(v1::SetQuota { tenant, gpus: Some(body.gpus), class: Some(class) });
+    changed(&api, change, "set-class-quota", name).await
+}
+
+/// Removes a tenant's quota at a class: its jobs there are bound by its other quotas only.
+#[utoipa::path(
+    delete,
+    path = "/v1/policy/quotas/{tenant}/classes/{class}",
+    tag = "cluster",
+    params(
+        ("tenant" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "the tenant"),
+        ("class" = String, Path, pattern = "^[^\\s\\x00-\\x1f\\x7f-\\x9f]{1,64}$", description = "the class"),
+    ),
+    responses(
+        (status = 200, description = "removed (or there was none)", body = PolicyChanged),
+        (status = 400, description = "a malformed tenant or class, or a query parameter (codes `invalid_argument`, `bad_query`)", body = ErrorBody),
+        (status = 403, description = "the caller is not an admin (code `permission_denied`)", body = ErrorBody),
+        (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn remove_class_quota(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    query(&req, &[])?;
+    let (tenant, class) = path.into_inner();
+    let name = format!("{tenant}/{class}");
+    let change = Change::Quota(v1::SetQuota { tenant, gpus: None, class: Some(class) });
+    changed(&api, change, "remove-class-quota", name).await
 }
 
 /// Sets a priority class's priority, adding the class if it is new. Jobs submitted afterwards

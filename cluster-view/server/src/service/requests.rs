@@ -98,7 +98,10 @@ pub fn policy_command(r: &v1::PolicyRequest) -> Result<Command, ViewServerError>
                     "PolicyRequest.quota.gpus: at most {most}; remove the quota for no bound"
                 )));
             }
-            Ok(Command::SetQuota { tenant: q.tenant.clone(), gpus: q.gpus })
+            if let Some(class) = &q.class {
+                tessera_view::policy::check_name("priority class", class).map_err(bad)?;
+            }
+            Ok(Command::SetQuota { tenant: q.tenant.clone(), gpus: q.gpus, class: q.class.clone() })
         }
         Some(Change::PriorityClass(c)) => {
             tessera_view::policy::check_name("priority class", &c.class).map_err(bad)?;
