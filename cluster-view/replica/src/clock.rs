@@ -120,6 +120,13 @@ pub fn restamp(cmd: Command, now_ms: impl FnOnce() -> u64) -> Command {
 }
 
 /// `base`, moved toward `wall` by at most [`SLEW`] of `elapsed`.
+/// This machine's wall clock, Unix milliseconds (0 if it is before 1970): what a leader's
+/// stamps are corrected toward, and the time the view-server writes into the commands it
+/// proposes (a server's history, cordons, layout changes, usage queries).
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 fn toward(base: u64, wall: u64, elapsed: Duration) -> u64 {
     let most = (millis(elapsed) as f64 * SLEW) as u64;
     wall.clamp(base.saturating_sub(most), base.saturating_add(most))

@@ -337,9 +337,9 @@ impl<B: Backend> Replica<B> {
     pub fn clock_ms(&mut self) -> u64 {
         let now = Instant::now();
         let t = if self.is_leader() {
-            self.clock.stamp(unix_ms(), now)
+            self.clock.stamp(crate::clock::wall_ms(), now)
         } else {
-            self.clock.estimate(now).unwrap_or_else(unix_ms)
+            self.clock.estimate(now).unwrap_or_else(crate::clock::wall_ms)
         };
         t.max(self.view.now_ms())
     }
@@ -687,7 +687,7 @@ impl<B: Backend> Replica<B> {
             // Every entry starts with this leader's clock: the view's times and usage ledger
             // read it, the same on every replica (see `tessera_view::usage`).
             let mut cmds = Vec::with_capacity(others.len() + 2);
-            cmds.push(Command::Clock { at_ms: self.clock.stamp(unix_ms(), Instant::now()) });
+            cmds.push(Command::Clock { at_ms: self.clock.stamp(crate::clock::wall_ms(), Instant::now()) });
             if !gangs.is_empty() {
                 cmds.push(Command::Propose(gangs));
             }
@@ -983,9 +983,4 @@ impl<B: Backend> Replica<B> {
         tracing::info!(replica = self.cfg.id, index = applied, "snapshot taken, log compacted");
         Ok(())
     }
-}
-
-/// Unix milliseconds of this machine's wall clock (0 if it is before 1970).
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -255,10 +255,8 @@ enum Pending {
 }
 
 /// Now, in Unix milliseconds: the time the leader writes into the commands it proposes (a
-/// server's history, cordons). 0 for a clock before 1970.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
+/// server's history, cordons). 0 for a clock before 1970. The replica's own wall-clock reading.
+pub use tessera_replica::clock::wall_ms as unix_ms;
 
 /// Peers' outgoing queues, created by the transport.
 pub type PeerSenders = Arc<RwLock<HashMap<u64, mpsc::Sender<Message>>>>;
