@@ -202,7 +202,7 @@ impl ClusterView {
             if used + spec.total_gpus() > quota {
                 first = Some(Rejection::QuotaExceeded {
                     tenant: spec.tenant.clone(),
-                    class: Some(class),
+                    class: Some(class.to_string()),
                     quota,
                     used,
                     asked: spec.total_gpus(),

@@ -126,13 +126,11 @@ impl ClusterView {
 
     /// The class quotas of `tenant` that bind a job of priority `priority`: those of its class
     /// and of the classes below it, as (class, the class's priority, GPUs).
-    pub fn class_limits(&self, tenant: &str, priority: i32) -> Vec<(String, i32, u32)> {
-        let Some(classes) = self.class_quotas.get(tenant) else { return Vec::new() };
+    pub fn class_limits(&self, tenant: &str, priority: i32) -> impl Iterator<Item = (&str, i32, u32)> + '_ {
+        let classes = self.class_quotas.get(tenant).into_iter().flatten();
         classes
-            .iter()
-            .filter_map(|(c, &q)| self.priorities.classes.get(c).map(|&p| (c.clone(), p, q)))
-            .filter(|&(_, p, _)| priority >= p)
-            .collect()
+            .filter_map(|(c, &q)| self.priorities.classes.get(c).map(|&p| (c.as_str(), p, q)))
+            .filter(move |&(_, p, _)| priority >= p)
     }
 
     /// GPUs `tenant`'s placed gangs hold at priority `floor` and above.
@@ -142,7 +140,13 @@ impl ClusterView {
 
     /// Counts `gpus` placed for `tenant` at `priority`.
     pub(crate) fn hold_rank(&mut self, tenant: &str, priority: i32, gpus: u32) {
-        *self.rank_used.entry(tenant.to_string()).or_default().entry(priority).or_default() += gpus;
+        // The approver's hot path: a tenant's name is copied only the first time it holds GPUs.
+        if !self.rank_used.contains_key(tenant) {
+            self.rank_used.insert(tenant.to_string(), BTreeMap::new());
+        }
+        if let Some(by) = self.rank_used.get_mut(tenant) {
+            *by.entry(priority).or_default() += gpus;
+        }
     }
 
     /// Counts `gpus` of `tenant` at `priority` released.

@@ -1074,7 +1074,7 @@ impl ClusterView {
         {
             return Some(format!("{total} GPUs exceed tenant `{}`'s quota of {q}", spec.tenant));
         }
-        if let Some((class, _, q)) = self.class_limits(&spec.tenant, spec.priority).into_iter().find(|l| total > l.2) {
+        if let Some((class, _, q)) = self.class_limits(&spec.tenant, spec.priority).find(|l| total > l.2) {
             return Some(format!(
                 "{total} GPUs exceed tenant `{}`'s quota of {q} at class `{class}` and above",
                 spec.tenant

@@ -256,7 +256,13 @@ impl<'a> Explainer<'a> {
         for (class, floor, quota) in self.view.class_limits(&spec.tenant, spec.priority) {
             let held = self.view.held_at_or_above(&spec.tenant, floor);
             if held.saturating_add(needs) > quota {
-                return Waiting::Quota { tenant: spec.tenant.clone(), class: Some(class), held, quota, needs };
+                return Waiting::Quota {
+                    tenant: spec.tenant.clone(),
+                    class: Some(class.to_string()),
+                    held,
+                    quota,
+                    needs,
+                };
             }
         }
         let room = self.room(spec);
