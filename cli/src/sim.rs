@@ -317,6 +317,7 @@ fn print_matrix(results: &[matrix::CellResult], contenders: &[Contender]) {
 fn short(name: &str) -> String {
     match name {
         "tessera-no-migration" => "t-no-migr".into(),
+        "tessera-reserving" => "t-reserve".into(),
         "tessera-gpu-proportional-cpu" => "t-prop-cpu".into(),
         n => n.chars().take(10).collect(),
     }

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const PHILLY_HEADER: &str = "job_id,vc,submit_time_s,num_gpus,duration_s_v100,job_type,total_steps";
-const POLICIES: [&str; 7] = [
+const POLICIES: [&str; 8] = [
     "fifo-firstfit",
     "gandiva",
     "hived",
     "tessera",
     "tessera-no-migration",
+    "tessera-reserving",
     "tessera-gpu-proportional-cpu",
     "tessera-las",
 ];

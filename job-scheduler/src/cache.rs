@@ -13,6 +13,7 @@
 use crate::LocalView;
 use crate::SchedulerError;
 use crate::locality_cost::{ReleaseStats, slot_kind};
+use crate::reservation::Reservations;
 use crate::scheduler::RunningIndex;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -43,6 +44,9 @@ pub struct CacheState {
     /// GPU releases and run times seen in the change stream, timed on this copy's clock (for
     /// [`crate::locality_cost`]).
     pub releases: ReleaseStats,
+    /// The host's bounded reservation for a starved gang of whole servers, brought up to date
+    /// with every change of the copy, on the same clock ([`crate::reservation`]).
+    pub reservations: Reservations,
     /// The origin of that clock.
     clock: Instant,
 }
@@ -56,6 +60,7 @@ impl CacheState {
             server_names: s.server_names.clone(),
             unhealthy: s.unhealthy.clone(),
             releases: ReleaseStats::new(),
+            reservations: Reservations::new(),
             clock: Instant::now(),
         }
         .observing(&s.jobs)
@@ -67,7 +72,20 @@ impl CacheState {
         for j in jobs {
             self.releases.observe(j, now);
         }
+        self.reserve();
         self
+    }
+
+    /// Brings [`CacheState::reservations`] up to now, over the pending jobs in the host's order
+    /// (`pending`), each waited since it became ready (the view's clock, on this machine's wall
+    /// clock).
+    fn reserve(&mut self) {
+        let (now, wall) = (self.now_s(), crate::host::wall_ms());
+        let mut pending: Vec<&Job> = self.jobs.values().filter(|j| j.state == JobState::Pending).collect();
+        pending.sort_by(|a, b| b.spec.priority.cmp(&a.spec.priority).then(a.id.cmp(&b.id)));
+        let waited = |j: &Job| wall.saturating_sub(j.waiting_from_ms()) as f64 / 1000.0;
+        let queue = pending.into_iter().map(|j| (j, if j.waiting_from_ms() == 0 { 0.0 } else { waited(j) }));
+        self.reservations.update(&self.view, queue, &self.releases, now);
     }
 
     /// Seconds on this copy's clock.
@@ -82,6 +100,8 @@ impl CacheState {
         fresh.releases = std::mem::take(&mut self.releases);
         let now = fresh.now_s();
         fresh.releases.resync(&s.jobs, now);
+        fresh.reservations = std::mem::take(&mut self.reservations);
+        fresh.reserve();
         fresh
     }
 
@@ -96,6 +116,7 @@ impl CacheState {
             self.running.update(j);
             self.jobs.insert(j.id, j.clone());
         }
+        self.reserve();
         true
     }
 
@@ -295,6 +316,7 @@ fn replace(state: &RwLock<CacheState>, s: &ViewSnapshot) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_view::fit::FitMode;
     use tessera_view::{ClusterSpec, ClusterView, Command, Decision, JobSpec, Proposal, ProposalId, Topology};
 
     #[test]
@@ -333,5 +355,60 @@ mod tests {
         assert!(state.apply(&v.delta_since(seen).expect("delta")));
         assert_eq!(ahead(&state, second), 1, "the urgent job is no longer waiting");
         assert!(state.releases.mean_run_s().is_some(), "its run was timed");
+    }
+
+    #[test]
+    fn the_copy_reserves_servers_for_a_starved_gang_and_its_jobs_see_them_taken() {
+        use crate::scheduler::{Attempt, Context, LocalityTolerant, Verdict};
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
+        // The gang was submitted 10,000 s ago (the view's clock), when each server got a
+        // one-GPU job limited to 100 s: 7 GPUs free on each, never 8 on one.
+        v.apply(&Command::Clock { at_ms: crate::host::wall_ms() - 10_000_000 });
+        let gang = v.submit(JobSpec::simple("gang", 2, 8)).expect("admitted");
+        for n in 0..2u64 {
+            let mut filler = JobSpec::simple("filler", 1, 1);
+            filler.run.time_limit_s = Some(100);
+            let id = v.submit(filler).expect("admitted");
+            let spec = v.job(id).expect("job").spec.clone();
+            let local = LocalView::of_view(&v);
+            // On server n: the other one shown full.
+            let other = ServerId(1 - n as u32);
+            let mut o = crate::Overlay::default();
+            o.learn(&[(other, ServerRecord { free_gpus: 0, ..v.servers()[other.index()] })]);
+            let f = crate::find_placement(&local, &o, &spec, tessera_view::LocalityLevel::Any, FitMode::Pack, 0)
+                .expect("room");
+            let p = Proposal { id: ProposalId(10 + n), job: id, members: f.members, based_on: v.version() };
+            assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
+        }
+        assert_eq!(v.servers().iter().map(|r| r.free_gpus.count_ones()).collect::<Vec<_>>(), vec![7, 7]);
+        let small = v.submit(JobSpec::simple("small", 1, 1)).expect("admitted");
+        let state = CacheState::from_snapshot(&v.snapshot());
+        let held = state.reservations.current().expect("the limits free both servers within 100 s");
+        assert_eq!((held.job, held.servers.clone()), (gang, vec![ServerId(0), ServerId(1)]));
+        // The small job's attempt, as a host task makes it: with the copy's context the withheld
+        // servers look taken; a host that makes no reservations places it.
+        let decide = |ctx: Context<'_>| {
+            let a = Attempt {
+                job: &state.jobs[&small],
+                view: &state.view,
+                overlay: &crate::Overlay::default(),
+                allowed: tessera_view::LocalityLevel::Any,
+                waited_s: 0,
+                attempt: 0,
+                salt: 1,
+                ctx,
+            };
+            crate::locality_cost::decide(&LocalityTolerant::default(), &a).verdict
+        };
+        let ctx = Context {
+            running: &state.running,
+            releases: &state.releases,
+            reservations: &state.reservations,
+            ahead: 0,
+            now_s: state.now_s(),
+        };
+        assert!(matches!(decide(ctx), Verdict::Wait(_)), "held back");
+        assert!(matches!(decide(Context::empty()), Verdict::Propose(_)), "placed without the reservation");
     }
 }

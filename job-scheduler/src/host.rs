@@ -160,6 +160,7 @@ pub async fn run_host(
         cache.clone(),
         held_rx,
         metrics.clone(),
+        cfg.runtime.reserve,
     ));
     let mut stats = HostStats::default();
     let mut every = Duration::from_millis(300);

@@ -18,6 +18,7 @@
 //! | [`locality_cost`] | [`locality_cost::decide`]: start a job now at a looser level, or wait for a tighter one, by expected completion time (the job's declared `slowdown`, observed release rates) |
 //! | [`placement_policy`] | [`Policy`]: load-adaptive choice between spreading and packing |
 //! | [`preemption`] | [`preemption::choose_victims`]: which lower-ranked gangs a waiting job displaces (fewest gangs, lowest rank, least work lost) |
+//! | [`reservation`] | [`reservation::Reservations`]: bounded reservations: servers withheld for a starved gang of whole servers while the waiting that costs the jobs held back stays below what the gang is expected to gain |
 //! | [`philly_sampler`] | [`PhillySampler`](philly_sampler::PhillySampler): job sizes and durations drawn from the Philly trace (file or built-in histogram) |
 //! | [`error`] | [`SchedulerError`], the crate's one error type (settings, trace files, calls the view refused, the simulator, self-checks) |
 //! | [`bench`] | the placement benchmark behind `tessera bench placement` |
@@ -40,6 +41,7 @@ pub mod migration_task;
 pub mod philly_sampler;
 pub mod placement_policy;
 pub mod preemption;
+pub mod reservation;
 pub mod runtime;
 pub mod scheduler;
 pub mod search;

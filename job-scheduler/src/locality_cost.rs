@@ -184,6 +184,20 @@ impl ReleaseStats {
         (span > 0.0 && gpus > 0).then(|| gpus as f64 / span)
     }
 
+    /// Jobs released per second over the window (their rate of ending, which in a steady
+    /// state is their rate of arriving), if at least two releases span some time.
+    pub fn job_release_rate(&self) -> Option<f64> {
+        let (&(first, _), &(last, _)) = (self.releases.front()?, self.releases.back()?);
+        let span = last - first;
+        (span > 0.0).then(|| (self.releases.len() - 1) as f64 / span)
+    }
+
+    /// The mean GPUs of the jobs released within the window, if any were.
+    pub fn mean_release_gpus(&self) -> Option<f64> {
+        let n = self.releases.len();
+        (n > 0).then(|| self.releases.iter().map(|&(_, g)| f64::from(g)).sum::<f64>() / n as f64)
+    }
+
     /// The mean run time of the jobs that ended within the window, if any did.
     pub fn mean_run_s(&self) -> Option<f64> {
         (!self.runs.is_empty()).then(|| self.runs.iter().sum::<f64>() / self.runs.len() as f64)
@@ -398,7 +412,12 @@ pub fn relax(a: &Attempt<'_>) -> Relaxed {
 /// at the job's floor; if it waits and [`relax`] says starting looser pays, it is asked again at
 /// that level. Returns the verdict, the level it was asked at last, and when (in waited
 /// seconds) the job's wait should be decided again.
+///
+/// Servers the host withholds for a starved gang ([`crate::Context::reservations`]) look taken
+/// to every job they are withheld from, in each of these asks.
 pub fn decide(scheduler: &dyn Scheduler, a: &Attempt<'_>) -> Decided {
+    let masked = a.ctx.reservations.overlay_for(a.view, a.overlay, a.job, a.ctx.now_s);
+    let a = &Attempt { overlay: masked.as_ref().unwrap_or(a.overlay), ..*a };
     let verdict = scheduler.schedule(a);
     if !matches!(verdict, Verdict::Wait(_)) {
         return Decided { verdict, allowed: a.allowed, recheck_waited_s: None, by_cost: false };
@@ -502,6 +521,7 @@ mod tests {
             let job = self.view.job(self.job).expect("job");
             let local = LocalView::of_view(&self.view);
             let running = RunningIndex::from_jobs(self.view.jobs());
+            let reservations = crate::reservation::Reservations::new();
             f(&Attempt {
                 job,
                 view: &local,
@@ -510,7 +530,7 @@ mod tests {
                 waited_s,
                 attempt: 0,
                 salt: 7,
-                ctx: Context { running: &running, releases: stats, ahead, now_s: 0.0 },
+                ctx: Context { running: &running, releases: stats, reservations: &reservations, ahead, now_s: 0.0 },
             })
         }
     }

@@ -31,6 +31,7 @@
 use crate::cache::ViewCache;
 use crate::error::SchedulerError;
 use crate::locality_cost;
+use crate::reservation::Reservations;
 use rand::Rng;
 use rand::rngs::SmallRng;
 use std::collections::{BTreeMap, HashMap};
@@ -85,6 +86,7 @@ pub(crate) async fn run(
     cache: ViewCache,
     held: Held,
     metrics: crate::metrics::HostMetrics,
+    reserve: bool,
 ) {
     let Some(interval) = cfg.interval else { return };
     let mut moved_at: HashMap<JobId, Instant> = HashMap::new();
@@ -104,7 +106,10 @@ pub(crate) async fn run(
         if candidates.is_empty() {
             continue;
         }
-        match step(&cfg, &mut client, &mut rng, &candidates, &moved_at).await {
+        // The host's reservation as it stands now (none where the host makes none).
+        let reserved =
+            if reserve { cache.read(|s| (s.reservations.clone(), s.now_s())) } else { (Reservations::new(), 0.0) };
+        match step(&cfg, &mut client, &mut rng, &candidates, &moved_at, &reserved).await {
             Ok(Some((plan, accepted))) => {
                 let now = Instant::now();
                 for job in &accepted {
@@ -171,6 +176,7 @@ async fn step(
     rng: &mut SmallRng,
     candidates: &[(JobId, u64)],
     moved_at: &HashMap<JobId, Instant>,
+    reserved: &(Reservations, f64),
 ) -> Result<Option<(MigrationPlan, Vec<JobId>)>, SchedulerError> {
     let wire = client.snapshot(true).await.map_err(|source| SchedulerError::Call { call: "snapshot", source })?;
     let snap = wire.snapshot.ok_or(SchedulerError::NoSnapshot)?;
@@ -187,6 +193,12 @@ async fn step(
         let Some(plan) = migration_planner::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
         if plan.moves.is_empty() || plan.moves.len() > cfg.params.max_moves {
             // Not blocked: a group is free and its scheduler will take it.
+            continue;
+        }
+        // Neither the job nor the jobs moved for it may land on servers the host withholds
+        // from it for a starved gang.
+        let lands = plan.target.iter().chain(plan.moves.iter().flat_map(|m| m.to.iter())).map(|m| m.server);
+        if view.job(job).is_some_and(|j| reserved.0.withholds_any(j, reserved.1, lands)) {
             continue;
         }
         let moves: Vec<v1::Proposal> = plan

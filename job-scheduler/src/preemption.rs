@@ -59,7 +59,7 @@ pub struct Choice {
 }
 
 /// Chooses victims among `candidates` so that `spec` fits within `allowed`, or `None` when even
-/// all of them would not make room.
+/// all of them would not make room, or when the gang found needs none of them.
 pub fn choose_victims(
     view: &LocalView,
     spec: &JobSpec,
@@ -82,6 +82,12 @@ pub fn choose_victims(
     let mut best: Option<(Score, Choice)> = None;
     let mut consider = |set: Vec<usize>, found: Vec<MemberPlacement>| {
         let set: Vec<usize> = set.into_iter().filter(|&k| needed(&candidates[k], &found)).collect();
+        if set.is_empty() {
+            // It fits without displacing anyone: not a preemption (the approver refuses one
+            // with no victims), but GPUs its scheduler left alone, such as those a host
+            // withholds for a starved gang (`crate::reservation`).
+            return;
+        }
         let score = Score::of(&set, candidates);
         if best.as_ref().is_none_or(|(s, _)| score < *s) {
             let victims = set.iter().map(|&k| candidates[k].job).collect();

@@ -114,6 +114,70 @@ fn the_view_moves_a_long_job_down_a_queue_on_simulated_time_and_a_new_one_preemp
     assert!(start(&fifo) > 99_000.0, "in arrival order it waits for the long job: {}", start(&fifo));
 }
 
+/// Two 8-GPU servers kept nearly full by a stream of 1-GPU jobs (one every `every_s`, 1,000 s
+/// each: 1,000 / `every_s` busy on average), and a 16-GPU gang arriving at 500 s.
+fn starving_trace(every_s: f64) -> Trace {
+    let mut jobs: Vec<SimJob> =
+        (0..300).map(|i| job(&format!("s{i}"), f64::from(i) * every_s, 1, 1_000.0, "LM")).collect();
+    jobs.push(job("gang", 500.0, 16, 1_000.0, "LM"));
+    jobs.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    Trace { name: "starving".into(), jobs, ..Trace::default() }
+}
+
+fn run_contender(c: sim::Contender, trace: &Trace, servers: u32) -> sim::PolicyReport {
+    let mut cfg = SimConfig::new(c);
+    cfg.invariant_check_every = 1;
+    sim::simulate(&cluster(servers), trace, &SpeedModel::builtin(), &cfg, &mut |_, _| {}).expect("simulates")
+}
+
+/// The gang's wait, and the waits of the one-GPU jobs in all.
+fn waits(r: &sim::PolicyReport) -> (f64, f64) {
+    let g = r.job_records.iter().find(|j| j.name == "gang").expect("the gang");
+    let small = r.queue_by_job.iter().filter(|(g, _)| *g == 1).map(|(_, q)| q).sum::<f64>();
+    (g.start_s.expect("it ran") - g.arrival_s, small)
+}
+
+/// The same trace with and without bounded reservations, each job checked.
+fn with_and_without(trace: &Trace) -> (sim::PolicyReport, sim::PolicyReport) {
+    let with = run_contender(sim::Contender::from(SimPolicy::TesseraReserving), trace, 2);
+    let without = run_contender(sim::Contender::from(SimPolicy::Tessera), trace, 2);
+    for r in [&with, &without] {
+        assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (301, 0, 0), "{r:?}");
+    }
+    assert_eq!(without.reservations, 0);
+    (with, without)
+}
+
+#[test]
+fn a_bounded_reservation_starts_a_gang_that_spreading_starves_and_costs_others_less_than_it_gains() {
+    // ~2.5 of 16 GPUs busy: spreading puts a one-GPU job on each server, so both are never free
+    // at once and without a reservation the gang waits for the stream to end.
+    let (with, without) = with_and_without(&starving_trace(400.0));
+    let ((gang_with, small_with), (gang_without, small_without)) = (waits(&with), waits(&without));
+    assert!(gang_without > 100_000.0, "starved until the stream ends: {gang_without} s");
+    assert!(gang_with < 0.1 * gang_without, "the reservation starts it: {gang_with} s against {gang_without} s");
+    assert!(with.reservations >= 1 && with.reserved_idle_gpu_s > 0.0, "{with:?}");
+    // The others pay in waiting, less than the gang gains, and no more than the reservation's
+    // budget, the gang's wait when it was made (at most its whole wait).
+    assert!(small_with - small_without < gang_without - gang_with, "{small_with} vs {small_without}");
+    assert!(with.reservation_held_back_s <= gang_with, "{} job-s held back", with.reservation_held_back_s);
+    assert!(with.avg_jct_s < without.avg_jct_s, "{} vs {}", with.avg_jct_s, without.avg_jct_s);
+}
+
+#[test]
+fn on_a_busy_cluster_no_reservation_costs_the_others_more_than_the_gang_gains() {
+    // ~14 of 16 GPUs busy: every GPU a reservation idles would hold a one-GPU job back, and
+    // jobs keep arriving, so draining two servers costs the others far more waiting than the
+    // gang could gain; it waits for the stream to thin, as without reservations.
+    let (with, without) = with_and_without(&starving_trace(70.0));
+    assert!(with.reservation_held_back_s <= waits(&with).0, "bounded by the gang's wait");
+    assert!(with.avg_jct_s <= without.avg_jct_s * 1.001, "{} vs {}", with.avg_jct_s, without.avg_jct_s);
+    // Where nothing starves, nothing is reserved and the run is the same.
+    let (with, without) = with_and_without(&starving_trace(2_000.0));
+    assert_eq!(with.reservations, 0, "{with:?}");
+    assert_eq!(serde_json::to_string(&with).expect("json"), serde_json::to_string(&without).expect("json"));
+}
+
 #[test]
 fn bad_trace_rows_are_reported_with_row_and_column() {
     let dir = std::env::temp_dir().join(format!("tessera-sim-test-{}", std::process::id()));

@@ -8,6 +8,7 @@
 
 use crate::locality_cost::ReleaseStats;
 use crate::preemption::Candidate;
+use crate::reservation::Reservations;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use tessera_view::{Job, JobId, ServerId};
@@ -20,6 +21,10 @@ pub struct Context<'a> {
     /// The GPU releases and run times the host has observed, for the estimates of
     /// [`crate::locality_cost`].
     pub releases: &'a ReleaseStats,
+    /// The host's reservation for a starved gang, if it holds one: the servers it withholds
+    /// look taken to the jobs they are withheld from ([`crate::locality_cost::decide`] masks
+    /// them).
+    pub reservations: &'a Reservations,
     /// Pending jobs ahead of this attempt's job in the host's queue that wait for the same kind
     /// of slot (the same gang shape, GPU type and floor level): they take the slots that open
     /// first. 0 when the host does not know.
@@ -32,18 +37,25 @@ pub struct Context<'a> {
 /// No jobs known: what tests and tools that hold only server records pass.
 static NOTHING_RUNNING: RunningIndex = RunningIndex::new();
 static NOTHING_RELEASED: ReleaseStats = ReleaseStats::new();
+static NOTHING_RESERVED: Reservations = Reservations::new();
 
 impl Context<'static> {
     /// A context that knows nothing beyond the server records.
     pub fn empty() -> Context<'static> {
-        Context { running: &NOTHING_RUNNING, releases: &NOTHING_RELEASED, ahead: 0, now_s: 0.0 }
+        Context {
+            running: &NOTHING_RUNNING,
+            releases: &NOTHING_RELEASED,
+            reservations: &NOTHING_RESERVED,
+            ahead: 0,
+            now_s: 0.0,
+        }
     }
 }
 
 impl<'a> Context<'a> {
     /// A context of running jobs `running`, with nothing released yet.
     pub fn of_running(running: &'a RunningIndex) -> Context<'a> {
-        Context { running, releases: &NOTHING_RELEASED, ahead: 0, now_s: 0.0 }
+        Context { running, releases: &NOTHING_RELEASED, reservations: &NOTHING_RESERVED, ahead: 0, now_s: 0.0 }
     }
 }
 

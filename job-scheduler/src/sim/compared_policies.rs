@@ -14,10 +14,13 @@
 //! | `hived` | [`Hived`]: buddy cells, the tightest level whose group holds the job, never relaxed | [`SpecStyle::Cell`] | share per GPU | no |
 //! | `tessera` | [`CpuAware`]: tightest level allowed now, a looser one when starting there now beats waiting ([`crate::locality_cost`]); load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept down to the proportional share | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
+//! | `tessera-reserving` | as `tessera`, with bounded reservations ([`crate::reservation`]) | | | yes |
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
 //! | `tessera-las` | as `tessera`, in attained-service order ([`QueueOrder::AttainedService`]) with preemption when no move helps | as `tessera` | as `tessera` | yes |
 //!
-//! Every preset but `tessera-las` offers waiting jobs in arrival order and never preempts.
+//! Every preset but `tessera-las` offers waiting jobs in arrival order and never preempts. The
+//! `tessera-reserving` preset also makes bounded reservations for starved gangs of whole servers
+//! ([`crate::reservation`], as a live host does with `--reservations`); the others make none.
 
 use super::model::SpeedModel;
 use super::trace_loader::SimJob;
@@ -67,6 +70,8 @@ pub enum SimPolicy {
     Tessera,
     /// Tessera without migration.
     TesseraNoMigration,
+    /// Tessera with bounded reservations for starved gangs of whole servers.
+    TesseraReserving,
     /// Tessera with the GPU-proportional CPU share instead of CPU-aware grants.
     TesseraGpuProportionalCpu,
     /// Tessera in attained-service order, with preemption (Tiresias' 2D-LAS).
@@ -75,12 +80,13 @@ pub enum SimPolicy {
 
 impl SimPolicy {
     /// Every policy, in report order.
-    pub const ALL: [SimPolicy; 7] = [
+    pub const ALL: [SimPolicy; 8] = [
         SimPolicy::FifoFirstFit,
         SimPolicy::Gandiva,
         SimPolicy::Hived,
         SimPolicy::Tessera,
         SimPolicy::TesseraNoMigration,
+        SimPolicy::TesseraReserving,
         SimPolicy::TesseraGpuProportionalCpu,
         SimPolicy::TesseraLas,
     ];
@@ -93,6 +99,7 @@ impl SimPolicy {
             SimPolicy::Hived => "hived",
             SimPolicy::Tessera => "tessera",
             SimPolicy::TesseraNoMigration => "tessera-no-migration",
+            SimPolicy::TesseraReserving => "tessera-reserving",
             SimPolicy::TesseraGpuProportionalCpu => "tessera-gpu-proportional-cpu",
             SimPolicy::TesseraLas => "tessera-las",
         }
@@ -114,7 +121,11 @@ impl SimPolicy {
     pub fn migrates(self) -> bool {
         matches!(
             self,
-            SimPolicy::Gandiva | SimPolicy::Tessera | SimPolicy::TesseraGpuProportionalCpu | SimPolicy::TesseraLas
+            SimPolicy::Gandiva
+                | SimPolicy::Tessera
+                | SimPolicy::TesseraReserving
+                | SimPolicy::TesseraGpuProportionalCpu
+                | SimPolicy::TesseraLas
         )
     }
 
@@ -126,9 +137,19 @@ impl SimPolicy {
             SimPolicy::Hived => Arc::new(Hived),
             SimPolicy::Tessera
             | SimPolicy::TesseraNoMigration
+            | SimPolicy::TesseraReserving
             | SimPolicy::TesseraGpuProportionalCpu
             | SimPolicy::TesseraLas => Arc::new(CpuAware::default()),
         }
+    }
+
+    /// Whether its host makes bounded reservations for starved gangs of whole servers
+    /// ([`crate::reservation`]): only `tessera-reserving`. They are off by default on a live
+    /// host too: on the robustness matrix they cost more average completion time than they
+    /// save (docs/EVALUATION.md). The baselines model systems that backfill without one
+    /// (fifo-firstfit), or keep room by their own means (gandiva's packing, hived's cells).
+    pub fn reserves(self) -> bool {
+        self == SimPolicy::TesseraReserving
     }
 
     /// How it writes a trace's job as a spec.
@@ -137,9 +158,10 @@ impl SimPolicy {
             SimPolicy::FifoFirstFit => SpecStyle::OneGpuMembers,
             SimPolicy::Gandiva => SpecStyle::Preferred,
             SimPolicy::Hived => SpecStyle::Cell,
-            SimPolicy::Tessera | SimPolicy::TesseraNoMigration | SimPolicy::TesseraLas => {
-                SpecStyle::Relaxing { cpu_aware: true }
-            }
+            SimPolicy::Tessera
+            | SimPolicy::TesseraNoMigration
+            | SimPolicy::TesseraReserving
+            | SimPolicy::TesseraLas => SpecStyle::Relaxing { cpu_aware: true },
             SimPolicy::TesseraGpuProportionalCpu => SpecStyle::Relaxing { cpu_aware: false },
         }
     }
@@ -237,13 +259,30 @@ pub struct Contender {
     /// Whether a waiting job that does not fit may preempt jobs it outranks
     /// ([`crate::preemption::choose_victims`], [`tessera_view::Command::Preempt`]).
     pub preempts: bool,
+    /// Whether the host withholds servers for a starved gang of whole servers, while that pays
+    /// ([`crate::reservation`]).
+    pub reserves: bool,
 }
 
 impl Contender {
     /// A contender named `name` that runs `scheduler` on specs written in `style`, without
     /// migration ([`Contender::migrating`] turns it on).
     pub fn new(name: impl Into<String>, scheduler: Arc<dyn Scheduler>, style: SpecStyle) -> Contender {
-        Contender { name: name.into(), scheduler, style, migrates: false, order: QueueOrder::Fifo, preempts: false }
+        Contender {
+            name: name.into(),
+            scheduler,
+            style,
+            migrates: false,
+            order: QueueOrder::Fifo,
+            preempts: false,
+            reserves: false,
+        }
+    }
+
+    /// The same contender with bounded reservations on or off.
+    pub fn reserving(mut self, on: bool) -> Contender {
+        self.reserves = on;
+        self
     }
 
     /// The same contender offering jobs in `order`, preempting or not.
@@ -288,7 +327,7 @@ impl Contender {
 
 impl From<SimPolicy> for Contender {
     fn from(p: SimPolicy) -> Contender {
-        let c = Contender::new(p.name(), p.scheduler(), p.style()).migrating(p.migrates());
+        let c = Contender::new(p.name(), p.scheduler(), p.style()).migrating(p.migrates()).reserving(p.reserves());
         match p {
             SimPolicy::TesseraLas => {
                 c.ordered(QueueOrder::AttainedService { thresholds_gpu_s: LAS_THRESHOLDS_GPU_S.to_vec() }, true)

@@ -19,6 +19,7 @@ use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
 use crate::locality_cost::{self, Decided, ReleaseStats};
 use crate::preemption::{self, Candidate};
+use crate::reservation::Reservations;
 use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
 use crate::search::find_placement;
 use serde::Serialize;
@@ -124,6 +125,21 @@ pub struct PolicyReport {
     /// GPU-seconds preempted gangs lost to checkpoint-restart. Left out of the JSON when 0.
     #[serde(skip_serializing_if = "is_zero_f")]
     pub preemption_cost_gpu_s: f64,
+    /// Reservations the host made for starved gangs of whole servers ([`crate::reservation`]).
+    /// Left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reservations: u64,
+    /// Of those, the ones given up after idling their whole budget. Left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub reservations_given_up: u64,
+    /// Job-seconds reservations held other jobs back (the waiting they cost). Left out of the
+    /// JSON when 0.
+    #[serde(skip_serializing_if = "is_zero_f")]
+    pub reservation_held_back_s: f64,
+    /// GPU-seconds reservations kept idle that jobs they held back could have used. Left out of
+    /// the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero_f")]
+    pub reserved_idle_gpu_s: f64,
     /// Jobs whose CPU-aware spec could never fit and that ran with the GPU-proportional share.
     pub cpu_fallbacks: u64,
     /// Proposals the approver refused (0 expected: searches plan on a current view).
@@ -177,7 +193,8 @@ pub struct JobRecord {
 
 /// What decides whether a search can succeed in one pass: gang shape, allowed level, CPU
 /// sweet point (bits), memory and device type.
-type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>, (i32, u8));
+/// Whether servers were withheld from it ([`crate::reservation`]) is part of it too.
+type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>, (i32, u8), bool);
 
 /// [`locality_cost::slot_kind`], owned (a map key that outlives the borrow of the job).
 type SlotKind = (u32, u32, LocalityLevel, Option<String>);
@@ -259,6 +276,8 @@ struct Sim<'a> {
     running: RunningIndex,
     /// Releases and run times so far, as a live host observes them ([`Context::releases`]).
     releases: ReleaseStats,
+    /// The host's bounded reservation for a starved gang, if its contender makes them.
+    reservations: Reservations,
     total_gpus: u64,
     busy_gpus: u64,
     last_t: f64,
@@ -330,6 +349,7 @@ pub fn simulate(
         ranked,
         clock_wake_s: f64::INFINITY,
         releases: ReleaseStats::new(),
+        reservations: Reservations::new(),
         rep: PolicyReport::default(),
     };
     let scale = cfg.load_scale.max(1e-9);
@@ -491,6 +511,9 @@ impl Sim<'_> {
             return false;
         }
         self.local.catch_up(&self.view);
+        if self.cfg.contender.reserves {
+            self.update_reservation(now);
+        }
         let mut failed: BTreeSet<ShapeKey> = BTreeSet::new();
         // Pending jobs by the kind of slot they wait for, in arrival order, and how many of
         // each kind this pass placed (for `Context::ahead`); built when first needed.
@@ -518,6 +541,13 @@ impl Sim<'_> {
             if u64::from(rt.gpus) > free && !preempts {
                 continue;
             }
+            let job = self.view.job(rt.view_id).expect("a pending job is in the view");
+            // Servers withheld for a starved gang look taken to the jobs they are withheld from
+            // (`locality_cost::decide` masks them): what is free to such a job is less.
+            let withheld = self.reservations.withholds(job, now);
+            if withheld && !preempts && u64::from(rt.gpus) > free - self.withheld_free() {
+                continue;
+            }
             let waited = now - rt.arrival_s;
             let allowed = rt.spec.allowed_level(waited.max(0.0) as u64);
             let key = (
@@ -529,6 +559,7 @@ impl Sim<'_> {
                 rt.spec.gpu_type.clone(),
                 // What it may preempt depends on its rank.
                 if preempts { (rt.spec.priority, self.queue_of(i)) } else { (0, 0) },
+                withheld,
             );
             let by_shape = self.cfg.contender.scheduler.decides_by_shape();
             if by_shape && failed.contains(&key) {
@@ -565,7 +596,13 @@ impl Sim<'_> {
                     waited_s: waited.max(0.0) as u64,
                     attempt: rt.attempts,
                     salt,
-                    ctx: Context { running: &self.running, releases: &self.releases, ahead, now_s: now },
+                    ctx: Context {
+                        running: &self.running,
+                        releases: &self.releases,
+                        reservations: &self.reservations,
+                        ahead,
+                        now_s: now,
+                    },
                 };
                 locality_cost::decide(self.cfg.contender.scheduler.as_ref(), &attempt)
             };
@@ -621,7 +658,34 @@ impl Sim<'_> {
                 }
             }
         }
+        if self.cfg.contender.reserves {
+            // What the pass took or freed on the withheld servers idles from now on.
+            self.local.catch_up(&self.view);
+            let waiting = self.pending.iter().filter_map(|&i| self.view.job(self.jobs[i].view_id));
+            self.reservations.observe_free(&self.local, waiting, now);
+        }
         true
+    }
+
+    /// GPUs free on the servers the host's reservation withholds.
+    fn withheld_free(&self) -> u64 {
+        let Some(r) = self.reservations.current() else { return 0 };
+        let on = |s: &ServerId| self.view.servers().get(s.index()).map_or(0, |x| u64::from(x.free_gpus.count_ones()));
+        r.servers.iter().map(on).sum()
+    }
+
+    /// Brings the host's reservation up to `now` ([`Reservations::update`]) over the waiting
+    /// jobs in the order the host offers them.
+    fn update_reservation(&mut self, now: f64) {
+        let mut order: Vec<usize> = self.pending.iter().copied().collect();
+        if self.ranked {
+            order.sort_by_cached_key(|&i| (Reverse(self.jobs[i].spec.priority), self.queue_of(i), i));
+        }
+        let queue = order.iter().filter_map(|&i| {
+            let rt = &self.jobs[i];
+            self.view.job(rt.view_id).map(|j| (j, now - rt.arrival_s))
+        });
+        self.reservations.update(&self.local, queue, &self.releases, now);
     }
 
     /// Brings every pending job's fragmentation-blocked state up to date at `now` (after a pass:
@@ -987,6 +1051,11 @@ impl Sim<'_> {
         let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
             return false;
         };
+        // Neither the job nor the jobs moved for it may land on servers withheld from it.
+        let lands = plan.target.iter().chain(plan.moves.iter().flat_map(|m| m.to.iter())).map(|m| m.server);
+        if self.view.job(job).is_some_and(|j| self.reservations.withholds_any(j, now, lands)) {
+            return false;
+        }
         let moves: Vec<Proposal> = plan
             .moves
             .iter()
@@ -1055,6 +1124,9 @@ impl Sim<'_> {
     fn report(mut self, trace: &Trace) -> PolicyReport {
         let mut rep = std::mem::take(&mut self.rep);
         rep.jobs = self.jobs.len() as u64;
+        let held = self.reservations.stats();
+        (rep.reservations, rep.reservations_given_up) = (held.made, held.abandoned);
+        (rep.reservation_held_back_s, rep.reserved_idle_gpu_s) = (held.held_back_s, held.idled_gpu_s);
         rep.job_records = self
             .jobs
             .iter()
