@@ -32,7 +32,7 @@ pub struct SimArgs {
     /// Philly virtual cluster to replay, or `all` (every VC on one clock).
     #[arg(long, default_value = "all")]
     vc: String,
-    /// Policies, comma-separated: the six presets (the default: all of them) or any built-in
+    /// Policies, comma-separated: the presets (the default: all of them) or any built-in
     /// scheduler by name (locality-tolerant, cpu-aware, optimus, ...).
     #[arg(long, value_delimiter = ',', value_parser = Contender::builtin)]
     policies: Vec<Contender>,

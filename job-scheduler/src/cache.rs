@@ -45,8 +45,11 @@ pub struct CacheState {
     /// [`crate::locality_cost`]).
     pub releases: ReleaseStats,
     /// The host's bounded reservation for a starved gang of whole servers, brought up to date
-    /// with every change of the copy, on the same clock ([`crate::reservation`]).
+    /// with every change of the copy, on the same clock ([`crate::reservation`]), for a host
+    /// that makes them (`reserving`).
     pub reservations: Reservations,
+    /// Whether `reservations` is kept ([`ViewCache::set_reserving`]; off by default).
+    reserving: bool,
     /// The origin of that clock.
     clock: Instant,
 }
@@ -61,6 +64,7 @@ impl CacheState {
             unhealthy: s.unhealthy.clone(),
             releases: ReleaseStats::new(),
             reservations: Reservations::new(),
+            reserving: false,
             clock: Instant::now(),
         }
         .observing(&s.jobs)
@@ -80,6 +84,9 @@ impl CacheState {
     /// (`pending`), each waited since it became ready (the view's clock, on this machine's wall
     /// clock).
     fn reserve(&mut self) {
+        if !self.reserving {
+            return;
+        }
         let (now, wall) = (self.now_s(), crate::host::wall_ms());
         let mut pending: Vec<&Job> = self.jobs.values().filter(|j| j.state == JobState::Pending).collect();
         pending.sort_by(|a, b| b.spec.priority.cmp(&a.spec.priority).then(a.id.cmp(&b.id)));
@@ -101,6 +108,7 @@ impl CacheState {
         let now = fresh.now_s();
         fresh.releases.resync(&s.jobs, now);
         fresh.reservations = std::mem::take(&mut self.reservations);
+        fresh.reserving = self.reserving;
         fresh.reserve();
         fresh
     }
@@ -190,6 +198,18 @@ impl ViewCache {
     /// One job as the copy holds it.
     pub fn job(&self, id: JobId) -> Option<Job> {
         self.read(|s| s.jobs.get(&id).cloned())
+    }
+
+    /// Keeps (or stops keeping) the host's bounded reservation in the copy
+    /// ([`CacheState::reservations`]), brought up to date now.
+    pub fn set_reserving(&self, on: bool) {
+        if let Ok(mut s) = self.state.write() {
+            s.reserving = on;
+            if !on {
+                s.reservations = Reservations::new();
+            }
+            s.reserve();
+        }
     }
 
     /// Replaces server records with fresher ones (from a rejection), when they still fit.
@@ -383,7 +403,10 @@ mod tests {
         }
         assert_eq!(v.servers().iter().map(|r| r.free_gpus.count_ones()).collect::<Vec<_>>(), vec![7, 7]);
         let small = v.submit(JobSpec::simple("small", 1, 1)).expect("admitted");
-        let state = CacheState::from_snapshot(&v.snapshot());
+        let mut state = CacheState::from_snapshot(&v.snapshot());
+        assert!(state.reservations.current().is_none(), "a copy keeps no reservation unless its host makes them");
+        state.reserving = true;
+        state.reserve();
         let held = state.reservations.current().expect("the limits free both servers within 100 s");
         assert_eq!((held.job, held.servers.clone()), (gang, vec![ServerId(0), ServerId(1)]));
         // The small job's attempt, as a host task makes it: with the copy's context the withheld

@@ -146,6 +146,9 @@ pub async fn run_host(
             _ = tokio::time::sleep(delay) => {}
         }
     };
+    // The copy keeps a reservation only for a host that makes them (it costs a pass over the
+    // waiting jobs per change).
+    cache.set_reserving(cfg.runtime.reserve);
     tracing::info!(host = %cfg.name, schedulers = %registry.names(), "scheduler host started");
     let metrics = HostMetrics::new(cfg.metrics.clone(), &cfg.name);
     let mut tasks: HashMap<JobId, JoinHandle<Option<Placed>>> = HashMap::new();
