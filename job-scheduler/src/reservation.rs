@@ -43,7 +43,9 @@
 //! same replicated view, so hosts of one cluster withhold alike.
 //!
 //! The same type runs in the live host ([`crate::cache::CacheState::reservations`], read by
-//! [`crate::PlaceMachine`]) and in the simulator.
+//! [`crate::PlaceMachine`]) and in the simulator. It is off by default (`tessera scheduler run
+//! --reservations`; the simulator's `tessera-reserving` preset): on the robustness matrix it
+//! costs more average completion time than it saves (docs/EVALUATION.md).
 
 use crate::local_view::{LocalView, Overlay};
 use crate::locality_cost::{self, ReleaseStats};
