@@ -88,8 +88,7 @@ impl CacheState {
             return;
         }
         let (now, wall) = (self.now_s(), crate::host::wall_ms());
-        let mut pending: Vec<&Job> = self.jobs.values().filter(|j| j.state == JobState::Pending).collect();
-        pending.sort_by(|a, b| b.spec.priority.cmp(&a.spec.priority).then(a.id.cmp(&b.id)));
+        let pending = in_host_order(&self.jobs);
         let waited = |j: &Job| wall.saturating_sub(j.waiting_from_ms()) as f64 / 1000.0;
         let queue = pending.into_iter().map(|j| (j, if j.waiting_from_ms() == 0 { 0.0 } else { waited(j) }));
         self.reservations.update(&self.view, queue, &self.releases, now);
@@ -130,9 +129,7 @@ impl CacheState {
 
     /// Pending jobs, highest priority first, then oldest.
     pub fn pending(&self) -> Vec<&Job> {
-        let mut v: Vec<&Job> = self.jobs.values().filter(|j| j.state == JobState::Pending).collect();
-        v.sort_by(|a, b| b.spec.priority.cmp(&a.spec.priority).then(a.id.cmp(&b.id)));
-        v
+        in_host_order(&self.jobs)
     }
 
     /// Pending jobs waiting for no other job ahead of `job` in the host's order (higher priority, or the same and
@@ -152,6 +149,13 @@ impl CacheState {
     pub fn server_name(&self, s: ServerId) -> String {
         self.server_names.get(s.index()).cloned().unwrap_or_else(|| s.to_string())
     }
+}
+
+/// The pending jobs of `jobs`, highest priority first, then oldest: the host's order.
+fn in_host_order(jobs: &HashMap<JobId, Job>) -> Vec<&Job> {
+    let mut v: Vec<&Job> = jobs.values().filter(|j| j.state == JobState::Pending).collect();
+    v.sort_by(|a, b| b.spec.priority.cmp(&a.spec.priority).then(a.id.cmp(&b.id)));
+    v
 }
 
 /// A live copy of the cluster view, shared by every scheduler task of a process.

@@ -225,9 +225,10 @@ impl Reservations {
     /// GPUs. They stay so until the next observation. For a host that changed what is free or
     /// waiting since its last [`Reservations::update`] (it placed jobs).
     pub fn observe_free<'j>(&mut self, view: &LocalView, waiting: impl IntoIterator<Item = &'j Job>, now_s: f64) {
-        let Some(r) = &self.current else { return };
-        let free: u32 =
-            (r.servers.iter()).filter_map(|s| view.servers().get(s.index())).map(|x| x.free_gpus.count_ones()).sum();
+        if self.current.is_none() {
+            return;
+        }
+        let free = self.free_on_withheld(view.servers());
         let mut sizes: Vec<u32> = (waiting.into_iter())
             .filter(|j| ready(j) && self.withholds(j, now_s))
             .map(|j| j.spec.total_gpus())
@@ -245,6 +246,12 @@ impl Reservations {
             r.accrue(now_s);
             (r.held_now, r.idle_now) = (rate, used);
         }
+    }
+
+    /// GPUs free on the withheld servers in `servers` (a view's records); 0 when none is held.
+    pub fn free_on_withheld(&self, servers: &[ServerRecord]) -> u32 {
+        let Some(r) = &self.current else { return 0 };
+        r.servers.iter().filter_map(|s| servers.get(s.index())).map(|x| x.free_gpus.count_ones()).sum()
     }
 
     /// A reservation for the head of `queue`, if it needs one and it pays.

@@ -501,7 +501,7 @@ impl Sim<'_> {
         };
         if self.ranked {
             // Priority, then the least attained service, then arrival (the index).
-            candidates.sort_by_cached_key(|&i| (Reverse(self.jobs[i].spec.priority), self.queue_of(i), i));
+            candidates.sort_by_cached_key(|&i| self.rank_key(i));
         }
         self.fresh.clear();
         self.resources_freed = false;
@@ -669,9 +669,13 @@ impl Sim<'_> {
 
     /// GPUs free on the servers the host's reservation withholds.
     fn withheld_free(&self) -> u64 {
-        let Some(r) = self.reservations.current() else { return 0 };
-        let on = |s: &ServerId| self.view.servers().get(s.index()).map_or(0, |x| u64::from(x.free_gpus.count_ones()));
-        r.servers.iter().map(on).sum()
+        u64::from(self.reservations.free_on_withheld(self.view.servers()))
+    }
+
+    /// Where job `i` stands in attained-service order: priority, then the least attained
+    /// service, then arrival (the index).
+    fn rank_key(&self, i: usize) -> (Reverse<i32>, u8, usize) {
+        (Reverse(self.jobs[i].spec.priority), self.queue_of(i), i)
     }
 
     /// Brings the host's reservation up to `now` ([`Reservations::update`]) over the waiting
@@ -679,7 +683,7 @@ impl Sim<'_> {
     fn update_reservation(&mut self, now: f64) {
         let mut order: Vec<usize> = self.pending.iter().copied().collect();
         if self.ranked {
-            order.sort_by_cached_key(|&i| (Reverse(self.jobs[i].spec.priority), self.queue_of(i), i));
+            order.sort_by_cached_key(|&i| self.rank_key(i));
         }
         let queue = order.iter().filter_map(|&i| {
             let rt = &self.jobs[i];
