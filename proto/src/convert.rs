@@ -37,7 +37,7 @@ use tessera_view::{
     ServerRecord, TaskState, Topology, ViewDelta, ViewError, ViewSnapshot, ViewVersion,
 };
 use tessera_view::{
-    Cordon, HealthChange, HeldSpan, JobTimes, JobTrace, Usage, UsageBy, UsageKey, UsageReport, UsageRow,
+    Cordon, HealthChange, HeldSpan, JobTimes, JobTrace, Revocation, Usage, UsageBy, UsageKey, UsageReport, UsageRow,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -1007,8 +1007,31 @@ impl From<&ViewSnapshot> for v1::ViewSnapshot {
                     core_ms: u.core_ms,
                 })
                 .collect(),
+            revocations: s.revocations.iter().map(|(fp, r)| revocation_to_wire(fp, r)).collect(),
+            revocations_changed: s.revocations_changed.0,
         }
     }
+}
+
+/// A revocation on the wire.
+pub fn revocation_to_wire(fingerprint: &str, r: &Revocation) -> v1::Revocation {
+    v1::Revocation {
+        fingerprint: fingerprint.to_string(),
+        subject: r.subject.clone(),
+        not_after_ms: r.not_after_ms,
+        note: r.note.clone(),
+        at_ms: r.at_ms,
+    }
+}
+
+/// A revocation from the wire, checked as the view checks it: the fingerprint's form and the
+/// texts' bounds (its expiry is the view's to judge, against its clock).
+pub fn revocation_from_wire(w: v1::Revocation) -> Result<(String, Revocation), WireError> {
+    let bad = |field: &'static str, e: tessera_view::ViewError| WireError::invalid("Revocation", field, e.to_string());
+    tessera_view::revocation::check_fingerprint(&w.fingerprint).map_err(|e| bad("fingerprint", e))?;
+    tessera_view::revocation::check_text("subject", &w.subject).map_err(|e| bad("subject", e))?;
+    tessera_view::revocation::check_text("note", &w.note).map_err(|e| bad("note", e))?;
+    Ok((w.fingerprint, Revocation { subject: w.subject, not_after_ms: w.not_after_ms, note: w.note, at_ms: w.at_ms }))
 }
 
 /// Every element is converted, then the whole is checked with [`validate::check_snapshot`], so
@@ -1063,6 +1086,31 @@ impl TryFrom<v1::ViewSnapshot> for ViewSnapshot {
                     )
                 })
                 .collect(),
+            revocations: {
+                let most = tessera_view::revocation::MAX_REVOCATIONS;
+                if w.revocations.len() > most {
+                    return Err(WireError::invalid(
+                        "ViewSnapshot",
+                        "revocations",
+                        format!("{} entries; at most {most}", w.revocations.len()),
+                    ));
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                let mut out = Vec::with_capacity(w.revocations.len());
+                for (i, r) in w.revocations.into_iter().enumerate() {
+                    let (fp, r) = revocation_from_wire(r).map_err(|e| e.at(format!("revocations[{i}]")))?;
+                    if !seen.insert(fp.clone()) {
+                        return Err(WireError::invalid(
+                            "ViewSnapshot",
+                            "revocations",
+                            format!("[{i}]: {fp} is listed twice"),
+                        ));
+                    }
+                    out.push((fp, r));
+                }
+                out
+            },
+            revocations_changed: ViewVersion(w.revocations_changed),
         };
         validate::check_snapshot(&s)?;
         Ok(s)
@@ -1279,8 +1327,13 @@ mod tests {
 
     #[test]
     fn snapshot_round_trips_through_bytes() {
-        let (view, _) = busy_view();
+        let (mut view, _) = busy_view();
+        view.advance_clock(1_000);
+        let fp = format!("sha256:{}", "ab".repeat(32));
+        let r = Revocation { subject: "user/alice".into(), not_after_ms: 9_000, note: "leaked".into(), at_ms: 0 };
+        view.set_revocation(&fp, Some(&r)).expect("revoked");
         let snap = view.snapshot();
+        assert_eq!(snap.revocations.len(), 1);
         assert!(snap.jobs.iter().any(|j| j.placement.is_some()));
         assert!(snap.jobs.iter().any(|j| j.state == JobState::Failed));
         let wire = wire_trip(&v1::ViewSnapshot::from(&snap));
@@ -1289,6 +1342,14 @@ mod tests {
         let rebuilt = ClusterView::from_snapshot(back);
         assert_eq!(rebuilt.state_hash(), view.state_hash());
         assert!(invariants::check(&rebuilt).is_clean());
+        // A revocation the view would refuse is refused on the wire, naming where.
+        let mut w = v1::ViewSnapshot::from(&snap);
+        w.revocations[0].fingerprint = "sha256:AB".into();
+        let e = ViewSnapshot::try_from(w.clone()).expect_err("malformed fingerprint");
+        assert!(e.to_string().contains("revocations[0]"), "{e}");
+        w.revocations[0].fingerprint = fp.clone();
+        w.revocations.push(w.revocations[0].clone());
+        assert!(ViewSnapshot::try_from(w).expect_err("twice").to_string().contains("listed twice"));
     }
 
     #[test]

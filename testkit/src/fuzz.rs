@@ -744,6 +744,25 @@ pub fn seeds(root: &std::path::Path) -> Vec<(&'static str, String, Vec<u8>)> {
     rules.push(class("urgent", None));
     rules.push(class_quota("batch", None));
     rules.push(quota(None));
+    // A credential revoked (the view's clock is 0 in this seed, so any expiry is later), the
+    // same again, a malformed fingerprint, one without an expiry, and the first taken off.
+    let revoke = |fingerprint: &str, not_after_ms| {
+        let entry = v1::Revocation {
+            fingerprint: String::new(),
+            subject: "user/alice".into(),
+            not_after_ms,
+            note: "leaked".into(),
+            at_ms: 0,
+        };
+        let r = v1::SetRevocation { fingerprint: fingerprint.into(), revocation: Some(entry) };
+        policy(v1::policy_request::Change::Revocation(r))
+    };
+    let fp = format!("sha256:{}", "0f".repeat(32));
+    rules.push(revoke(&fp, 1_000));
+    rules.push(revoke(&fp, 1_000));
+    rules.push(revoke("sha256:0F", 1_000));
+    rules.push(revoke(&format!("sha256:{}", "1e".repeat(32)), 0));
+    rules.push(policy(v1::policy_request::Change::Revocation(v1::SetRevocation { fingerprint: fp, revocation: None })));
     out.push(("wire_commands", "policy".to_string(), encode(&rules)));
 
     // The views those build, as a snapshot and a delta.

@@ -79,7 +79,7 @@ fn the_layout_seed_adds_places_on_and_removes_servers() {
 
 /// The policy seed sets and removes a quota and a class through the wire: the tenant over a
 /// lowered quota keeps its gang, the job naming the class takes its priority, and the class
-/// and quota are gone at the end.
+/// and quota are gone at the end; a credential is revoked and taken off the list.
 #[test]
 fn the_policy_seed_changes_quotas_and_classes() {
     let view = fuzz::wire_commands_view(&seed("wire_commands", "policy"));
@@ -89,6 +89,8 @@ fn the_policy_seed_changes_quotas_and_classes() {
     let urgent = view.jobs().into_iter().find(|j| j.spec.class.as_deref() == Some("urgent")).expect("admitted");
     assert_eq!(urgent.spec.priority, 500);
     assert!(view.quotas().is_empty() && !view.priorities().classes.contains_key("urgent"));
+    // A credential was revoked (the list changed) and taken off again.
+    assert!(view.revocations().is_empty() && view.revocations_changed().0 > 0);
 }
 
 /// The raft seeds make the replica a leader that commits, and a follower that applies.

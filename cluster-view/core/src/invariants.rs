@@ -161,6 +161,18 @@ pub fn check(view: &ClusterView) -> Report {
             Some(_) => {}
         }
     }
+    let most = crate::revocation::MAX_REVOCATIONS;
+    if view.revocations.len() > most {
+        rep.violations.push(format!("{} revoked credentials kept; at most {most}", view.revocations.len()));
+    }
+    for (fp, r) in &view.revocations {
+        let checked = crate::revocation::check_fingerprint(fp)
+            .and_then(|()| crate::revocation::check_text("subject", &r.subject))
+            .and_then(|()| crate::revocation::check_text("note", &r.note));
+        if let Err(e) = checked {
+            rep.violations.push(format!("a revocation the view should have refused is kept: {e}"));
+        }
+    }
     rep
 }
 

@@ -200,6 +200,15 @@ pub enum Command {
         /// Its priority; `None` removes it.
         priority: Option<i32>,
     },
+    /// An admin revokes a certificate or bearer token by its fingerprint, or takes it off the
+    /// list (`None`); every replica and agent refuses a listed credential (see
+    /// [`crate::revocation`]).
+    SetRevocation {
+        /// `sha256:` and 64 lowercase hex digits.
+        fingerprint: String,
+        /// The entry; `None` removes it.
+        revocation: Option<crate::revocation::Revocation>,
+    },
 }
 
 impl Command {
@@ -226,7 +235,7 @@ pub enum Outcome {
     DevicesSet(Result<(), ViewError>),
     /// What a layout command added (nothing, for a removal), or why it was refused.
     Layout(Result<crate::layout::LayoutChange, ViewError>),
-    /// A quota or priority class set, or why it was refused.
+    /// A quota, priority class or revocation set, or why it was refused.
     Policy(Result<(), ViewError>),
     /// The view's clock after a [`Command::Clock`] (Unix ms), and the jobs it failed because
     /// their time limit passed.
@@ -331,6 +340,16 @@ pub struct ViewSnapshot {
     /// The usage ledger's buckets, oldest hour first.
     #[serde(default)]
     pub usage: Vec<(UsageKey, Usage)>,
+    /// Revoked credentials, by fingerprint ([`crate::revocation`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revocations: Vec<(String, crate::revocation::Revocation)>,
+    /// The version at which the revocation list last changed (0: never).
+    #[serde(default, skip_serializing_if = "is_zero_version")]
+    pub revocations_changed: ViewVersion,
+}
+
+fn is_zero_version(v: &ViewVersion) -> bool {
+    v.0 == 0
 }
 
 fn default_usage_retention() -> u32 {
@@ -375,6 +394,10 @@ pub struct ClusterView {
     /// Quotas at a priority class and above: tenant → class → GPUs ([`crate::policy`]).
     pub(crate) class_quotas: BTreeMap<String, BTreeMap<String, u32>>,
     pub(crate) priorities: Priorities,
+    /// Revoked credentials, by fingerprint ([`crate::revocation`]).
+    pub(crate) revocations: BTreeMap<String, crate::revocation::Revocation>,
+    /// When the revocation list last changed.
+    pub(crate) revocations_changed: ViewVersion,
     pub(crate) tenant_used: HashMap<String, u32>,
     /// GPUs each tenant's placed gangs hold, by their priority (derived), for class quotas.
     pub(crate) rank_used: HashMap<String, BTreeMap<i32, u32>>,
@@ -496,6 +519,8 @@ impl ClusterView {
             quotas: spec.quotas.clone(),
             class_quotas: spec.class_quotas.clone(),
             priorities: spec.priorities.clone(),
+            revocations: BTreeMap::new(),
+            revocations_changed: ViewVersion(0),
             tenant_used: HashMap::new(),
             rank_used: HashMap::new(),
             log: VecDeque::new(),
@@ -681,6 +706,9 @@ impl ClusterView {
                 Outcome::Policy(self.set_class_quota(tenant, class, *gpus))
             }
             Command::SetPriorityClass { class, priority } => Outcome::Policy(self.set_priority_class(class, *priority)),
+            Command::SetRevocation { fingerprint, revocation } => {
+                Outcome::Policy(self.set_revocation(fingerprint, revocation.as_ref()))
+            }
         }
     }
 
@@ -1297,6 +1325,8 @@ impl ClusterView {
             now_ms: self.now_ms,
             usage_retention_hours: self.ledger.retention_hours(),
             usage: self.ledger.buckets().map(|(k, u)| (k.clone(), *u)).collect(),
+            revocations: self.revocations.iter().map(|(f, r)| (f.clone(), r.clone())).collect(),
+            revocations_changed: self.revocations_changed,
         }
     }
 
@@ -1343,6 +1373,8 @@ impl ClusterView {
             quotas: s.quotas,
             class_quotas: s.class_quotas,
             priorities: s.priorities,
+            revocations: s.revocations.into_iter().collect(),
+            revocations_changed: s.revocations_changed,
             tenant_used,
             rank_used,
             log: VecDeque::new(),
@@ -1395,6 +1427,17 @@ impl ClusterView {
                 h.str(class);
                 h.u64(u64::from(*gpus));
             }
+        }
+        // Revoked credentials (hashed only when some are, so views without any hash as before).
+        for (fp, r) in &self.revocations {
+            h.str(fp);
+            h.str(&r.subject);
+            h.str(&r.note);
+            h.u64(r.not_after_ms);
+            h.u64(r.at_ms);
+        }
+        if !self.revocations.is_empty() || self.revocations_changed.0 != 0 {
+            h.u64(self.revocations_changed.0);
         }
         h.finish()
     }

@@ -80,6 +80,11 @@ struct Stats {
     class_quota_below_held: u64,
     /// Proposals refused for a class quota.
     class_quota_rejections: u64,
+    /// Revocation lists changed, revocations refused for a credential expired already, and
+    /// expired entries dropped by a later change.
+    revocation_changes: u64,
+    revocations_expired: u64,
+    revocations_pruned: u64,
 }
 
 impl Stats {
@@ -136,6 +141,9 @@ impl Stats {
         self.class_quota_changes += o.class_quota_changes;
         self.class_quota_below_held += o.class_quota_below_held;
         self.class_quota_rejections += o.class_quota_rejections;
+        self.revocation_changes += o.revocation_changes;
+        self.revocations_expired += o.revocations_expired;
+        self.revocations_pruned += o.revocations_pruned;
         for (k, v) in &o.layout_refused {
             *self.layout_refused.entry(k.clone()).or_default() += v;
         }
@@ -1652,6 +1660,9 @@ fn scenarios_exercise_every_path() {
         ("class_quota_changes", t.class_quota_changes),
         ("class_quota_below_held", t.class_quota_below_held),
         ("class_quota_rejections", t.class_quota_rejections),
+        ("revocation_changes", t.revocation_changes),
+        ("revocations_expired", t.revocations_expired),
+        ("revocations_pruned", t.revocations_pruned),
     ] {
         assert!(n > 0, "no scenario reached `{what}`: {total:#?}");
     }

@@ -89,7 +89,9 @@ pub fn policy_command(r: &v1::PolicyRequest) -> Result<Command, ViewServerError>
     use v1::policy_request::Change;
     let bad = |e: tessera_view::ViewError| ViewServerError::Invalid(format!("PolicyRequest: {e}"));
     match &r.change {
-        None => Err(ViewServerError::Invalid("PolicyRequest.change: missing; give quota or priority_class".into())),
+        None => Err(ViewServerError::Invalid(
+            "PolicyRequest.change: missing; give quota, priority_class or revocation".into(),
+        )),
         Some(Change::Quota(q)) => {
             tessera_view::policy::check_name("tenant", &q.tenant).map_err(bad)?;
             let most = tessera_view::policy::MAX_QUOTA_GPUS;
@@ -106,6 +108,25 @@ pub fn policy_command(r: &v1::PolicyRequest) -> Result<Command, ViewServerError>
         Some(Change::PriorityClass(c)) => {
             tessera_view::policy::check_name("priority class", &c.class).map_err(bad)?;
             Ok(Command::SetPriorityClass { class: c.class.clone(), priority: c.priority })
+        }
+        Some(Change::Revocation(r)) => {
+            tessera_view::revocation::check_fingerprint(&r.fingerprint).map_err(bad)?;
+            let revocation = match &r.revocation {
+                None => None,
+                Some(w) => {
+                    let w = v1::Revocation { fingerprint: r.fingerprint.clone(), ..w.clone() };
+                    let (_, entry) = tessera_proto::convert::revocation_from_wire(w)
+                        .map_err(|e| ViewServerError::Invalid(format!("PolicyRequest.revocation: {e}")))?;
+                    if entry.not_after_ms == 0 {
+                        return Err(ViewServerError::Invalid(
+                            "PolicyRequest.revocation.revocation.not_after_ms: required (the credential's own expiry, Unix ms)"
+                                .into(),
+                        ));
+                    }
+                    Some(entry)
+                }
+            };
+            Ok(Command::SetRevocation { fingerprint: r.fingerprint.clone(), revocation })
         }
     }
 }

@@ -4,13 +4,28 @@
 //! the new value is in force, a change to the value in force is no change, a class quota names
 //! a class there is, and a tenant over a lowered quota (or a class quota whose class's priority
 //! was lowered under jobs it holds) keeps what it holds but never grows until it is back under.
+//! Credentials are revoked and taken off the list too (`tessera_view::revocation`): an entry is
+//! in force until its credential expires, one already expired is refused, and entries past
+//! their expiry leave the list at its next change.
 
 use super::*;
 
 impl World {
     pub(super) fn op_policy(&mut self) -> Result<()> {
         let r = &mut self.policy_rng;
-        let cmd = if r.random_ratio(1, 5) {
+        let cmd = if r.random_ratio(1, 6) {
+            // Three credentials, so entries are replaced, removed and expire.
+            let fingerprint = format!("sha256:{:064x}", r.random_range(1..=3u32));
+            let now = self.view.now_ms();
+            let revocation = (!r.random_ratio(1, 3)).then(|| tessera_view::Revocation {
+                subject: "user/alice".into(),
+                // Sometimes expired already (refused), often soon (expires under the clock).
+                not_after_ms: (now + r.random_range(0..=20_000)).saturating_sub(2_000),
+                note: ["", "stolen laptop"][r.random_range(0..2)].into(),
+                at_ms: 0,
+            });
+            Command::SetRevocation { fingerprint, revocation }
+        } else if r.random_ratio(1, 5) {
             let class = ["batch", "urgent"][r.random_range(0..2)];
             // Often among the jobs' own priorities (0 to 2), where class quotas bind.
             let priority = (!r.random_ratio(1, 4))
@@ -67,6 +82,43 @@ impl World {
                 let changed = of(&before) != *gpus;
                 ensure!((self.view.version() != before.version()) == changed, "{cmd:?}: version vs change");
                 self.stats.class_quota_changes += changed as u64;
+            }
+            (Command::SetRevocation { fingerprint, revocation }, Ok(())) => {
+                let now = self.view.now_ms();
+                let changed = self.view.version() != before.version();
+                match revocation {
+                    Some(want) => {
+                        let got = self.view.revocations().get(fingerprint);
+                        ensure!(
+                            got.is_some_and(|g| g.not_after_ms == want.not_after_ms && g.note == want.note),
+                            "{cmd:?} left {got:?}"
+                        );
+                        ensure!(changed || before.revocations().get(fingerprint) == got, "{cmd:?}: version vs change");
+                        ensure!(!changed || got.is_some_and(|g| g.at_ms == now), "{cmd:?}: stamped {got:?} at {now}");
+                    }
+                    None => ensure!(!self.view.revocations().contains_key(fingerprint), "{cmd:?} left it"),
+                }
+                if changed {
+                    ensure!(self.view.revocations_changed() == self.view.version(), "{cmd:?}: change not marked");
+                    // A change drops every entry whose credential expired.
+                    ensure!(
+                        self.view.revocations().values().all(|e| e.not_after_ms > now),
+                        "{cmd:?} kept expired entries: {:?}",
+                        self.view.revocations()
+                    );
+                    let pruned =
+                        before.revocations().iter().filter(|(f, e)| e.not_after_ms <= now && f != &fingerprint);
+                    self.stats.revocations_pruned += pruned.count() as u64;
+                    self.stats.revocation_changes += 1;
+                }
+            }
+            (Command::SetRevocation { revocation: Some(r), .. }, Err(e)) => {
+                ensure!(
+                    r.not_after_ms <= before.now_ms() && e.to_string().contains("refused without a revocation"),
+                    "{cmd:?} refused: {e}"
+                );
+                ensure!(self.view.state_hash() == before.state_hash(), "a refused {cmd:?} changed the state");
+                self.stats.revocations_expired += 1;
             }
             (Command::SetPriorityClass { class, priority }, Ok(())) => {
                 ensure!(
