@@ -75,7 +75,8 @@ enum Command {
     Servers(servers::ServersArgs),
     /// The configuration sets (servers of one topology in one rack); `add`, `remove` one.
     ConfigSets(layout::ConfigSetsArgs),
-    /// Tenants' GPU quotas and priority classes; `quota`, `class` set one (admins).
+    /// Tenants' GPU quotas, priority classes and revoked credentials; `quota`, `class`,
+    /// `revoke`, `unrevoke` change one (admins).
     Policy(policy::PolicyArgs),
     /// Cancel a job.
     Cancel(jobs::CancelArgs),

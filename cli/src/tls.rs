@@ -70,9 +70,10 @@ pub enum TlsCommand {
     /// directory a component's `--tls` names). Renewing over an existing one is picked up
     /// without a restart.
     Issue(IssueArgs),
-    /// Revoke a certificate or a token before it expires (a stolen key, a leaked token): adds
-    /// its fingerprint to the `revoked` file of each TLS directory given. Give every replica's
-    /// (and every agent's, for its log service); each reloads it within a second.
+    /// Revoke a certificate or a token in TLS directories: adds its fingerprint to the `revoked`
+    /// file of each directory given, reloaded within a second. For a running cluster `tessera
+    /// policy revoke` is the one step (replicated to every replica and agent); the file serves
+    /// a process that reads no view, or a cluster without a leader.
     Revoke(RevokeArgs),
 }
 

@@ -1,6 +1,7 @@
 //! Revocation end to end, as real processes: a user's certificate and a token work; `tessera
 //! tls revoke` lists them in the replica's TLS directory and, without a restart, the replica
-//! refuses both (`UNAUTHENTICATED`, saying revoked) while another user's calls go on.
+//! refuses both (`UNAUTHENTICATED`, saying revoked) while another user's calls go on; `tessera
+//! policy revoke` does the same for every replica of a cluster in one replicated command.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,6 +15,14 @@ fn run(args: &[&str]) -> (bool, String) {
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
+/// A bearer token of user `carol` (tenant `vision`) from the CA in `ca`.
+fn carol_token(ca: &std::path::Path) -> String {
+    let ca = ca.to_str().expect("utf-8");
+    let (ok, token) = run(&["token", "create", "--ca", ca, "--role", "user", "--name", "carol", "--tenant", "vision"]);
+    assert!(ok, "{token}");
+    token.trim().to_string()
+}
+
 #[test]
 fn a_revoked_certificate_and_token_are_refused_without_a_restart() {
     let dir = test_dir("tessera-revoke-");
@@ -24,20 +33,7 @@ fn a_revoked_certificate_and_token_are_refused_without_a_restart() {
     let alice = pki.issue(Role::User, "alice", &["vision"], &[]).expect("alice");
     let bob = pki.issue(Role::User, "bob", &["vision"], &[]).expect("bob");
     let ca = pki.ca_dir();
-    let (ok, token) = run(&[
-        "token",
-        "create",
-        "--ca",
-        ca.to_str().expect("utf-8"),
-        "--role",
-        "user",
-        "--name",
-        "carol",
-        "--tenant",
-        "vision",
-    ]);
-    assert!(ok, "{token}");
-    let token = token.trim().to_string();
+    let token = carol_token(&ca);
     let job = d.join("job.toml");
     std::fs::write(&job, "name = \"x\"\ngpus = 1\ncommand = [\"true\"]\n").expect("job file");
     let submit = |tls: &std::path::Path, token: Option<&str>| {
@@ -88,5 +84,114 @@ fn a_revoked_certificate_and_token_are_refused_without_a_restart() {
     assert!(!ok && out.contains("was revoked"), "{out}");
     let (ok, out) = submit(&bob, None);
     assert!(ok, "bob is not revoked: {out}");
+    drop(view);
+}
+
+/// Polls `f` (a call that succeeds until the revocation reaches the replica it asks) until it
+/// fails, for at most 20 s; returns its last output.
+fn until_refused(what: &str, f: impl Fn() -> (bool, String)) -> String {
+    let t0 = Instant::now();
+    loop {
+        let (ok, out) = f();
+        if !ok {
+            return out;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what} still works: {out}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn one_replicated_revocation_is_refused_by_every_replica_and_can_be_lifted() {
+    let dir = test_dir("tessera-revoke-view-");
+    let d = dir.path();
+    let view = cluster(3, spec(2), tuning(), false, Some(&d.join("view")));
+    let addrs = view.addrs();
+    let all = addrs.join(",");
+    let pki = view.pki().expect("TLS is on").clone();
+    let alice = pki.issue(Role::User, "alice", &["vision"], &[]).expect("alice");
+    let bob = pki.issue(Role::User, "bob", &["vision"], &[]).expect("bob");
+    let admin = pki.issue(Role::Admin, "ops", &[], &[]).expect("admin");
+    let ca = pki.ca_dir();
+    let token = carol_token(&ca);
+    let job = d.join("job.toml");
+    std::fs::write(&job, "name = \"x\"\ngpus = 1\ncommand = [\"true\"]\n").expect("job file");
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_string();
+    // One replica at a time: a job read (GetJob, what a user may read) is served by the replica
+    // asked. A job of the tenant's to read, once every replica has it.
+    let (ok, out) = run(&["submit", "--view", &all, "--tls", &path(&bob), &path(&job)]);
+    assert!(ok, "bob submits: {out}");
+    let id = out
+        .split_whitespace()
+        .skip_while(|w| *w != "job")
+        .nth(1)
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no job id in `{out}`"))
+        .to_string();
+    let status = |addr: &str, tls: &std::path::Path, token: Option<&str>| {
+        let mut args =
+            vec!["status".to_string(), id.clone(), "--view".into(), addr.to_string(), "--tls".into(), path(tls)];
+        if let Some(t) = token {
+            args.extend(["--token".to_string(), t.to_string()]);
+        }
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    for a in &addrs {
+        let t0 = Instant::now();
+        while !status(a, &bob, None).0 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "job {id} never reached {a}: {}", status(a, &bob, None).1);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (ok, out) = status(a, &alice, None);
+        assert!(ok, "alice reads {a}: {out}");
+        let (ok, out) = status(a, &ca, Some(&token));
+        assert!(ok, "carol's token reads {a}: {out}");
+    }
+    let admin_args = |rest: &[&str]| {
+        let mut args = vec!["policy".to_string()];
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args.extend(["--view".to_string(), all.clone(), "--tls".to_string(), path(&admin)]);
+        run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    // A user may not revoke (only an admin changes policy), and nothing changes.
+    let cert = alice.join("cert.pem");
+    let (ok, out) = run(&["policy", "revoke", &path(&cert), "--view", &all, "--tls", &path(&bob)]);
+    assert!(!ok && out.to_lowercase().contains("permission"), "{out}");
+    let (ok, out) = admin_args(&["revoke", &path(&cert), "--note", "stolen laptop"]);
+    assert!(ok && out.contains("revoked certificate") && out.contains("user/alice"), "{out}");
+    let (ok, out) = admin_args(&["revoke", &token]);
+    assert!(ok && out.contains("revoked token") && out.contains("user/carol"), "{out}");
+    let (ok, out) = admin_args(&["revoke", "sha256:abc"]);
+    assert!(!ok && out.contains("64 lowercase hex"), "{out}");
+    // Every replica refuses both, without a file written or a restart; bob goes on.
+    for a in &addrs {
+        let out = until_refused(&format!("alice's certificate at {a}"), || status(a, &alice, None));
+        assert!(out.contains("was revoked"), "{a}: {out}");
+        let out = until_refused(&format!("carol's token at {a}"), || status(a, &ca, Some(&token)));
+        assert!(out.contains("was revoked"), "{a}: {out}");
+        let (ok, out) = status(a, &bob, None);
+        assert!(ok, "bob is not revoked ({a}): {out}");
+    }
+    for i in 1..=addrs.len() {
+        assert!(!pki.dir_of(Role::Replica, &format!("replica-{i}")).join("revoked").exists());
+    }
+    let (ok, out) = admin_args(&["--json"]);
+    assert!(ok, "{out}");
+    let listed: serde_json::Value = serde_json::from_str(&out).expect("policy JSON");
+    let revoked = listed["revocations"].as_array().expect("revocations");
+    assert_eq!(revoked.len(), 2, "{out}");
+    assert!(revoked.iter().any(|r| r["subject"] == "user/alice" && r["note"] == "stolen laptop"), "{out}");
+    // Lifted: alice's certificate works again everywhere; carol's token stays refused.
+    let (ok, out) = admin_args(&["unrevoke", &path(&cert)]);
+    assert!(ok, "{out}");
+    for a in &addrs {
+        let t0 = Instant::now();
+        while !status(a, &alice, None).0 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "alice still refused at {a}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (ok, out) = status(a, &ca, Some(&token));
+        assert!(!ok && out.contains("was revoked"), "{a}: {out}");
+    }
     drop(view);
 }

@@ -471,6 +471,14 @@ impl Agent {
                     return Err(AgentError::StaleSnapshot { version: snap.version.0, copy: self.version });
                 }
                 self.version = snap.version.0;
+                // The log service refuses what the view revokes (a change reaches watchers as a
+                // snapshot); a list older than the one held is ignored.
+                if let Some(tls) = self.cfg.security.tls() {
+                    tls.set_view_revoked(
+                        snap.revocations_changed.0,
+                        snap.revocations.iter().map(|(fp, _)| fp.clone()).collect(),
+                    );
+                }
                 self.names = snap.server_names;
                 self.jobs.clear();
                 self.migrating.clear();

@@ -14,7 +14,9 @@ mod layout;
 mod policy;
 mod timeline;
 pub use layout::{AddConfigSetBody, AddServersBody, ConfigSetInfo, ConfigSetList, LayoutChanged, free_server_names};
-pub use policy::{ClassBody, ClassQuota, Policy, PolicyChanged, PriorityClass, Quota, QuotaBody};
+pub use policy::{
+    ClassBody, ClassQuota, Policy, PolicyChanged, PriorityClass, Quota, QuotaBody, RevocationBody, Revoked,
+};
 pub use timeline::{TimelineStep, timeline};
 
 use crate::v1;

@@ -121,7 +121,7 @@ pub async fn serve(
     // Peer tasks are spawned from the driver thread through the runtime handle.
     let rt = tokio::runtime::Handle::current();
     let (spawn_tx, mut spawn_rx) = tokio::sync::mpsc::unbounded_channel::<(u64, String)>();
-    let (driver, handle) = Driver::new(
+    let (mut driver, handle) = Driver::new(
         replica,
         driver_cfg.clone(),
         peers,
@@ -159,6 +159,13 @@ pub async fn serve(
                 tasks.insert(id, t);
             }
         });
+    }
+    if let Some(tls) = security.tls().cloned() {
+        // Every authentication of this replica (gRPC, raft, the HTTP API) refuses what the view
+        // revokes from the round that applied it (`tessera_view::revocation`).
+        driver.set_revocation_sink(Box::new(move |changed, fps| {
+            tls.set_view_revoked(changed, fps);
+        }));
     }
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<tessera_replica::ReplicaError>();
     let stop_driver = driver.stopper();

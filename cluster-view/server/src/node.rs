@@ -296,7 +296,13 @@ pub struct Driver {
     drain_moved: HashMap<ServerId, Instant>,
     /// The sequence in the proposal ids of those moves.
     move_seq: u64,
+    /// Where the view's revoked credentials go when they change (the replica's authentication),
+    /// and the version of the list it was last given.
+    revocation_sink: Option<(RevocationSink, Option<ViewVersion>)>,
 }
+
+/// Takes the view's revoked fingerprints, with the version at which the list last changed.
+pub type RevocationSink = Box<dyn FnMut(u64, std::collections::HashSet<String>) + Send>;
 
 /// How often a drained server's gangs are planned for early moves.
 const DRAIN_MOVE_EVERY: Duration = Duration::from_secs(2);
@@ -358,8 +364,27 @@ impl Driver {
             watch_snapshot: None,
             drain_moved: HashMap::new(),
             move_seq: 0,
+            revocation_sink: None,
         };
         (d, handle)
+    }
+
+    /// Gives `sink` the view's revoked credentials now and after every round that changed
+    /// them, so that this replica refuses them from the moment it applies the change.
+    pub fn set_revocation_sink(&mut self, sink: RevocationSink) {
+        self.revocation_sink = Some((sink, None));
+        self.publish_revocations();
+    }
+
+    fn publish_revocations(&mut self) {
+        let view = self.replica.view();
+        let Some((sink, published)) = &mut self.revocation_sink else { return };
+        let changed = view.revocations_changed();
+        if *published == Some(changed) {
+            return;
+        }
+        sink(changed.0, view.revocations().keys().cloned().collect());
+        *published = Some(changed);
     }
 
     /// A flag that makes [`Driver::run`] return at its next round.
@@ -894,6 +919,7 @@ impl Driver {
     fn after_round(&mut self, now: Instant) {
         let v = self.replica.view().version().0;
         if *self.version_tx.borrow() != v {
+            self.publish_revocations();
             let _ = self.version_tx.send(v);
         }
         let known = self.replica.leader_id();

@@ -446,8 +446,13 @@ async fn every_documented_route_is_served() {
         let id = if path.starts_with("/v1/config-sets") { "1".to_string() } else { id.to_string() };
         // A class quota names a class there is (`doc` is the class `PUT /v1/policy/classes` adds).
         let class = if path.starts_with("/v1/policy/quotas") { "batch" } else { "doc" };
-        let url =
-            path.replace("{id}", &id).replace("{name}", &server).replace("{tenant}", "doc").replace("{class}", class);
+        let fingerprint = format!("sha256:{}", "d0".repeat(32));
+        let url = path
+            .replace("{id}", &id)
+            .replace("{name}", &server)
+            .replace("{tenant}", "doc")
+            .replace("{class}", class)
+            .replace("{fingerprint}", &fingerprint);
         for method in ops.as_object().expect("operations").keys() {
             let req = match method.as_str() {
                 // `/` answers a redirect, which this client must not follow.
@@ -467,6 +472,9 @@ async fn every_documented_route_is_served() {
                 }
                 "put" if path.starts_with("/v1/policy/classes") => {
                     api.http.put(api.url(&url)).json(&json!({ "priority": 10 }))
+                }
+                "put" if path.starts_with("/v1/policy/revocations") => {
+                    api.http.put(api.url(&url)).json(&json!({ "not_after_ms": 4_000_000_000_000u64 }))
                 }
                 "delete" if path == "/v1/servers/{name}" => api.http.delete(api.url("/v1/servers/doc-server")),
                 "delete" => api.http.delete(api.url(&url)),
@@ -896,6 +904,66 @@ async fn dashboard_queue_replicas_and_events() {
     assert_eq!(list[0]["role"], "leader");
     assert_eq!(list[0]["lag"], 0);
     assert!(list[0]["applied_index"].as_u64().expect("index") > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_revoked_and_lifted_over_http() {
+    let r = Replica::start().await;
+    let api = Api::new(&r).await;
+    let api = &api;
+    const REVOKED: &str = "/v1/policy/revocations/{fingerprint}";
+    let fp = format!("sha256:{}", "ab".repeat(32));
+    let path = format!("/v1/policy/revocations/{fp}");
+    let put = |path: String, body: String| async move {
+        let resp = api.http.put(api.url(&path)).header("content-type", "application/json").body(body);
+        api.checked("put", REVOKED, resp.send().await.expect("PUT")).await
+    };
+    let far = 4_000_000_000_000u64;
+    let body = json!({ "subject": "user/alice", "not_after_ms": far, "note": "stolen laptop" }).to_string();
+    let set = put(path.clone(), body.clone()).await;
+    assert_eq!(set.0, StatusCode::OK, "{}", set.1);
+    assert_eq!((set.1["action"].as_str(), set.1["name"].as_str()), (Some("revoke"), Some(fp.as_str())));
+    let again = put(path.clone(), body).await;
+    assert_eq!(again.1["version"], set.1["version"], "a retry changed the view: {}", again.1);
+    let (_, policy) = api.get("/v1/policy", "/v1/policy").await;
+    let listed = &policy["revocations"];
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{policy}");
+    assert_eq!(
+        (&listed[0]["fingerprint"], &listed[0]["subject"], &listed[0]["not_after_ms"], &listed[0]["note"]),
+        (&json!(fp), &json!("user/alice"), &json!(far), &json!("stolen laptop")),
+        "{policy}"
+    );
+    // Malformed or expired changes are refused and change nothing.
+    let before = api.get("/v1/policy", "/v1/policy").await.1;
+    for (path, body, status, code) in [
+        (
+            "/v1/policy/revocations/sha256:AB".to_string(),
+            json!({ "not_after_ms": far }).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+        ),
+        (path.clone(), json!({ "note": "no expiry" }).to_string(), StatusCode::BAD_REQUEST, "malformed_json"),
+        (
+            path.clone(),
+            json!({ "not_after_ms": far, "extra": 1 }).to_string(),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+        (
+            path.clone(),
+            json!({ "not_after_ms": far, "note": "x".repeat(300) }).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+        ),
+        (path.clone(), json!({ "not_after_ms": 1 }).to_string(), StatusCode::CONFLICT, "conflict"),
+    ] {
+        let got = put(path, body).await;
+        assert_error(&got, status, code);
+    }
+    assert_eq!(api.get("/v1/policy", "/v1/policy").await.1, before, "a refused change changed the policy");
+    let got = api.delete(REVOKED, &path).await;
+    assert_eq!((got.0, got.1["action"].as_str()), (StatusCode::OK, Some("unrevoke")), "{}", got.1);
+    assert_eq!(api.get("/v1/policy", "/v1/policy").await.1["revocations"], json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! The JSON of the cluster's policy: `GET /v1/policy`, `PUT` and `DELETE` of
-//! `/v1/policy/quotas/{tenant}` and `/v1/policy/classes/{class}`, and what `tessera policy`
-//! prints with `--json`.
+//! `/v1/policy/quotas/{tenant}`, `/v1/policy/classes/{class}` and
+//! `/v1/policy/revocations/{fingerprint}`, and what `tessera policy` prints with `--json`.
 
 use serde::{Deserialize, Serialize};
 use tessera_view::ViewSnapshot;
@@ -41,6 +41,21 @@ pub struct PriorityClass {
     pub priority: i32,
 }
 
+/// A revoked certificate or token (every replica and agent refuses it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Revoked {
+    /// `sha256:` and 64 lowercase hex digits of the certificate's DER or the token's text.
+    pub fingerprint: String,
+    /// Who the credential names, as the admin gave it (`user/alice`).
+    pub subject: String,
+    /// When the credential itself expires, Unix ms; the entry leaves the list after it.
+    pub not_after_ms: u64,
+    /// Why it was revoked.
+    pub note: String,
+    /// The view's clock when it was revoked, Unix ms.
+    pub at_ms: u64,
+}
+
 /// The policy in force.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Policy {
@@ -55,6 +70,9 @@ pub struct Policy {
     pub classes: Vec<PriorityClass>,
     /// A job preempted this many times is not preempted again (0: preemption is off).
     pub max_preemptions: u32,
+    /// Revoked certificates and tokens, by fingerprint (like a CA's revocation list, public).
+    #[serde(default)]
+    pub revocations: Vec<Revoked>,
 }
 
 impl Policy {
@@ -80,7 +98,25 @@ impl Policy {
                 ClassQuota { tenant: t.clone(), class: c.clone(), gpus, held }
             })
             .collect();
-        Policy { version: s.version.0, quotas, class_quotas, classes, max_preemptions: s.priorities.max_preemptions }
+        let revocations = s
+            .revocations
+            .iter()
+            .map(|(fp, r)| Revoked {
+                fingerprint: fp.clone(),
+                subject: r.subject.clone(),
+                not_after_ms: r.not_after_ms,
+                note: r.note.clone(),
+                at_ms: r.at_ms,
+            })
+            .collect();
+        Policy {
+            version: s.version.0,
+            quotas,
+            class_quotas,
+            classes,
+            max_preemptions: s.priorities.max_preemptions,
+            revocations,
+        }
     }
 }
 
@@ -103,6 +139,26 @@ pub struct ClassBody {
     pub priority: i32,
 }
 
+/// `PUT /v1/policy/revocations/{fingerprint}`: the revoked credential's entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevocationBody {
+    /// Who the credential names (`user/alice`), for operators: at most 256 characters, no
+    /// control characters.
+    #[serde(default)]
+    #[schema(max_length = 256, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
+    pub subject: String,
+    /// When the credential itself expires, Unix ms (`tessera tls revoke` reads it from the
+    /// certificate or token): the entry leaves the list after it, so give the real expiry.
+    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "whole")]
+    pub not_after_ms: u64,
+    /// Why: at most 256 characters, no control characters.
+    #[serde(default)]
+    #[schema(max_length = 256, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
+    pub note: String,
+}
+
 /// A whole number of type `T`, written as JSON Schema's integers may be: `7500` or `7500.0`
 /// (serde takes only the first for an integer type).
 fn whole<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -121,9 +177,9 @@ where
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PolicyChanged {
     /// What was done: `set-quota`, `remove-quota`, `set-class-quota`, `remove-class-quota`,
-    /// `set-class`, `remove-class`.
+    /// `set-class`, `remove-class`, `revoke`, `unrevoke`.
     pub action: String,
-    /// The tenant or class (`tenant/class` for a class quota).
+    /// The tenant or class (`tenant/class` for a class quota), or the revoked fingerprint.
     pub name: String,
     /// The view version after it (unchanged when the change was in force already).
     pub version: u64,

@@ -195,10 +195,15 @@ struct State {
     failed: Option<Stamp>,
 }
 
-/// A TLS directory, reloaded when its files change.
+/// A TLS directory, reloaded when its files change, and the cluster's replicated list of
+/// revoked credentials as the process last read it from the view.
 pub struct Tls {
     dir: PathBuf,
     state: Mutex<State>,
+    /// Fingerprints the view lists as revoked (`tessera_view::revocation`), with the view
+    /// version they were read at; set by whoever follows the view (a replica after each round
+    /// that changed it, an agent from the snapshots it watches).
+    view_revoked: std::sync::RwLock<(u64, Arc<std::collections::HashSet<String>>)>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -216,7 +221,26 @@ impl Tls {
         Ok(Arc::new(Tls {
             dir,
             state: Mutex::new(State { stamp: s, checked: Instant::now(), material, failed: None }),
+            view_revoked: std::sync::RwLock::new((0, Arc::default())),
         }))
+    }
+
+    /// Takes the view's revoked fingerprints as of view version `changed_at` (when its list
+    /// last changed); a list older than the one held is ignored, so a reader that falls back
+    /// to a stale replica never un-revokes anything. Returns whether it replaced the list.
+    pub fn set_view_revoked(&self, changed_at: u64, fingerprints: std::collections::HashSet<String>) -> bool {
+        let mut held = self.view_revoked.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if changed_at < held.0 || (changed_at == held.0 && changed_at != 0) {
+            return false;
+        }
+        tracing::info!(dir = %self.dir.display(), version = changed_at, revoked = fingerprints.len(), "revoked credentials from the view");
+        *held = (changed_at, Arc::new(fingerprints));
+        true
+    }
+
+    /// Whether the view lists `fingerprint` as revoked (as last set).
+    pub fn view_revoked(&self, fingerprint: &str) -> bool {
+        self.view_revoked.read().unwrap_or_else(std::sync::PoisonError::into_inner).1.contains(fingerprint)
     }
 
     /// The directory.

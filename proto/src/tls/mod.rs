@@ -11,6 +11,7 @@
 //! Plaintext is [`Security::Insecure`]: chosen explicitly (`--insecure`), logged as a warning,
 //! and every caller is then trusted as a replica is (nothing is authenticated).
 
+pub mod credential;
 pub mod identity;
 pub mod issue;
 pub mod material;
@@ -158,7 +159,8 @@ pub enum AuthError {
     /// A malformed on-behalf identity.
     #[error("bad {ON_BEHALF_OF}: {0}")]
     BadOnBehalf(String),
-    /// A certificate or token listed in the TLS directory's `revoked` file.
+    /// A certificate or token listed in the TLS directory's `revoked` file or the view's
+    /// revocations.
     #[error("{0} was revoked")]
     Revoked(String),
 }
@@ -181,7 +183,11 @@ pub fn authenticate(
     let m = tls.current();
     let revoked = |what: &str, bytes: &[u8], who: &Identity| {
         let fp = material::fingerprint(bytes);
-        if m.revoked.contains(&fp) { Err(AuthError::Revoked(format!("the {what} {fp} of {who}"))) } else { Ok(()) }
+        if m.revoked.contains(&fp) || tls.view_revoked(&fp) {
+            Err(AuthError::Revoked(format!("the {what} {fp} of {who}")))
+        } else {
+            Ok(())
+        }
     };
     let caller = match (certs.and_then(|c| c.first()), bearer) {
         (Some(leaf), _) => {
@@ -311,16 +317,11 @@ mod tests {
 
     #[test]
     fn revoked_certificates_and_tokens_are_refused_once_listed() {
-        use material::{CERT_FILE, REVOKED_FILE, fingerprint};
+        use material::{REVOKED_FILE, fingerprint};
         let dir = tempfile_dir();
         let (tls, key) = ca(&dir);
         let sec = Security::Tls(tls);
-        let alice = Identity::new(Role::User, "alice", &["vision".into()]).expect("id");
-        let req = issue::Request::for_days(alice.clone(), vec![], 1).expect("request");
-        issue::issue_dir(&dir.join("ca"), &req, &dir.join("alice")).expect("issue");
-        let cert: CertificateDer<'static> =
-            tokio_rustls::rustls::pki_types::pem::PemObject::from_pem_file(dir.join("alice").join(CERT_FILE))
-                .expect("cert");
+        let (alice, cert) = alice(&dir);
         let certs = vec![cert.clone()];
         let t = token::create(&key, &alice, unix_s(), 600).expect("token");
         let other = token::create(&key, &alice, unix_s(), 601).expect("another token");
@@ -347,6 +348,43 @@ mod tests {
         std::thread::sleep(material::RECHECK * 2);
         assert!(authenticate(&sec, Some(&certs), None, None, unix_s()).is_err(), "still revoked");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn credentials_the_view_revokes_are_refused_and_an_older_list_never_undoes_it() {
+        use material::fingerprint;
+        let dir = tempfile_dir();
+        let (tls, key) = ca(&dir);
+        let sec = Security::Tls(tls.clone());
+        let (alice, cert) = alice(&dir);
+        let certs = vec![cert.clone()];
+        let t = token::create(&key, &alice, unix_s(), 600).expect("token");
+        let bearer = format!("Bearer {t}");
+        let listed: std::collections::HashSet<String> = [fingerprint(&cert), fingerprint(t.as_bytes())].into();
+        assert!(tls.set_view_revoked(7, listed.clone()));
+        let e = authenticate(&sec, Some(&certs), None, None, unix_s()).expect_err("revoked by the view");
+        assert!(matches!(&e, AuthError::Revoked(m) if m.contains("alice")), "{e}");
+        assert!(matches!(authenticate(&sec, None, Some(&bearer), None, unix_s()), Err(AuthError::Revoked(_))));
+        // A list from before the change (a lagging replica's snapshot) is not taken.
+        assert!(!tls.set_view_revoked(6, Default::default()));
+        assert!(!tls.set_view_revoked(7, Default::default()));
+        assert!(authenticate(&sec, Some(&certs), None, None, unix_s()).is_err(), "still revoked");
+        // A later change that takes the certificate off the list lets it in again.
+        assert!(tls.set_view_revoked(9, [fingerprint(t.as_bytes())].into()));
+        assert_eq!(authenticate(&sec, Some(&certs), None, None, unix_s()), Ok(alice));
+        assert!(authenticate(&sec, None, Some(&bearer), None, unix_s()).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A user certificate of the CA in `dir` (as [`ca`] made it) for `alice` of tenant `vision`.
+    fn alice(dir: &std::path::Path) -> (Identity, CertificateDer<'static>) {
+        let alice = Identity::new(Role::User, "alice", &["vision".into()]).expect("id");
+        let req = issue::Request::for_days(alice.clone(), vec![], 1).expect("request");
+        issue::issue_dir(&dir.join("ca"), &req, &dir.join("alice")).expect("issue");
+        let cert =
+            tokio_rustls::rustls::pki_types::pem::PemObject::from_pem_file(dir.join("alice").join(material::CERT_FILE))
+                .expect("cert");
+        (alice, cert)
     }
 
     fn tempfile_dir() -> std::path::PathBuf {

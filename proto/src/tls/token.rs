@@ -40,6 +40,24 @@ pub fn create(ca_key_pem: &str, identity: &Identity, now_s: u64, ttl_s: u64) -> 
     Ok(format!("{signed}.{}", B64.encode(sig)))
 }
 
+/// Whether `text` has a token's form (as opposed to a file name).
+pub fn looks_like(text: &str) -> bool {
+    text.trim().starts_with(PREFIX)
+}
+
+/// The identity and expiry (Unix seconds) a token claims, read without checking its signature:
+/// for naming it in a revocation, never for letting anyone in ([`verify`] does that).
+pub fn claims(token: &str) -> Result<(Identity, u64), String> {
+    if token.len() > MAX_TOKEN {
+        return Err(format!("token of {} bytes; at most {MAX_TOKEN}", token.len()));
+    }
+    let (signed, _) = token.rsplit_once('.').ok_or("not a token (no signature)")?;
+    let body = signed.strip_prefix(PREFIX).ok_or("not a tessera token (no `tsr1.` prefix)")?;
+    let json = B64.decode(body).map_err(|_| "the claims are not base64url")?;
+    let claims: Claims = serde_json::from_slice(&json).map_err(|e| format!("the claims: {e}"))?;
+    Ok((claims.identity, claims.exp))
+}
+
 /// The identity a token names, if the CA whose public key is `ca_public_key` signed it and it
 /// has not expired at `now_s`.
 pub fn verify(ca_public_key: &[u8], token: &str, now_s: u64) -> Result<Identity, String> {
@@ -47,17 +65,18 @@ pub fn verify(ca_public_key: &[u8], token: &str, now_s: u64) -> Result<Identity,
         return Err(format!("token of {} bytes; at most {MAX_TOKEN}", token.len()));
     }
     let (signed, sig) = token.rsplit_once('.').ok_or("not a token (no signature)")?;
-    let body = signed.strip_prefix(PREFIX).ok_or("not a tessera token (no `tsr1.` prefix)")?;
+    if !signed.starts_with(PREFIX) {
+        return Err("not a tessera token (no `tsr1.` prefix)".into());
+    }
     let sig = B64.decode(sig).map_err(|_| "the signature is not base64url")?;
     ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_ASN1, ca_public_key)
         .verify(signed.as_bytes(), &sig)
         .map_err(|_| "the token is not signed by this cluster's CA")?;
-    let json = B64.decode(body).map_err(|_| "the claims are not base64url")?;
-    let claims: Claims = serde_json::from_slice(&json).map_err(|e| format!("the claims: {e}"))?;
-    if claims.exp <= now_s {
-        return Err(format!("the token expired {} s ago", now_s - claims.exp));
+    let (identity, exp) = claims(token)?;
+    if exp <= now_s {
+        return Err(format!("the token expired {} s ago", now_s - exp));
     }
     // Checked like a certificate's identity (a signed token is still only as good as its
     // fields).
-    Identity::new(claims.identity.role, &claims.identity.name, &claims.identity.tenants).map_err(|e| e.to_string())
+    Identity::new(identity.role, &identity.name, &identity.tenants).map_err(|e| e.to_string())
 }

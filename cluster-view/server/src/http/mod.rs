@@ -449,6 +449,11 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .route(web::put().to(policy::set_class))
                 .route(web::delete().to(policy::remove_class)),
         )
+        .service(
+            resource("/v1/policy/revocations/{fingerprint}", "PUT, DELETE")
+                .route(web::put().to(policy::revoke))
+                .route(web::delete().to(policy::unrevoke)),
+        )
         .service(resource("/v1/usage", GET).route(web::get().to(usage::usage)))
         .service(resource("/v1/history", GET).route(web::get().to(history::history)))
         .service(resource("/v1/queue", GET).route(web::get().to(queue::queue)))

@@ -1,6 +1,7 @@
 //! `GET /v1/policy`, `PUT` and `DELETE` of `/v1/policy/quotas/{tenant}`,
-//! `/v1/policy/quotas/{tenant}/classes/{class}` and `/v1/policy/classes/{class}`: tenants' GPU
-//! quotas (over all their jobs, or at a priority class and above) and the priority classes of the running
+//! `/v1/policy/quotas/{tenant}/classes/{class}`, `/v1/policy/classes/{class}` and
+//! `/v1/policy/revocations/{fingerprint}`: tenants' GPU quotas (over all their jobs, or at a
+//! priority class and above), the priority classes and the revoked credentials of the running
 //! cluster, read by any caller and changed by an admin (the `SetPolicy` RPC, audited there), as
 //! the [`Policy`] and [`PolicyChanged`] types the CLI prints too. The documented pattern of a
 //! tenant or class name is the view's rule (`tessera_view::policy::check_name`): 1 to 64
@@ -11,7 +12,7 @@ use super::jobs::read_body;
 use super::layout::json_body;
 use super::{Api, ApiError, query};
 use actix_web::{HttpRequest, HttpResponse, web};
-use tessera_proto::api::{ClassBody, ErrorBody, Policy, PolicyChanged, QuotaBody};
+use tessera_proto::api::{ClassBody, ErrorBody, Policy, PolicyChanged, QuotaBody, RevocationBody};
 use tessera_proto::v1;
 use tessera_proto::v1::policy_request::Change;
 
@@ -209,6 +210,70 @@ pub(super) async fn remove_class(
     let class = class.into_inner();
     let change = Change::PriorityClass(v1::SetPriorityClass { class: class.clone(), priority: None });
     changed(&api, change, "remove-class", class).await
+}
+
+/// Revokes a certificate or bearer token by its fingerprint: every replica refuses it
+/// (`401`, `… was revoked`) from the moment it applies the change, and every agent's log service
+/// once its watch brings the change. Revoking again replaces the entry's subject, note and expiry.
+#[utoipa::path(
+    put,
+    path = "/v1/policy/revocations/{fingerprint}",
+    tag = "cluster",
+    params(("fingerprint" = String, Path, pattern = "^sha256:[0-9a-f]{64}$", description = "`sha256:` and 64 lowercase hex digits of the certificate's DER or the token's text (`tessera tls revoke` computes it)")),
+    request_body(content = RevocationBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "revoked (or revoked already with this entry)", body = PolicyChanged),
+        (status = 400, description = "a malformed body or fingerprint, or no expiry (codes `malformed_json`, `bad_body`, `invalid_argument`)", body = ErrorBody),
+        (status = 403, description = "the caller is not an admin (code `permission_denied`)", body = ErrorBody),
+        (status = 409, description = "the view refused it: the credential has expired already, or the list is full (code `conflict`)", body = ErrorBody),
+        (status = 413, description = "the body is too large (code `too_large`)", body = ErrorBody),
+        (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn revoke(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    fingerprint: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    query(&req, &[])?;
+    let body: RevocationBody = json_body(&read_body(&api, &req, payload).await?)?;
+    let fingerprint = fingerprint.into_inner();
+    let entry = v1::Revocation {
+        fingerprint: fingerprint.clone(),
+        subject: body.subject,
+        not_after_ms: body.not_after_ms,
+        note: body.note,
+        at_ms: 0,
+    };
+    let change = Change::Revocation(v1::SetRevocation { fingerprint: fingerprint.clone(), revocation: Some(entry) });
+    changed(&api, change, "revoke", fingerprint).await
+}
+
+/// Takes a credential off the revocation list: the CA's signature lets it in again.
+#[utoipa::path(
+    delete,
+    path = "/v1/policy/revocations/{fingerprint}",
+    tag = "cluster",
+    params(("fingerprint" = String, Path, pattern = "^sha256:[0-9a-f]{64}$", description = "the fingerprint")),
+    responses(
+        (status = 200, description = "taken off the list (or it was not on it)", body = PolicyChanged),
+        (status = 400, description = "a malformed fingerprint or a query parameter (codes `invalid_argument`, `bad_query`)", body = ErrorBody),
+        (status = 403, description = "the caller is not an admin (code `permission_denied`)", body = ErrorBody),
+        (status = 503, description = "no leader answered (code `unavailable`)", body = ErrorBody),
+        (status = 504, description = "no answer in time (code `timeout`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn unrevoke(
+    api: web::Data<Api>,
+    req: HttpRequest,
+    fingerprint: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    query(&req, &[])?;
+    let fingerprint = fingerprint.into_inner();
+    let change = Change::Revocation(v1::SetRevocation { fingerprint: fingerprint.clone(), revocation: None });
+    changed(&api, change, "unrevoke", fingerprint).await
 }
 
 /// Sends `change` as the caller and answers what it did.
