@@ -109,6 +109,13 @@ pub struct IdentityArgs {
     /// The CA's directory (`tessera tls init --ca`).
     #[arg(long, value_name = "DIR")]
     ca: PathBuf,
+    #[command(flatten)]
+    who: WhoArgs,
+}
+
+/// Who a certificate or token is for.
+#[derive(Args)]
+pub struct WhoArgs {
     /// replica, agent, scheduler, user or admin.
     #[arg(long)]
     role: String,
@@ -122,6 +129,12 @@ pub struct IdentityArgs {
 }
 
 impl IdentityArgs {
+    fn identity(&self) -> Result<Identity> {
+        self.who.identity()
+    }
+}
+
+impl WhoArgs {
     fn identity(&self) -> Result<Identity> {
         Ok(Identity::new(Role::parse(&self.role)?, &self.name, &self.tenants)?)
     }
@@ -145,8 +158,24 @@ pub struct IssueArgs {
 /// `tessera token`.
 #[derive(Subcommand)]
 pub enum TokenCommand {
-    /// Create a bearer token signed by the CA: printed on stdout.
+    /// Create a bearer token signed by the CA's key (offline, where the key is): printed on
+    /// stdout.
     Create(TokenArgs),
+    /// Ask the cluster for a bearer token (admins): the replica that answers signs it with its
+    /// own certificate, so the CA key stays off the cluster; printed on stdout.
+    Issue(IssueTokenArgs),
+}
+
+#[derive(Args)]
+pub struct IssueTokenArgs {
+    #[command(flatten)]
+    view: crate::jobs::ViewArg,
+    /// Whom for (agent, scheduler, user or admin: replicas use certificates).
+    #[command(flatten)]
+    who: WhoArgs,
+    /// Lifetime in seconds (at most 90 days).
+    #[arg(long, default_value_t = 12 * 3600)]
+    ttl_s: u64,
 }
 
 #[derive(Args)]
@@ -219,11 +248,16 @@ pub fn token(cmd: TokenCommand) -> Result<ExitCode> {
     match cmd {
         TokenCommand::Create(a) => {
             let id = a.who.identity()?;
-            if id.role == Role::Replica {
-                bail!("replicas authenticate with certificates, not tokens");
-            }
             let key = read(&a.who.ca.join(CA_KEY_FILE))?;
             println!("{}", tessera_proto::tls::token::create(&key, &id, tessera_proto::tls::unix_s(), a.ttl_s)?);
+        }
+        TokenCommand::Issue(a) => {
+            let r = crate::jobs::rt()?.block_on(async move {
+                let mut c = a.view.client()?;
+                anyhow::Ok(c.issue_token(&a.who.role, &a.who.name, &a.who.tenants, a.ttl_s).await?)
+            })?;
+            eprintln!("token signed by replica `{}`, expires at {} (Unix s)", r.signer, r.expires_s);
+            println!("{}", r.token);
         }
     }
     Ok(ExitCode::SUCCESS)

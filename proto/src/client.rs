@@ -553,6 +553,23 @@ impl ViewClient {
         Ok(r.version)
     }
 
+    /// Admins: a bearer token for `role` `name` (a user's `tenants`), valid `ttl_s` seconds,
+    /// signed by the replica that answers.
+    pub async fn issue_token(
+        &mut self,
+        role: &str,
+        name: &str,
+        tenants: &[String],
+        ttl_s: u64,
+    ) -> Result<v1::IssueTokenResponse, ClientError> {
+        let req = v1::IssueTokenRequest { role: role.into(), name: name.into(), tenants: tenants.to_vec(), ttl_s };
+        self.call(|mut g| {
+            let req = req.clone();
+            async move { g.issue_token(req).await }
+        })
+        .await
+    }
+
     /// Scheduler hosts: renews the hold on `held` and asks for up to `want` more pending jobs.
     pub async fn adopt_jobs(
         &mut self,

@@ -85,12 +85,14 @@ pub enum Action<'a> {
     Policy,
     /// Add or remove a replica.
     Membership,
+    /// Issue a bearer token.
+    IssueToken,
 }
 
 impl Action<'_> {
     /// Whether an admin doing this is audited (changes made by operators).
     pub fn is_admin_change(&self) -> bool {
-        matches!(self, Action::Cordon | Action::Layout | Action::Policy | Action::Membership)
+        matches!(self, Action::Cordon | Action::Layout | Action::Policy | Action::Membership | Action::IssueToken)
     }
 }
 
@@ -163,6 +165,7 @@ pub fn check(who: &Identity, action: &Action<'_>) -> Result<(), String> {
         (_, Action::Layout) => deny("add or remove servers or configuration sets (admins only)".into()),
         (_, Action::Policy) => deny("set quotas or priority classes (admins only)".into()),
         (_, Action::Membership) => deny("add or remove replicas (admins only)".into()),
+        (_, Action::IssueToken) => deny("issue tokens (admins only)".into()),
         (_, Action::Schedule { .. }) => deny("propose placements (scheduler hosts do)".into()),
         (_, Action::Adopt { .. }) => deny("adopt jobs (scheduler hosts do)".into()),
         (_, Action::Agent { .. }) => deny("act as a node agent".into()),
@@ -292,7 +295,7 @@ mod tests {
             assert!(!ok(w, Action::Raft), "{w}");
         }
         // Operators' commands.
-        for a in [Action::Cordon, Action::Layout, Action::Policy, Action::Membership] {
+        for a in [Action::Cordon, Action::Layout, Action::Policy, Action::Membership, Action::IssueToken] {
             assert!(ok(&admin, a.clone()));
             for w in [&host, &agent, &user] {
                 assert!(!ok(w, a.clone()), "{w} {a:?}");

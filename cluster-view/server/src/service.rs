@@ -609,6 +609,39 @@ impl v1::view_server::View for ViewService {
         }
     }
 
+    #[instrument(level = "info", skip_all, fields(role = %req.get_ref().role, name = %req.get_ref().name))]
+    async fn issue_token(
+        &self,
+        req: Request<v1::IssueTokenRequest>,
+    ) -> Result<Response<v1::IssueTokenResponse>, Status> {
+        let who = self.caller(&req, "IssueToken")?;
+        let r = req.into_inner();
+        let detail = || format!("a token for {} `{}` (tenants {:?}), {} s", r.role, r.name, r.tenants, r.ttl_s);
+        self.allow(&who, "IssueToken", detail, Action::IssueToken)?;
+        let bad = |e: String| ViewServerError::Invalid(format!("IssueTokenRequest: {e}"));
+        let role = Role::parse(&r.role).map_err(|e| bad(e.to_string()))?;
+        let id = tessera_proto::tls::Identity::new(role, &r.name, &r.tenants).map_err(|e| bad(e.to_string()))?;
+        let m = match self.security.tls() {
+            Some(tls) => tls.current(),
+            None => {
+                return Err(ViewServerError::Precondition(
+                    "this replica runs --insecure: it has no key to sign tokens with".into(),
+                )
+                .into());
+            }
+        };
+        let (Some(cert), Some(key)) = (&m.cert_pem, &m.key_pem) else {
+            return Err(
+                ViewServerError::Precondition("this replica has no certificate to sign tokens with".into()).into()
+            );
+        };
+        let now = tessera_proto::tls::unix_s();
+        let token = tessera_proto::tls::token::issue(cert, key, &id, now, r.ttl_s).map_err(|e| bad(e.to_string()))?;
+        let signer = m.identity.as_ref().map(|i| i.name.clone()).unwrap_or_default();
+        tracing::info!(caller = %who, identity = %id, ttl_s = r.ttl_s, signer, "token issued");
+        Ok(Response::new(v1::IssueTokenResponse { token, expires_s: now + r.ttl_s, signer }))
+    }
+
     #[instrument(level = "debug", skip_all, fields(job_id = req.get_ref().job))]
     async fn get_job(&self, req: Request<v1::GetJobRequest>) -> Result<Response<v1::GetJobResponse>, Status> {
         let who = self.caller(&req, "GetJob")?;

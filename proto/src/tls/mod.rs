@@ -197,9 +197,13 @@ pub fn authenticate(
         }
         (None, Some(b)) => {
             let t = b.strip_prefix("Bearer ").unwrap_or(b).trim();
-            let who = token::verify(&m.ca_public_key, t, now_s).map_err(AuthError::BadToken)?;
-            revoked("token", t.as_bytes(), &who)?;
-            who
+            let v = token::verify(&m, t, now_s).map_err(AuthError::BadToken)?;
+            revoked("token", t.as_bytes(), &v.identity)?;
+            if let Some(signer) = &v.signer {
+                // A revoked replica certificate takes the tokens it issued with it.
+                revoked("token's signer certificate", signer, &v.identity)?;
+            }
+            v.identity
         }
         (None, None) => return Err(AuthError::Anonymous),
     };
@@ -276,17 +280,73 @@ mod tests {
     fn tokens_carry_their_identity_until_they_expire_and_only_from_the_ca() {
         let dir = tempfile_dir();
         let (tls, key) = ca(&dir);
-        let ca_key = tls.current().ca_public_key.clone();
+        let m = tls.current();
+        let verify = |t: &str, now: u64| token::verify(&m, t, now).map(|v| v.identity);
         let alice = Identity::new(Role::User, "alice", &["vision".into()]).expect("id");
         let t = token::create(&key, &alice, 1000, 60).expect("token");
-        assert_eq!(token::verify(&ca_key, &t, 1010), Ok(alice.clone()));
-        assert!(token::verify(&ca_key, &t, 1060).expect_err("expired").contains("expired"));
+        assert_eq!(verify(&t, 1010), Ok(alice.clone()));
+        assert!(verify(&t, 1060).expect_err("expired").contains("expired"));
         // Any change to the claims breaks the signature.
         let (body, sig) = t.rsplit_once('.').expect("token");
         let forged = format!("{}A.{sig}", body);
-        assert!(token::verify(&ca_key, &forged, 1010).is_err());
-        assert!(token::verify(&ca_key, "tsr1.e30.AAAA", 1010).is_err());
+        assert!(verify(&forged, 1010).is_err());
+        assert!(verify("tsr1.e30.AAAA", 1010).is_err());
         assert!(token::create(&key, &alice, 1000, 0).is_err(), "a token lives at least a second");
+        let replica = Identity::new(Role::Replica, "r9", &[]).expect("id");
+        assert!(token::create(&key, &replica, 1000, 60).is_err(), "replicas use certificates");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_replica_issues_tokens_with_its_own_certificate_and_nobody_else_can() {
+        use material::{CERT_FILE, KEY_FILE, fingerprint};
+        let dir = tempfile_dir();
+        let (tls, _) = ca(&dir);
+        let sec = Security::Tls(tls.clone());
+        let read = |who: &str, f: &str| std::fs::read_to_string(dir.join(who).join(f)).expect("file");
+        let (alice, alice_cert) = alice(&dir);
+        let now = unix_s();
+        // Replica r1 issues a token for alice: it names her, and its signer.
+        let t = token::issue(&read("r1", CERT_FILE), &read("r1", KEY_FILE), &alice, now, 600).expect("issued");
+        assert!(t.starts_with("tsr2.") && token::looks_like(&t));
+        let v = token::verify(&tls.current(), &t, now + 1).expect("checks");
+        assert_eq!(v.identity, alice);
+        let signer = v.signer.expect("issued by a replica");
+        assert_eq!(authenticate(&sec, None, Some(&format!("Bearer {t}")), None, now + 1), Ok(alice.clone()));
+        assert_eq!(token::claims(&t), Ok((alice.clone(), now + 600)));
+        assert!(token::verify(&tls.current(), &t, now + 600).expect_err("expired").contains("expired"));
+        // Claims changed (alice made admin) break the signature.
+        let admin = Identity::new(Role::Admin, "alice", &[]).expect("id");
+        let other = token::issue(&read("r1", CERT_FILE), &read("r1", KEY_FILE), &admin, now, 600).expect("issued");
+        let (claims, _) = other.strip_prefix("tsr2.").and_then(|r| r.split_once('.')).expect("parts");
+        let (_, tail) = t.strip_prefix("tsr2.").and_then(|r| r.split_once('.')).expect("parts");
+        let forged = format!("tsr2.{claims}.{tail}");
+        assert!(token::verify(&tls.current(), &forged, now + 1).is_err());
+        // A user's certificate of the same CA is no issuer.
+        let by_user =
+            token::issue(&read("alice", CERT_FILE), &read("alice", KEY_FILE), &admin, now, 600).expect("signed");
+        let e = token::verify(&tls.current(), &by_user, now + 1).expect_err("a user is no issuer");
+        assert!(e.contains("only a replica issues tokens"), "{e}");
+        // A replica of another CA is no issuer of this cluster's.
+        let foreign = dir.join("foreign");
+        let (_, _) = ca(&foreign);
+        let by_foreign = token::issue(
+            &std::fs::read_to_string(foreign.join("r1").join(CERT_FILE)).expect("cert"),
+            &std::fs::read_to_string(foreign.join("r1").join(KEY_FILE)).expect("key"),
+            &admin,
+            now,
+            600,
+        )
+        .expect("signed");
+        assert!(
+            token::verify(&tls.current(), &by_foreign, now + 1).expect_err("foreign").contains("this cluster's CA")
+        );
+        // Revoking the signer's certificate takes its tokens with it; alice's own certificate
+        // still works.
+        assert!(tls.set_view_revoked(3, [fingerprint(&signer)].into()));
+        let e = authenticate(&sec, None, Some(&format!("Bearer {t}")), None, now + 1).expect_err("signer revoked");
+        assert!(matches!(&e, AuthError::Revoked(m) if m.contains("signer")), "{e}");
+        assert_eq!(authenticate(&sec, Some(&[alice_cert]), None, None, now + 1), Ok(alice));
         let _ = std::fs::remove_dir_all(dir);
     }
 
