@@ -75,6 +75,10 @@ pub struct SimArgs {
     /// With --matrix: exit with status 1 when a cell misses a target.
     #[arg(long, requires = "matrix")]
     check: bool,
+    /// With --matrix: only the cells whose label contains one of these (comma-separated), e.g.
+    /// `--cells '8x8 ideal'` or `--cells 'synthetic-3 load=1.5 8x8 ideal'`; labels as printed.
+    #[arg(long, requires = "matrix", value_delimiter = ',')]
+    cells: Vec<String>,
     /// Print one JSON object keyed by policy name instead of a table.
     #[arg(long)]
     json: bool,
@@ -236,7 +240,16 @@ fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[Contender]) -> 
 /// the JSON array with `--json`).
 fn run_matrix(args: &SimArgs) -> Result<ExitCode> {
     let contenders = if args.policies.is_empty() { matrix::default_contenders() } else { dedup(&args.policies) };
-    let cells = matrix::cells(args.quick);
+    let mut cells = matrix::cells(args.quick);
+    if !args.cells.is_empty() {
+        cells.retain(|c| {
+            let label = c.label();
+            args.cells.iter().any(|f| label.contains(f.as_str()))
+        });
+        if cells.is_empty() {
+            bail!("--cells {}: no cell's label contains it (labels look like `philly load=0.9 8x8 default`)", args.cells.join(","));
+        }
+    }
     let dir = traces_dir(args);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = args.threads.unwrap_or(cores);
