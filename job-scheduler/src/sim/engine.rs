@@ -902,7 +902,10 @@ impl Sim<'_> {
             }
         }
         self.start(i, id, members, level, now);
-        // The victims wait again: offer them (only them, as arrivals) in a pass at this instant.
+        // The victims wait again, and what they held beyond the preemptor's gang is free: a
+        // pass at this instant offers every waiting job, as a live host's waiting jobs all see
+        // the view change (offering only the victims left those GPUs idle until a job ended).
+        self.resources_freed = true;
         for v in &victims {
             if let Some(&j) = self.by_view.get(v) {
                 self.push(now, Event::Requeued(j));
