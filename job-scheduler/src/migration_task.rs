@@ -44,7 +44,7 @@ use tessera_view::{ClusterView, Health, JobId, JobState, Proposal, ProposalId, V
 use tokio::sync::watch;
 
 /// Candidates planned for per interval, at most (each plan costs a snapshot-sized rebuild).
-const CANDIDATES_PER_INTERVAL: usize = 4;
+pub(crate) const CANDIDATES_PER_INTERVAL: usize = 4;
 
 /// How a host migrates.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,7 +160,7 @@ fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)
 }
 
 /// Free GPUs of up servers of a device type (all types if `None`).
-fn free_gpus(view: &crate::LocalView, ty: Option<&str>) -> u64 {
+pub(crate) fn free_gpus(view: &crate::LocalView, ty: Option<&str>) -> u64 {
     view.servers()
         .iter()
         .filter(|r| r.health == Health::Up && ty.is_none_or(|t| t == view.topology_of(r.config_set).device_type))

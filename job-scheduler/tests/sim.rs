@@ -92,6 +92,30 @@ fn migration_lets_a_blocked_eight_gpu_job_start() {
 }
 
 #[test]
+fn a_gang_no_move_can_help_does_not_hold_up_migration_for_the_job_behind_it() {
+    // As above, but a 16-GPU gang arrives with the 8-GPU job and ahead of it, on a host that
+    // preempts (so the gang is not passed over for want of free GPUs): with 8 GPUs free no move
+    // can make room for the gang. Planning for it first used to spend the pass's one attempt
+    // and the next 300 s, every time, so the 8-GPU job waited until the long jobs left the
+    // first attained-service queue (3,600 s) and could be preempted. The live task plans only
+    // for jobs with enough GPUs free in total, several a round.
+    let mut jobs: Vec<SimJob> =
+        (0..16).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 100_000.0 }, "LM")).collect();
+    jobs.push(job("gang", 200.0, 16, 1_000.0, "LM"));
+    jobs.push(job("big", 200.0, 8, 1_000.0, "LM"));
+    let trace = Trace { name: "fragmented behind a gang".into(), jobs, ..Trace::default() };
+    let r = run(SimPolicy::TesseraLas, &trace, 2, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (18, 0, 0), "{r:?}");
+    let wait = |name: &str| {
+        let j = r.job_records.iter().find(|j| j.name == name).expect("in the records");
+        j.start_s.expect("it ran") - j.arrival_s
+    };
+    assert!(wait("big") < 1_000.0, "moves start the 8-GPU job at once: waited {} s", wait("big"));
+    assert!(wait("gang") > 1_000.0, "no move or victim can make room for the gang at first: {} s", wait("gang"));
+    assert!(r.migrations >= 1, "{r:?}");
+}
+
+#[test]
 fn the_view_moves_a_long_job_down_a_queue_on_simulated_time_and_a_new_one_preempts_it() {
     // One 8-GPU server. A long 8-GPU job starts at once; a short one arrives at 100 s. In
     // attained-service order the view itself moves the long job down a queue when it has held

@@ -18,6 +18,7 @@ use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
 use crate::locality_cost::{self, Decided, ReleaseStats};
+use crate::migration_task::{CANDIDATES_PER_INTERVAL, free_gpus};
 use crate::preemption::{self, Candidate};
 use crate::reservation::Reservations;
 use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
@@ -35,8 +36,11 @@ use tessera_view::{
 
 /// Ended jobs the simulated view keeps (the simulator keeps its own records).
 const ENDED_KEPT: usize = 1024;
-/// Simulated seconds after a migration plan was not found before the next attempt: bounds the
-/// planner's work (each attempt scans the cluster) and the rate of moves.
+/// Simulated seconds after a round of migration planning found no plan before the next round:
+/// bounds the planner's work (each attempt scans the cluster) and the rate of moves. A round
+/// plans, as the live migration task does, for up to
+/// `migration_task::CANDIDATES_PER_INTERVAL` blocked jobs that have enough GPUs of their
+/// type free in total, in the order the pass offers them, and ends at the first plan carried out.
 pub const MIGRATION_RETRY_S: f64 = 300.0;
 /// Points of the utilization series.
 const UTILIZATION_POINTS: usize = 400;
@@ -519,7 +523,11 @@ impl Sim<'_> {
         // each kind this pass placed (for `Context::ahead`); built when first needed.
         let mut kinds: Option<BTreeMap<SlotKind, Vec<usize>>> = None;
         let mut placed_kinds: BTreeMap<SlotKind, u32> = BTreeMap::new();
-        let mut migrated = false;
+        // Migration as the live task plans it (`migration_task`): for up to
+        // `CANDIDATES_PER_INTERVAL` blocked jobs a round, each with enough GPUs of its type free
+        // in total, until one plan is carried out; a round that finds none waits
+        // `MIGRATION_RETRY_S`.
+        let mut plans_left = if now >= self.next_plan_s { CANDIDATES_PER_INTERVAL } else { 0 };
         let preempts = self.cfg.contender.preempts;
         for i in candidates {
             let free = self.total_gpus - self.busy_gpus;
@@ -640,14 +648,18 @@ impl Sim<'_> {
                 }
                 None => {
                     // Moving jobs first (they keep running), preempting only when no move helps.
-                    let plan_now =
-                        self.cfg.contender.migrates && !migrated && self.jobs[i].gpus > 1 && now >= self.next_plan_s;
+                    let gpus = self.jobs[i].gpus;
+                    let plan_now = self.cfg.contender.migrates
+                        && plans_left > 0
+                        && gpus > 1
+                        && free_gpus(&self.local, self.jobs[i].spec.gpu_type.as_deref()) >= u64::from(gpus);
                     if plan_now {
-                        migrated = true; // one attempt per pass
+                        plans_left -= 1;
                     }
                     if plan_now && self.try_migrate(i, allowed, now) {
+                        plans_left = 0; // one plan a round
                     } else {
-                        if plan_now {
+                        if plan_now && plans_left == 0 {
                             self.next_plan_s = now + MIGRATION_RETRY_S;
                         }
                         if !(preempts && self.try_preempt(i, allowed, salt, now)) {
@@ -657,6 +669,10 @@ impl Sim<'_> {
                     }
                 }
             }
+        }
+        if plans_left > 0 && plans_left < CANDIDATES_PER_INTERVAL {
+            // Some were planned for, none could be helped: the round is over.
+            self.next_plan_s = now + MIGRATION_RETRY_S;
         }
         if self.cfg.contender.reserves {
             // What the pass took or freed on the withheld servers idles from now on.
