@@ -247,7 +247,10 @@ fn run_matrix(args: &SimArgs) -> Result<ExitCode> {
             args.cells.iter().any(|f| label.contains(f.as_str()))
         });
         if cells.is_empty() {
-            bail!("--cells {}: no cell's label contains it (labels look like `philly load=0.9 8x8 default`)", args.cells.join(","));
+            bail!(
+                "--cells {}: no cell's label contains it (labels look like `philly load=0.9 8x8 default`)",
+                args.cells.join(",")
+            );
         }
     }
     let dir = traces_dir(args);

@@ -241,12 +241,16 @@ fn the_quick_matrix_reports_every_cell_against_fifo_firstfit() {
     // --cells keeps the cells whose label contains one of its words, and refuses a filter that
     // keeps none.
     let labels: Vec<&str> = cells.iter().map(|c| c["label"].as_str().expect("label")).collect();
-    let some = tessera(&["sim", "--matrix", "--quick", "--json", "--cells", "load=1.5 8x8 ideal,philly[2000] load=0.9"]);
+    let some =
+        tessera(&["sim", "--matrix", "--quick", "--json", "--cells", "load=1.5 8x8 ideal,philly[2000] load=0.9"]);
     let (out, err) = text(&some);
     assert!(some.status.success(), "{err}");
     let kept: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON array");
-    let want: Vec<&str> =
-        labels.iter().copied().filter(|l| l.contains("load=1.5 8x8 ideal") || l.contains("philly[2000] load=0.9")).collect();
+    let want: Vec<&str> = labels
+        .iter()
+        .copied()
+        .filter(|l| l.contains("load=1.5 8x8 ideal") || l.contains("philly[2000] load=0.9"))
+        .collect();
     assert_eq!(kept.iter().map(|c| c["label"].as_str().expect("label")).collect::<Vec<_>>(), want);
     assert_eq!(want.len(), 4, "{labels:?}");
     let none = tessera(&["sim", "--matrix", "--quick", "--cells", "no such cell"]);
