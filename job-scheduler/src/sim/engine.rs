@@ -527,7 +527,7 @@ impl Sim<'_> {
         // `CANDIDATES_PER_INTERVAL` blocked jobs a round, each with enough GPUs of its type free
         // in total, until one plan is carried out; a round that finds none waits
         // `MIGRATION_RETRY_S`.
-        let mut plans_left = if now >= self.next_plan_s { CANDIDATES_PER_INTERVAL } else { 0 };
+        let (mut planned_for, mut moved) = (0, false);
         let preempts = self.cfg.contender.preempts;
         for i in candidates {
             let free = self.total_gpus - self.busy_gpus;
@@ -650,28 +650,25 @@ impl Sim<'_> {
                     // Moving jobs first (they keep running), preempting only when no move helps.
                     let gpus = self.jobs[i].gpus;
                     let plan_now = self.cfg.contender.migrates
-                        && plans_left > 0
+                        && now >= self.next_plan_s
+                        && !moved
+                        && planned_for < CANDIDATES_PER_INTERVAL
                         && gpus > 1
                         && free_gpus(&self.local, self.jobs[i].spec.gpu_type.as_deref()) >= u64::from(gpus);
                     if plan_now {
-                        plans_left -= 1;
+                        planned_for += 1;
+                        moved = self.try_migrate(i, allowed, now);
                     }
-                    if plan_now && self.try_migrate(i, allowed, now) {
-                        plans_left = 0; // one plan a round
-                    } else {
-                        if plan_now && plans_left == 0 {
-                            self.next_plan_s = now + MIGRATION_RETRY_S;
-                        }
-                        if !(preempts && self.try_preempt(i, allowed, salt, now)) {
-                            failed.insert(key);
-                            self.wake_later(i, now, allowed);
-                        }
+                    let started = (plan_now && moved) || (preempts && self.try_preempt(i, allowed, salt, now));
+                    if !started {
+                        failed.insert(key);
+                        self.wake_later(i, now, allowed);
                     }
                 }
             }
         }
-        if plans_left > 0 && plans_left < CANDIDATES_PER_INTERVAL {
-            // Some were planned for, none could be helped: the round is over.
+        if planned_for > 0 && !moved {
+            // Planned for, and none could be helped: the round is over.
             self.next_plan_s = now + MIGRATION_RETRY_S;
         }
         if self.cfg.contender.reserves {
