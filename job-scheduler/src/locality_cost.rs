@@ -233,12 +233,7 @@ pub fn expected_wait_s(
     if rate.is_none() && stats.limited.is_empty() {
         return None;
     }
-    let typed = |r: &ServerRecord| {
-        let t = view.topology_of(r.config_set);
-        r.health == Health::Up
-            && spec.gpu_type.as_ref().is_none_or(|w| *w == t.device_type)
-            && t.devices >= spec.gpus_per_member
-    };
+    let typed = |r: &ServerRecord| can_hold_member(view, r, spec);
     let records: Vec<(usize, ServerRecord)> = view
         .servers()
         .iter()
@@ -253,11 +248,8 @@ pub fn expected_wait_s(
     }
     // Each busy GPU is released at this rate (per second), independently.
     let per_gpu = rate.map(|r| r / f64::from(busy_total));
-    // Expected time until `k` of `b` busy GPUs are released.
-    let kth_release = |k: u32, b: u32| -> Option<f64> {
-        let per_gpu = per_gpu?;
-        (k <= b).then(|| (0..k).map(|i| 1.0 / (f64::from(b - i) * per_gpu)).sum::<f64>())
-    };
+    let kth_release =
+        |k: u32, b: u32| -> Option<f64> { release_times(k, b, per_gpu?).map(|t| t.last().copied().unwrap_or(0.0)) };
     // The time limits bound the wait from above; the rate's expectation may be sooner.
     let sooner = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -290,12 +282,7 @@ pub fn expected_wait_s(
         // (slots, deficit, busy, server)
         let mut domains: BTreeMap<u32, Vec<(u32, u32, u32, usize)>> = BTreeMap::new();
         for &(s, r) in &records {
-            let cs = &view.config_sets()[r.config_set.index()];
-            let key = match level {
-                LocalityLevel::Rack => cs.rack,
-                LocalityLevel::IbDomain => cs.ib_domain,
-                _ => 0,
-            };
+            let key = domain_of(view, &r, level);
             let devices = view.topology_of(r.config_set).devices;
             let free = r.free_gpus.count_ones();
             domains.entry(key).or_default().push((free / per, per - free % per, devices - free, s));
@@ -321,6 +308,41 @@ pub fn expected_wait_s(
             })
             .min_by(f64::total_cmp)
     }
+}
+
+/// Whether `r` could hold a member of `spec`: up, of the job's GPU type, with at least a
+/// member's GPUs. The servers a wait or a drain is estimated over.
+pub(crate) fn can_hold_member(view: &LocalView, r: &ServerRecord, spec: &JobSpec) -> bool {
+    let t = view.topology_of(r.config_set);
+    r.health == Health::Up
+        && spec.gpu_type.as_ref().is_none_or(|w| *w == t.device_type)
+        && t.devices >= spec.gpus_per_member
+}
+
+/// The domain of multi-server `level` that `r` is in: its rack, its InfiniBand domain, or the
+/// one cluster-wide domain (0) at `any`.
+pub(crate) fn domain_of(view: &LocalView, r: &ServerRecord, level: LocalityLevel) -> u32 {
+    let cs = &view.config_sets()[r.config_set.index()];
+    match level {
+        LocalityLevel::Rack => cs.rack,
+        LocalityLevel::IbDomain => cs.ib_domain,
+        _ => 0,
+    }
+}
+
+/// The expected times, seconds from now, at which the first, second, … `k`-th of `busy` busy
+/// GPUs are released, each independently at `per_gpu` per second (the order statistics of
+/// exponentials: the `i`-th release comes `1 / ((busy − i) · per_gpu)` after the one before);
+/// none where fewer than `k` are busy.
+pub(crate) fn release_times(k: u32, busy: u32, per_gpu: f64) -> Option<Vec<f64>> {
+    (k <= busy).then(|| {
+        (0..k)
+            .scan(0.0, |t, i| {
+                *t += 1.0 / (f64::from(busy - i) * per_gpu);
+                Some(*t)
+            })
+            .collect()
+    })
 }
 
 /// The kind of slot a pending job waits for: its gang shape, GPU type and preferred level. Jobs

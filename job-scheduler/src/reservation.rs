@@ -397,20 +397,14 @@ pub fn drain(
     let mut by_domain: BTreeMap<u32, Vec<(ServerId, u32, u32)>> = BTreeMap::new();
     let mut busy_total = 0;
     for (i, r) in view.servers().iter().enumerate() {
-        let t = view.topology_of(r.config_set);
-        if r.health != Health::Up || spec.gpu_type.as_ref().is_some_and(|w| *w != t.device_type) || t.devices < per {
+        if !locality_cost::can_hold_member(view, r, spec) {
             continue;
         }
+        let devices = view.topology_of(r.config_set).devices;
         let free = r.free_gpus.count_ones();
-        busy_total += t.devices - free;
-        let cs = &view.config_sets()[r.config_set.index()];
-        let key = match level {
-            _ if spec.members == 1 => i as u32,
-            LocalityLevel::Rack => cs.rack,
-            LocalityLevel::IbDomain => cs.ib_domain,
-            _ => 0,
-        };
-        by_domain.entry(key).or_default().push((ServerId(i as u32), free, t.devices - free));
+        busy_total += devices - free;
+        let key = if spec.members == 1 { i as u32 } else { locality_cost::domain_of(view, r, level) };
+        by_domain.entry(key).or_default().push((ServerId(i as u32), free, devices - free));
     }
     let per_gpu_rate = stats.release_rate().filter(|_| busy_total > 0).map(|r| r / f64::from(busy_total));
     by_domain
@@ -462,14 +456,7 @@ fn plan_domain(
         return None;
     }
     // Release times of the `to_release` GPUs, each busy one at the per-GPU rate.
-    let times: Option<Vec<f64>> = per_gpu_rate.map(|mu| {
-        (0..to_release)
-            .scan(0.0, |t, i| {
-                *t += 1.0 / (f64::from(busy_held - i) * mu);
-                Some(*t)
-            })
-            .collect()
-    });
+    let times: Option<Vec<f64>> = per_gpu_rate.and_then(|mu| locality_cost::release_times(to_release, busy_held, mu));
     let by_rate = times.as_ref().and_then(|t| t.last().copied());
     let wait_s = match (by_rate, by_limits) {
         (Some(a), Some(b)) => a.min(b),
