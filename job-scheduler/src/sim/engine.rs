@@ -11,6 +11,21 @@
 //! again in that pass. A job's progress is work (seconds at full speed) done at its current
 //! speed; speeds change when jobs start, end or move beside it (interference) and are
 //! recomputed for the jobs on the servers touched.
+//!
+//! | file | what |
+//! |---|---|
+//! | `engine.rs` | the run (`simulate`), its event loop and the scheduling pass |
+//! | `engine/migrate.rs` | migration plans for blocked jobs, applied through the approver |
+//! | `engine/preempt.rs` | preemption: victims, `Command::Preempt`, stopping the victims |
+//! | `engine/fragmentation.rs` | the fragmentation-blocked wait of each pending job |
+//! | `engine/report.rs` | [`PolicyReport`], [`JobRecord`] and the report's assembly |
+
+mod fragmentation;
+mod migrate;
+mod preempt;
+mod report;
+
+pub use report::{JobRecord, PolicyReport};
 
 use super::compared_policies::{self, Contender, QueueOrder};
 use super::model::SpeedModel;
@@ -23,6 +38,7 @@ use crate::preemption::{self, Candidate};
 use crate::reservation::Reservations;
 use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
 use crate::search::find_placement;
+use preempt::PoolEntry;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -42,8 +58,6 @@ const ENDED_KEPT: usize = 1024;
 /// `migration_task::CANDIDATES_PER_INTERVAL` blocked jobs that have enough GPUs of their
 /// type free in total, in the order the pass offers them, and ends at the first plan carried out.
 pub const MIGRATION_RETRY_S: f64 = 300.0;
-/// Points of the utilization series.
-const UTILIZATION_POINTS: usize = 400;
 /// The view's clock at simulated second 0 (Unix ms): any fixed origin serves, as only
 /// differences are read, but 0 is the view's "no clock yet".
 const EPOCH_MS: u64 = 1_700_000_000_000;
@@ -84,115 +98,6 @@ impl SimConfig {
             invariant_check_every: 0,
         }
     }
-}
-
-/// The results of one policy (the object `tessera sim --json` prints per policy).
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct PolicyReport {
-    /// Jobs simulated.
-    pub jobs: u64,
-    /// Jobs that finished.
-    pub finished: u64,
-    /// Mean job completion time (arrival to end), seconds.
-    pub avg_jct_s: f64,
-    /// Median JCT.
-    pub p50_jct_s: f64,
-    /// 95th-percentile JCT.
-    pub p95_jct_s: f64,
-    /// 99th-percentile JCT.
-    pub p99_jct_s: f64,
-    /// First arrival to last completion, seconds.
-    pub makespan_s: f64,
-    /// Busy GPU-seconds over GPU capacity × makespan.
-    pub gpu_utilization: f64,
-    /// Mean queueing delay (arrival to first start) by size bucket.
-    pub queue_s_by_size: BTreeMap<String, f64>,
-    /// Jobs per size bucket.
-    pub jobs_by_size: BTreeMap<String, u64>,
-    /// Mean queueing delay over all jobs.
-    pub avg_queue_s: f64,
-    /// Mean fraction of GPUs free while jobs waited (free GPUs no waiting job could use).
-    pub fragmentation: f64,
-    /// Share of jobs whose first placement was at their preferred level (the tightest level at
-    /// which a job of their size fits a server of the cluster).
-    pub preferred_locality_share: f64,
-    /// Mean speed of jobs over their run (1 = the trace's duration).
-    pub avg_speed: f64,
-    /// Jobs moved by migration.
-    pub migrations: u64,
-    /// GPU-seconds lost to checkpoint-restart of moved jobs.
-    pub migration_cost_gpu_s: f64,
-    /// Gangs preempted (each released whole, re-queued, resumed later from a checkpoint taken
-    /// when it was stopped). Left out of the JSON when 0.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub preemptions: u64,
-    /// GPU-seconds preempted gangs lost to checkpoint-restart. Left out of the JSON when 0.
-    #[serde(skip_serializing_if = "is_zero_f")]
-    pub preemption_cost_gpu_s: f64,
-    /// Reservations the host made for starved gangs of whole servers ([`crate::reservation`]).
-    /// Left out of the JSON when 0.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub reservations: u64,
-    /// Of those, the ones given up after idling their whole budget. Left out of the JSON when 0.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub reservations_given_up: u64,
-    /// Job-seconds reservations held other jobs back (the waiting they cost). Left out of the
-    /// JSON when 0.
-    #[serde(skip_serializing_if = "is_zero_f")]
-    pub reservation_held_back_s: f64,
-    /// GPU-seconds reservations kept idle that jobs they held back could have used. Left out of
-    /// the JSON when 0.
-    #[serde(skip_serializing_if = "is_zero_f")]
-    pub reserved_idle_gpu_s: f64,
-    /// Jobs whose CPU-aware spec could never fit and that ran with the GPU-proportional share.
-    pub cpu_fallbacks: u64,
-    /// Proposals the approver refused (0 expected: searches plan on a current view).
-    pub rejected_proposals: u64,
-    /// Mean seconds a job of each size bucket waited while it was blocked by fragmentation: the
-    /// cluster had enough free GPUs of its type for it (in one rack or IB domain when its allowed
-    /// level is that), yet no placement of its gang existed at its allowed level even with one
-    /// core and no memory per GPU. This is what migration can fix, measured by the simulator
-    /// itself, whatever the scheduler's verdict.
-    pub frag_blocked_s_by_size: BTreeMap<String, f64>,
-    /// Jobs the scheduler gave up on (cancelled with its reason; 0 for the built-ins on a
-    /// cluster that admitted the jobs). Left out of the JSON when 0.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub gave_up: u64,
-    /// Invariant checks run.
-    pub invariant_checks: u64,
-    /// Violations they found (0 expected).
-    pub invariant_violations: u64,
-    /// Sorted JCTs, seconds (for CDFs; not in JSON).
-    #[serde(skip)]
-    pub jct_s: Vec<f64>,
-    /// `(time_s, busy GPU fraction)`, time-averaged over equal intervals (not in JSON).
-    #[serde(skip)]
-    pub utilization: Vec<(f64, f64)>,
-    /// `(gpus, queue_s)` per finished job (not in JSON).
-    #[serde(skip)]
-    pub queue_by_job: Vec<(u32, f64)>,
-    /// Every job in trace order, finished or not (for per-job CSVs; not in JSON).
-    #[serde(skip)]
-    pub job_records: Vec<JobRecord>,
-}
-
-/// One job's run: when it arrived, started and ended, and where it ran.
-#[derive(Clone, Debug, PartialEq)]
-pub struct JobRecord {
-    /// The trace's job id.
-    pub name: String,
-    /// GPUs.
-    pub gpus: u32,
-    /// Arrival (after load scaling), seconds.
-    pub arrival_s: f64,
-    /// First start, if it started.
-    pub start_s: Option<f64>,
-    /// End, if it finished.
-    pub end_s: Option<f64>,
-    /// Locality level of its last placement (after any moves), if it started.
-    pub level: Option<LocalityLevel>,
-    /// Times it was moved by migration.
-    pub moves: u64,
 }
 
 /// What decides whether a search can succeed in one pass: gang shape, allowed level, CPU
@@ -251,14 +156,6 @@ struct Rt {
     frag_blocked_s: f64,
     /// When its current run started.
     run_start_s: f64,
-}
-
-/// A running job as a possible victim: what [`preemption::choose_victims`] needs, its rank
-/// ([`tessera_view::Job::rank`]) and how often it was preempted.
-struct PoolEntry {
-    candidate: Candidate,
-    rank: (i32, Reverse<u8>),
-    preemptions: u32,
 }
 
 struct Sim<'a> {
@@ -705,43 +602,6 @@ impl Sim<'_> {
         self.reservations.update(&self.local, queue, &self.releases, now);
     }
 
-    /// Brings every pending job's fragmentation-blocked state up to date at `now` (after a pass:
-    /// only passes change what is free).
-    fn track_fragmentation(&mut self, now: f64) {
-        if self.pending.is_empty() {
-            return;
-        }
-        self.local.catch_up(&self.view);
-        let local = &self.local;
-        let free = FreeGpus::of(local);
-        let mut probed: BTreeMap<(u32, u32, LocalityLevel, Option<String>), bool> = BTreeMap::new();
-        for &i in &self.pending {
-            let rt = &self.jobs[i];
-            let allowed = rt.spec.allowed_level((now - rt.arrival_s).max(0.0) as u64);
-            let blocked = free.enough(&rt.spec, allowed) && {
-                let key = (rt.spec.members, rt.spec.gpus_per_member, allowed, rt.spec.gpu_type.clone());
-                let fits = *probed.entry(key).or_insert_with(|| {
-                    let probe = JobSpec {
-                        cpu: CpuDemand::Fixed { cores_per_gpu: 1 },
-                        memory_mib_per_gpu: Some(0),
-                        ..rt.spec.clone()
-                    };
-                    find_placement(local, &Overlay::default(), &probe, allowed, FitMode::Pack, 0).is_ok()
-                });
-                !fits
-            };
-            let rt = &mut self.jobs[i];
-            match (blocked, rt.frag_since) {
-                (true, None) => rt.frag_since = Some(now),
-                (false, Some(since)) => {
-                    rt.frag_blocked_s += now - since;
-                    rt.frag_since = None;
-                }
-                _ => {}
-            }
-        }
-    }
-
     /// Cancels job `i` for its scheduler, which gave up on it.
     fn give_up(&mut self, i: usize, reason: String) {
         let job = self.jobs[i].view_id;
@@ -838,114 +698,6 @@ impl Sim<'_> {
             self.clock_wake_s = t;
             self.push(t, Event::Clock);
         }
-    }
-
-    /// Preempts lower-ranked gangs so that job `i` starts, if victims exist; true if it started.
-    /// The lowest rank among running jobs still under the preemption bound, if any.
-    fn lowest_preemptible(&mut self, now: f64) -> Option<(i32, Reverse<u8>)> {
-        let max = self.view.priorities().max_preemptions;
-        self.fill_victim_pool(now);
-        self.victim_pool.iter().flatten().filter(|e| e.preemptions < max).map(|e| e.rank).min()
-    }
-
-    /// Builds [`Sim::victim_pool`] unless it is current.
-    fn fill_victim_pool(&mut self, now: f64) {
-        if self.victim_pool.is_none() {
-            let mut pool = Vec::new();
-            let mut seen = BTreeSet::new();
-            for &j in self.server_jobs.iter().flatten() {
-                if !seen.insert(j) || self.jobs[j].paused {
-                    continue;
-                }
-                let Some(v) = self.view.job(self.jobs[j].view_id) else { continue };
-                let Some(p) = v.placement.as_ref() else { continue };
-                let c = Candidate {
-                    job: v.id,
-                    members: p.members.clone(),
-                    priority: v.spec.priority,
-                    service_queue: v.service_queue,
-                    // Checkpointed when stopped: only the restart is lost, the same for every
-                    // victim; prefer the ones that ran least since they last started.
-                    lost_s: now - self.jobs[j].run_start_s,
-                };
-                pool.push(PoolEntry { candidate: c, rank: v.rank(), preemptions: v.preemptions });
-            }
-            self.victim_pool = Some(pool);
-        }
-    }
-
-    fn try_preempt(&mut self, i: usize, allowed: LocalityLevel, salt: u64, now: f64) -> bool {
-        let Some(me) = self.view.job(self.jobs[i].view_id).map(|j| j.rank()) else { return false };
-        let max = self.view.priorities().max_preemptions;
-        self.fill_victim_pool(now);
-        let candidates: Vec<Candidate> = self
-            .victim_pool
-            .iter()
-            .flatten()
-            .filter(|e| me > e.rank && e.preemptions < max)
-            .map(|e| e.candidate.clone())
-            .collect();
-        if !preemption::could_make_room(&candidates, self.total_gpus - self.busy_gpus, self.jobs[i].gpus) {
-            return false;
-        }
-        let spec = self.jobs[i].spec.clone();
-        let Some(choice) = preemption::choose_victims(&self.local, &spec, allowed, FitMode::Pack, salt, &candidates)
-        else {
-            return false;
-        };
-        self.preempt(i, choice.members, choice.victims, "attained-service order", now)
-    }
-
-    /// Sends one `Command::Preempt` for job `i` (a host's choice, or its scheduler's
-    /// [`Verdict::Preempt`]); on acceptance stops the victims and starts the job. True if it
-    /// started.
-    fn preempt(&mut self, i: usize, members: Vec<MemberPlacement>, victims: Vec<JobId>, why: &str, now: f64) -> bool {
-        let id = self.next_proposal();
-        let proposal =
-            Proposal { id, job: self.jobs[i].view_id, members: members.clone(), based_on: self.view.version() };
-        let pre = Preemption { proposal, victims: victims.clone(), reason: why.into() };
-        let Outcome::Decided(ds) = self.view.apply(&Command::Preempt(pre)) else { return false };
-        let Some(Decision::Accepted { level, .. }) = ds.first().cloned() else {
-            self.rep.rejected_proposals += 1;
-            return false;
-        };
-        for v in &victims {
-            if let Some(&j) = self.by_view.get(v) {
-                self.stop_preempted(j, now);
-            }
-        }
-        self.start(i, id, members, level, now);
-        // The victims wait again, and what they held beyond the preemptor's gang is free: a
-        // pass at this instant offers every waiting job, as a live host's waiting jobs all see
-        // the view change (offering only the victims left those GPUs idle until a job ended).
-        self.resources_freed = true;
-        for v in &victims {
-            if let Some(&j) = self.by_view.get(v) {
-                self.push(now, Event::Requeued(j));
-            }
-        }
-        true
-    }
-
-    /// A preempted gang: stopped whole (checkpointed on the stop signal), back to waiting, and
-    /// paying a checkpoint-restart when it runs again.
-    fn stop_preempted(&mut self, j: usize, now: f64) {
-        self.set_speed(j, now);
-        let servers = self.vacate(j);
-        let cost = self.cfg.migration.checkpoint_restart_s;
-        let rt = &mut self.jobs[j];
-        rt.work_left_s += cost;
-        rt.speed = 0.0;
-        rt.epoch += 1;
-        rt.members.clear();
-        let gpus = rt.gpus;
-        self.observe(j, now);
-        self.rep.preemptions += 1;
-        self.rep.preemption_cost_gpu_s += f64::from(gpus) * cost;
-        self.set_busy(now, self.busy_gpus - u64::from(gpus));
-        self.pending.insert(j);
-        self.respeed(&servers);
-        self.victim_pool = None;
     }
 
     /// The host's copy of the view sees job `i` change at `now` ([`ReleaseStats::observe`], as
@@ -1055,239 +807,10 @@ impl Sim<'_> {
         self.set_speed(i, now);
     }
 
-    /// Plans and applies moves that let job `i` start; true if it started.
-    fn try_migrate(&mut self, i: usize, level: LocalityLevel, now: f64) -> bool {
-        let remaining: BTreeMap<JobId, f64> = self
-            .server_jobs
-            .iter()
-            .flatten()
-            .map(|&j| {
-                let rt = &self.jobs[j];
-                let left = rt.work_left_s - rt.speed * (now - rt.since_s);
-                (rt.view_id, if rt.speed > 0.0 { left / rt.speed } else { f64::INFINITY })
-            })
-            .collect();
-        let job = self.jobs[i].view_id;
-        let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
-            return false;
-        };
-        // Neither the job nor the jobs moved for it may land on servers withheld from it.
-        let lands = plan.target.iter().chain(plan.moves.iter().flat_map(|m| m.to.iter())).map(|m| m.server);
-        if self.view.job(job).is_some_and(|j| self.reservations.withholds_any(j, now, lands)) {
-            return false;
-        }
-        let moves: Vec<Proposal> = plan
-            .moves
-            .iter()
-            .map(|m| {
-                self.next_proposal += 1;
-                Proposal {
-                    id: ProposalId(self.next_proposal),
-                    job: m.job,
-                    members: m.to.clone(),
-                    based_on: self.view.version(),
-                }
-            })
-            .collect();
-        if !moves.is_empty() {
-            let Outcome::Decided(ds) = self.view.apply(&Command::Migrate(moves.clone())) else { return false };
-            for (p, d) in moves.iter().zip(&ds) {
-                if !d.is_placed() {
-                    self.rep.rejected_proposals += 1;
-                    continue;
-                }
-                let Some(&j) = self.by_view.get(&p.job) else { continue };
-                self.pause_for_move(j, p, now);
-            }
-            self.local.catch_up(&self.view);
-            if !ds.iter().all(Decision::is_placed) {
-                return false;
-            }
-        }
-        self.propose(i, plan.target, now)
-    }
-
-    /// A moved job: new members, no progress until its checkpoint-restart pause ends.
-    fn pause_for_move(&mut self, j: usize, p: &Proposal, now: f64) {
-        let mut servers = self.vacate(j);
-        let cost = self.cfg.migration.checkpoint_restart_s;
-        self.rep.migrations += 1;
-        self.rep.migration_cost_gpu_s += f64::from(self.jobs[j].gpus) * cost;
-        let level = self.view.gang_level(&p.members);
-        {
-            let rt = &mut self.jobs[j];
-            rt.paused = true;
-            rt.members = p.members.clone();
-            rt.level = level;
-        }
-        self.set_speed(j, now);
-        servers.extend(p.members.iter().map(|m| m.server));
-        let to: BTreeSet<ServerId> = p.members.iter().map(|m| m.server).collect();
-        for s in &to {
-            self.server_jobs[s.index()].push(j);
-        }
-        self.running.add(self.jobs[j].view_id, self.jobs[j].gpus, to);
-        self.observe(j, now);
-        self.respeed(&servers);
-        self.jobs[j].moves += 1;
-        let moves = self.jobs[j].moves;
-        self.push(now + cost, Event::Resume(j, moves));
-    }
-
     fn check_invariants(&mut self) {
         let r = invariants::check(&self.view);
         self.rep.invariant_checks += 1;
         self.rep.invariant_violations += r.violations.len() as u64;
         debug_assert!(r.is_clean(), "{:?}", r.violations);
-    }
-
-    fn report(mut self, trace: &Trace) -> PolicyReport {
-        let mut rep = std::mem::take(&mut self.rep);
-        rep.jobs = self.jobs.len() as u64;
-        let held = self.reservations.stats();
-        (rep.reservations, rep.reservations_given_up) = (held.made, held.abandoned);
-        (rep.reservation_held_back_s, rep.reserved_idle_gpu_s) = (held.held_back_s, held.idled_gpu_s);
-        rep.job_records = self
-            .jobs
-            .iter()
-            .zip(&trace.jobs)
-            .map(|(j, t)| JobRecord {
-                name: t.name.clone(),
-                gpus: j.gpus,
-                arrival_s: j.arrival_s,
-                start_s: j.start_s,
-                end_s: j.finish_s,
-                level: j.start_s.map(|_| j.level),
-                moves: j.moves,
-            })
-            .collect();
-        let first = self.jobs.iter().map(|j| j.arrival_s).fold(f64::INFINITY, f64::min);
-        let last = self.jobs.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
-        let mut jct = Vec::new();
-        let mut queue_sum = [0.0f64; 4];
-        let mut queue_n = [0u64; 4];
-        let mut at_pref = 0u64;
-        let mut frag_sum = [0.0f64; 4];
-        let mut frag_n = [0u64; 4];
-        for j in &self.jobs {
-            let b = size_bucket(j.gpus);
-            frag_sum[b] += j.frag_blocked_s;
-            frag_n[b] += 1;
-        }
-        let mut speed_sum = 0.0;
-        for j in &self.jobs {
-            let (Some(start), Some(end)) = (j.start_s, j.finish_s) else { continue };
-            rep.finished += 1;
-            jct.push(end - j.arrival_s);
-            let b = size_bucket(j.gpus);
-            queue_sum[b] += start - j.arrival_s;
-            queue_n[b] += 1;
-            rep.queue_by_job.push((j.gpus, start - j.arrival_s));
-            at_pref += u64::from(j.at_preferred);
-            if end > start {
-                speed_sum += j.speed_time / (end - start);
-            }
-        }
-        jct.sort_by(f64::total_cmp);
-        let n = jct.len().max(1) as f64;
-        let pct = |p: f64| -> f64 {
-            if jct.is_empty() {
-                return 0.0;
-            }
-            jct[((p * jct.len() as f64).ceil() as usize).clamp(1, jct.len()) - 1]
-        };
-        rep.avg_jct_s = jct.iter().sum::<f64>() / n;
-        rep.p50_jct_s = pct(0.50);
-        rep.p95_jct_s = pct(0.95);
-        rep.p99_jct_s = pct(0.99);
-        rep.makespan_s = if last > first { last - first } else { 0.0 };
-        rep.gpu_utilization =
-            if rep.makespan_s > 0.0 { self.busy_area / (self.total_gpus as f64 * rep.makespan_s) } else { 0.0 };
-        for (b, name) in SIZE_BUCKETS.iter().enumerate() {
-            let mean = if queue_n[b] > 0 { queue_sum[b] / queue_n[b] as f64 } else { 0.0 };
-            rep.queue_s_by_size.insert((*name).to_string(), mean);
-            rep.jobs_by_size.insert((*name).to_string(), queue_n[b]);
-            let frag = if frag_n[b] > 0 { frag_sum[b] / frag_n[b] as f64 } else { 0.0 };
-            rep.frag_blocked_s_by_size.insert((*name).to_string(), frag);
-        }
-        rep.avg_queue_s = queue_sum.iter().sum::<f64>() / n;
-        rep.fragmentation =
-            if self.frag_time > 0.0 { self.frag_area / (self.total_gpus as f64 * self.frag_time) } else { 0.0 };
-        rep.preferred_locality_share = at_pref as f64 / n;
-        rep.avg_speed = speed_sum / n;
-        rep.utilization = downsample(&self.busy_series, last, self.total_gpus);
-        rep.jct_s = jct;
-        rep
-    }
-}
-
-/// Time-averages a step series of busy GPUs into [`UTILIZATION_POINTS`] equal intervals.
-fn downsample(series: &[(f64, u64)], end: f64, total: u64) -> Vec<(f64, f64)> {
-    if end <= 0.0 || total == 0 {
-        return Vec::new();
-    }
-    let dt = end / UTILIZATION_POINTS as f64;
-    let mut out = Vec::with_capacity(UTILIZATION_POINTS);
-    let mut k = 0;
-    for p in 0..UTILIZATION_POINTS {
-        let (a, b) = (p as f64 * dt, (p + 1) as f64 * dt);
-        let mut area = 0.0;
-        while k + 1 < series.len() && series[k + 1].0 <= a {
-            k += 1;
-        }
-        let mut q = k;
-        while q < series.len() && series[q].0 < b {
-            let from = series[q].0.max(a);
-            let to = series.get(q + 1).map_or(b, |n| n.0.min(b));
-            area += series[q].1 as f64 * (to - from).max(0.0);
-            q += 1;
-        }
-        out.push((a, area / dt / total as f64));
-    }
-    out
-}
-
-fn is_zero_f(x: &f64) -> bool {
-    *x == 0.0
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// Free GPUs of each device type: in the whole cluster, and per rack and per IB domain, for the
-/// aggregate half of the fragmentation test.
-struct FreeGpus<'v> {
-    cluster: BTreeMap<&'v str, u32>,
-    rack: BTreeMap<(&'v str, u32), u32>,
-    ib: BTreeMap<(&'v str, u32), u32>,
-}
-
-impl<'v> FreeGpus<'v> {
-    fn of(view: &'v LocalView) -> FreeGpus<'v> {
-        let mut f = FreeGpus { cluster: BTreeMap::new(), rack: BTreeMap::new(), ib: BTreeMap::new() };
-        for rec in view.servers() {
-            let n = rec.free_gpus.count_ones();
-            if n == 0 || rec.health != tessera_view::Health::Up {
-                continue;
-            }
-            let cs = &view.config_sets()[rec.config_set.index()];
-            let t = view.topology_of(rec.config_set).device_type.as_str();
-            *f.cluster.entry(t).or_default() += n;
-            *f.rack.entry((t, cs.rack)).or_default() += n;
-            *f.ib.entry((t, cs.ib_domain)).or_default() += n;
-        }
-        f
-    }
-
-    /// Whether enough GPUs of the job's type are free where its allowed level needs them.
-    fn enough(&self, spec: &JobSpec, allowed: LocalityLevel) -> bool {
-        let g = spec.total_gpus();
-        let typed = |t: &str| spec.gpu_type.as_deref().is_none_or(|w| w == t);
-        match allowed {
-            LocalityLevel::Rack => self.rack.iter().any(|((t, _), n)| typed(t) && *n >= g),
-            LocalityLevel::IbDomain => self.ib.iter().any(|((t, _), n)| typed(t) && *n >= g),
-            _ => self.cluster.iter().filter(|(t, _)| typed(t)).map(|(_, n)| *n).sum::<u32>() >= g,
-        }
     }
 }

@@ -1,0 +1,85 @@
+//! The simulator's migration: a plan from [`migration_planner::plan`] for a blocked job, its
+//! moves applied through the approver and the moved jobs paused for the move's cost.
+
+use super::*;
+
+impl Sim<'_> {
+    /// Plans and applies moves that let job `i` start; true if it started.
+    pub(super) fn try_migrate(&mut self, i: usize, level: LocalityLevel, now: f64) -> bool {
+        let remaining: BTreeMap<JobId, f64> = self
+            .server_jobs
+            .iter()
+            .flatten()
+            .map(|&j| {
+                let rt = &self.jobs[j];
+                let left = rt.work_left_s - rt.speed * (now - rt.since_s);
+                (rt.view_id, if rt.speed > 0.0 { left / rt.speed } else { f64::INFINITY })
+            })
+            .collect();
+        let job = self.jobs[i].view_id;
+        let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
+            return false;
+        };
+        // Neither the job nor the jobs moved for it may land on servers withheld from it.
+        let lands = plan.target.iter().chain(plan.moves.iter().flat_map(|m| m.to.iter())).map(|m| m.server);
+        if self.view.job(job).is_some_and(|j| self.reservations.withholds_any(j, now, lands)) {
+            return false;
+        }
+        let moves: Vec<Proposal> = plan
+            .moves
+            .iter()
+            .map(|m| {
+                self.next_proposal += 1;
+                Proposal {
+                    id: ProposalId(self.next_proposal),
+                    job: m.job,
+                    members: m.to.clone(),
+                    based_on: self.view.version(),
+                }
+            })
+            .collect();
+        if !moves.is_empty() {
+            let Outcome::Decided(ds) = self.view.apply(&Command::Migrate(moves.clone())) else { return false };
+            for (p, d) in moves.iter().zip(&ds) {
+                if !d.is_placed() {
+                    self.rep.rejected_proposals += 1;
+                    continue;
+                }
+                let Some(&j) = self.by_view.get(&p.job) else { continue };
+                self.pause_for_move(j, p, now);
+            }
+            self.local.catch_up(&self.view);
+            if !ds.iter().all(Decision::is_placed) {
+                return false;
+            }
+        }
+        self.propose(i, plan.target, now)
+    }
+
+    /// A moved job: new members, no progress until its checkpoint-restart pause ends.
+    pub(super) fn pause_for_move(&mut self, j: usize, p: &Proposal, now: f64) {
+        let mut servers = self.vacate(j);
+        let cost = self.cfg.migration.checkpoint_restart_s;
+        self.rep.migrations += 1;
+        self.rep.migration_cost_gpu_s += f64::from(self.jobs[j].gpus) * cost;
+        let level = self.view.gang_level(&p.members);
+        {
+            let rt = &mut self.jobs[j];
+            rt.paused = true;
+            rt.members = p.members.clone();
+            rt.level = level;
+        }
+        self.set_speed(j, now);
+        servers.extend(p.members.iter().map(|m| m.server));
+        let to: BTreeSet<ServerId> = p.members.iter().map(|m| m.server).collect();
+        for s in &to {
+            self.server_jobs[s.index()].push(j);
+        }
+        self.running.add(self.jobs[j].view_id, self.jobs[j].gpus, to);
+        self.observe(j, now);
+        self.respeed(&servers);
+        self.jobs[j].moves += 1;
+        let moves = self.jobs[j].moves;
+        self.push(now + cost, Event::Resume(j, moves));
+    }
+}
