@@ -103,14 +103,15 @@ impl SimConfig {
 /// What decides whether a search can succeed in one pass: gang shape, allowed level, CPU
 /// sweet point (bits), memory and device type.
 /// Whether servers were withheld from it ([`crate::reservation`]) is part of it too.
-type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<String>, (i32, u8), bool);
+/// The device type is the run's own number for it ([`Rt::ty`]), so a key costs no allocation.
+type ShapeKey = (u32, u32, LocalityLevel, u64, Option<u32>, Option<u32>, (i32, u8), bool);
 
-/// [`locality_cost::slot_kind`], owned (a map key that outlives the borrow of the job).
-type SlotKind = (u32, u32, LocalityLevel, Option<String>);
+/// [`locality_cost::slot_kind`], with the device type as the run's number for it.
+type SlotKind = (u32, u32, LocalityLevel, Option<u32>);
 
-fn slot_kind(spec: &JobSpec) -> SlotKind {
-    let (members, per, prefer, ty) = locality_cost::slot_kind(spec);
-    (members, per, prefer, ty.map(str::to_owned))
+fn slot_kind(rt: &Rt) -> SlotKind {
+    let (members, per, prefer, _) = locality_cost::slot_kind(&rt.spec);
+    (members, per, prefer, rt.ty)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -129,6 +130,12 @@ enum Event {
 struct Rt {
     view_id: JobId,
     spec: JobSpec,
+    /// Its spec's device type as a number (types numbered as the run first meets them): the
+    /// same type, the same number.
+    ty: Option<u32>,
+    /// The level its spec allows whatever it waited, if that does not change with the wait
+    /// (no `relax_after_s` timer): [`JobSpec::allowed_level`] once, not once a pass.
+    fixed_allowed: Option<LocalityLevel>,
     class: usize,
     theta: f64,
     gpus: u32,
@@ -156,6 +163,13 @@ struct Rt {
     frag_blocked_s: f64,
     /// When its current run started.
     run_start_s: f64,
+}
+
+impl Rt {
+    /// The level its spec allows at `now` ([`JobSpec::allowed_level`] after its wait so far).
+    fn allowed(&self, now: f64) -> LocalityLevel {
+        self.fixed_allowed.unwrap_or_else(|| self.spec.allowed_level((now - self.arrival_s).max(0.0) as u64))
+    }
 }
 
 struct Sim<'a> {
@@ -254,15 +268,21 @@ pub fn simulate(
         rep: PolicyReport::default(),
     };
     let scale = cfg.load_scale.max(1e-9);
+    let mut types: HashMap<String, u32> = HashMap::new();
     for (i, j) in trace.jobs.iter().enumerate() {
         let class = model.class_of(&j.job_type);
         let theta = compared_policies::theta_of(j, model, class);
         let declared = model.declared_theta(theta);
         let spec = cfg.contender.style.spec(j, declared, &model.slowdown_of(class), sim.view.topologies());
         let preferred = compared_policies::preferred_level(j.gpus, sim.view.topologies());
+        let next = types.len() as u32;
+        let ty = spec.gpu_type.as_ref().map(|t| *types.entry(t.clone()).or_insert(next));
+        let fixed_allowed = spec.relax_after_s.is_none_or(|step| step == 0).then(|| spec.allowed_level(0));
         sim.jobs.push(Rt {
             view_id: JobId(0),
             spec,
+            ty,
+            fixed_allowed,
             class,
             theta,
             gpus: j.gpus,
@@ -446,22 +466,22 @@ impl Sim<'_> {
             if u64::from(rt.gpus) > free && !preempts {
                 continue;
             }
-            let job = self.view.job(rt.view_id).expect("a pending job is in the view");
             // Servers withheld for a starved gang look taken to the jobs they are withheld from
             // (`locality_cost::decide` masks them): what is free to such a job is less.
-            let withheld = self.reservations.withholds(job, now);
+            let withheld = self.cfg.contender.reserves
+                && self.reservations.withholds(self.view.job(rt.view_id).expect("a pending job is in the view"), now);
             if withheld && !preempts && u64::from(rt.gpus) > free - self.withheld_free() {
                 continue;
             }
             let waited = now - rt.arrival_s;
-            let allowed = rt.spec.allowed_level(waited.max(0.0) as u64);
+            let allowed = rt.allowed(now);
             let key = (
                 rt.spec.members,
                 rt.spec.gpus_per_member,
                 allowed,
                 rt.theta.to_bits(),
                 rt.spec.memory_mib_per_gpu,
-                rt.spec.gpu_type.clone(),
+                rt.ty,
                 // What it may preempt depends on its rank.
                 if preempts { (rt.spec.priority, self.queue_of(i)) } else { (0, 0) },
                 withheld,
@@ -484,11 +504,11 @@ impl Sim<'_> {
                     let kinds = kinds.get_or_insert_with(|| {
                         let mut m: BTreeMap<SlotKind, Vec<usize>> = BTreeMap::new();
                         for &p in &self.pending {
-                            m.entry(slot_kind(&self.jobs[p].spec)).or_default().push(p);
+                            m.entry(slot_kind(&self.jobs[p])).or_default().push(p);
                         }
                         m
                     });
-                    let kind = slot_kind(&rt.spec);
+                    let kind = slot_kind(rt);
                     let earlier = kinds.get(&kind).map_or(0, |v| v.partition_point(|&p| p < i)) as u32;
                     earlier.saturating_sub(placed_kinds.get(&kind).copied().unwrap_or(0))
                 };
@@ -538,7 +558,7 @@ impl Sim<'_> {
             match found {
                 Some(members) => {
                     if self.propose(i, members, now) {
-                        *placed_kinds.entry(slot_kind(&self.jobs[i].spec)).or_default() += 1;
+                        *placed_kinds.entry(slot_kind(&self.jobs[i])).or_default() += 1;
                     } else {
                         failed.insert(key);
                     }

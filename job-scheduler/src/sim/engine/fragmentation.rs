@@ -14,12 +14,12 @@ impl Sim<'_> {
         self.local.catch_up(&self.view);
         let local = &self.local;
         let free = FreeGpus::of(local);
-        let mut probed: BTreeMap<(u32, u32, LocalityLevel, Option<String>), bool> = BTreeMap::new();
+        let mut probed: BTreeMap<(u32, u32, LocalityLevel, Option<u32>), bool> = BTreeMap::new();
         for &i in &self.pending {
             let rt = &self.jobs[i];
-            let allowed = rt.spec.allowed_level((now - rt.arrival_s).max(0.0) as u64);
+            let allowed = rt.allowed(now);
             let blocked = free.enough(&rt.spec, allowed) && {
-                let key = (rt.spec.members, rt.spec.gpus_per_member, allowed, rt.spec.gpu_type.clone());
+                let key = (rt.spec.members, rt.spec.gpus_per_member, allowed, rt.ty);
                 let fits = *probed.entry(key).or_insert_with(|| {
                     let probe = JobSpec {
                         cpu: CpuDemand::Fixed { cores_per_gpu: 1 },
