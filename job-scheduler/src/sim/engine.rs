@@ -204,6 +204,9 @@ struct Sim<'a> {
     /// The running jobs as possible victims, with their rank and preemptions, built once per
     /// pass and dropped whenever the running set changes.
     victim_pool: Option<Vec<PoolEntry>>,
+    /// The lowest rank among the running jobs under the preemption bound, while current (the
+    /// pass's check before any search; built without the pool's copies of members).
+    lowest_victim: Option<Option<(i32, Reverse<u8>)>>,
     /// Whether the cluster orders waiting jobs by attained service (it names thresholds).
     ranked: bool,
     /// When the earliest [`Event::Clock`] queued is due (infinite when none is).
@@ -261,6 +264,7 @@ pub fn simulate(
         busy_series: vec![(0.0, 0)],
         next_plan_s: 0.0,
         victim_pool: None,
+        lowest_victim: None,
         ranked,
         clock_wake_s: f64::INFINITY,
         releases: ReleaseStats::new(),
@@ -427,7 +431,7 @@ impl Sim<'_> {
         self.fresh.clear();
         self.resources_freed = false;
         self.woke = false;
-        self.victim_pool = None;
+        self.forget_victims();
         if candidates.is_empty() {
             return false;
         }
@@ -455,7 +459,7 @@ impl Sim<'_> {
                 // Nothing free: only a job that outranks some running job can start. Offered by
                 // rank, no later job can once one cannot.
                 let me = (self.jobs[i].spec.priority, Reverse(self.queue_of(i)));
-                if self.lowest_preemptible(now).is_none_or(|low| me <= low) {
+                if self.lowest_preemptible().is_none_or(|low| me <= low) {
                     if self.ranked {
                         break;
                     }
@@ -684,7 +688,7 @@ impl Sim<'_> {
         self.set_busy(now, self.busy_gpus + gpus);
         self.occupy(i);
         self.local.catch_up(&self.view);
-        self.victim_pool = None;
+        self.forget_victims();
     }
 
     /// Job `i`'s attained-service queue, as the view keeps it.
@@ -706,7 +710,7 @@ impl Sim<'_> {
         debug_assert!(matches!(&out, Outcome::Clock { expired, .. } if expired.is_empty()), "no time limits: {out:?}");
         if due {
             self.woke = true;
-            self.victim_pool = None;
+            self.forget_victims();
         }
     }
 

@@ -3,6 +3,7 @@
 //! host sends it.
 
 use super::*;
+use tessera_view::Job;
 
 /// A running job as a possible victim: what [`preemption::choose_victims`] needs, its rank
 /// ([`tessera_view::Job::rank`]) and how often it was preempted.
@@ -14,10 +15,30 @@ pub(super) struct PoolEntry {
 
 impl Sim<'_> {
     /// The lowest rank among running jobs still under the preemption bound, if any.
-    pub(super) fn lowest_preemptible(&mut self, now: f64) -> Option<(i32, Reverse<u8>)> {
+    pub(super) fn lowest_preemptible(&mut self) -> Option<(i32, Reverse<u8>)> {
+        if let Some(low) = self.lowest_victim {
+            return low;
+        }
         let max = self.view.priorities().max_preemptions;
-        self.fill_victim_pool(now);
-        self.victim_pool.iter().flatten().filter(|e| e.preemptions < max).map(|e| e.rank).min()
+        let low = self.victim_jobs().filter(|(_, v)| v.preemptions < max).map(|(_, v)| v.rank()).min();
+        self.lowest_victim = Some(low);
+        low
+    }
+
+    /// Forgets the victims known (the pool and the lowest rank): running jobs changed.
+    pub(super) fn forget_victims(&mut self) {
+        self.victim_pool = None;
+        self.lowest_victim = None;
+    }
+
+    /// The running jobs that may be victims, with their view records: placed, not paused for a
+    /// move; a job is listed once per server it is on.
+    fn victim_jobs(&self) -> impl Iterator<Item = (usize, &Job)> + '_ {
+        self.server_jobs
+            .iter()
+            .flatten()
+            .filter(|&&j| !self.jobs[j].paused)
+            .filter_map(|&j| self.view.job(self.jobs[j].view_id).filter(|v| v.placement.is_some()).map(|v| (j, v)))
     }
 
     /// Builds [`Sim::victim_pool`] unless it is current.
@@ -25,11 +46,10 @@ impl Sim<'_> {
         if self.victim_pool.is_none() {
             let mut pool = Vec::new();
             let mut seen = BTreeSet::new();
-            for &j in self.server_jobs.iter().flatten() {
-                if !seen.insert(j) || self.jobs[j].paused {
+            for (j, v) in self.victim_jobs() {
+                if !seen.insert(j) {
                     continue;
                 }
-                let Some(v) = self.view.job(self.jobs[j].view_id) else { continue };
                 let Some(p) = v.placement.as_ref() else { continue };
                 let c = Candidate {
                     job: v.id,
@@ -125,6 +145,6 @@ impl Sim<'_> {
         self.set_busy(now, self.busy_gpus - u64::from(gpus));
         self.pending.insert(j);
         self.respeed(&servers);
-        self.victim_pool = None;
+        self.forget_victims();
     }
 }
