@@ -296,7 +296,7 @@ impl Reservations {
         // The backlog's share: a GPU-second idled is capacity every job behind loses, so on a
         // cluster of `G` GPUs each of the `n` behind finishes `I/G` later, however long after the
         // reservation it starts (what the held-back account above does not see).
-        let backlog = behind.len() as f64 * drain.idle_gpu_s / f64::from(up_gpus(view).max(1));
+        let backlog = behind.len() as f64 * drain.idle_gpu_s / f64::from(up_gpus(view).1.max(1));
         let cost = (held * load_amplification(view)).max(backlog);
         (cost <= budget).then_some(Reservation {
             job: head.id,
@@ -362,18 +362,19 @@ impl Reservations {
 /// fraction `ρ` busy a backlog clears `1/(1 − ρ)` times slower than it forms (the busy period of
 /// a queue at utilization `ρ`). Infinite when every GPU is busy (capped at 1,000).
 fn load_amplification(view: &LocalView) -> f64 {
+    let (busy, total) = up_gpus(view);
+    let rho = if total == 0 { 0.0 } else { f64::from(busy) / f64::from(total) };
+    1.0 / (1.0 - rho).max(1e-3)
+}
+
+/// GPUs of the servers that are up: busy, and in all.
+fn up_gpus(view: &LocalView) -> (u32, u32) {
     let (mut busy, mut total) = (0u32, 0u32);
     for r in view.servers().iter().filter(|r| r.health == Health::Up) {
         let devices = view.topology_of(r.config_set).devices;
         (busy, total) = (busy + devices - r.free_gpus.count_ones(), total + devices);
     }
-    let rho = if total == 0 { 0.0 } else { f64::from(busy) / f64::from(total) };
-    1.0 / (1.0 - rho).max(1e-3)
-}
-
-/// GPUs of the servers that are up.
-fn up_gpus(view: &LocalView) -> u32 {
-    view.servers().iter().filter(|r| r.health == Health::Up).map(|r| view.topology_of(r.config_set).devices).sum()
+    (busy, total)
 }
 
 /// Whether `job` waits for a placement alone (pending, no job it depends on still running).
