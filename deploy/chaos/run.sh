@@ -40,7 +40,9 @@ seed="${TESSERA_CHAOS_SEED:-1}"
 faults="${TESSERA_CHAOS_FAULTS:-$faults}"
 
 project="tessera-chaos-$$"
-export TESSERA_PORT_PREFIX="${TESSERA_PORT_PREFIX:-3710}" TESSERA_HTTP_PORT_PREFIX="${TESSERA_HTTP_PORT_PREFIX:-3808}"
+# Host ports of this run: below the ephemeral range and free now (common.sh), away from the
+# compose test's 271x/280x.
+pick_host_ports 2910 3008
 view="127.0.0.1:${TESSERA_PORT_PREFIX}1,127.0.0.1:${TESSERA_PORT_PREFIX}2,127.0.0.1:${TESSERA_PORT_PREFIX}3"
 compose=(docker-compose -f deploy/compose/compose.yaml -f deploy/chaos/compose.chaos.yaml -p "$project")
 work=$(mktemp -d)

@@ -11,8 +11,8 @@ cd "$(dirname "$0")/../.."
 . deploy/compose/common.sh
 
 project="tessera-test-$$"
-# Host ports of this run (overridable, so that two runs on one machine do not collide).
-export TESSERA_PORT_PREFIX="${TESSERA_PORT_PREFIX:-2710}" TESSERA_HTTP_PORT_PREFIX="${TESSERA_HTTP_PORT_PREFIX:-2808}"
+# Host ports of this run (overridable; otherwise free ones below the ephemeral range, common.sh).
+pick_host_ports 2710 2808
 view="127.0.0.1:${TESSERA_PORT_PREFIX}1,127.0.0.1:${TESSERA_PORT_PREFIX}2,127.0.0.1:${TESSERA_PORT_PREFIX}3"
 compose=(docker-compose -f deploy/compose/compose.yaml -p "$project")
 work=$(mktemp -d)
