@@ -319,15 +319,9 @@ pub(crate) fn can_hold_member(view: &LocalView, r: &ServerRecord, spec: &JobSpec
         && t.devices >= spec.gpus_per_member
 }
 
-/// The domain of multi-server `level` that `r` is in: its rack, its InfiniBand domain, or the
-/// one cluster-wide domain (0) at `any`.
+/// The domain of multi-server `level` that `r` is in ([`tessera_view::ConfigSet::domain`]).
 pub(crate) fn domain_of(view: &LocalView, r: &ServerRecord, level: LocalityLevel) -> u32 {
-    let cs = &view.config_sets()[r.config_set.index()];
-    match level {
-        LocalityLevel::Rack => cs.rack,
-        LocalityLevel::IbDomain => cs.ib_domain,
-        _ => 0,
-    }
+    view.config_sets()[r.config_set.index()].domain(level)
 }
 
 /// The expected times, seconds from now, at which the first, second, … `k`-th of `busy` busy

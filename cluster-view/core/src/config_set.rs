@@ -1,6 +1,7 @@
 //! Configuration sets: groups of homogeneous servers at one network position.
 
 use crate::ids::ConfigSetId;
+use crate::locality::LocalityLevel;
 use serde::{Deserialize, Serialize};
 
 /// A group of servers with the same topology in the same rack and InfiniBand domain.
@@ -23,4 +24,44 @@ pub struct ConfigSet {
     /// be used again, its id is never reused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
+}
+
+impl ConfigSet {
+    /// The domain its servers are in at `level`, the key by which a gang of that level groups
+    /// servers: its rack up to `rack` (a server is inside its rack), its InfiniBand domain at
+    /// `ib-domain`, the one cluster-wide domain (0) at `any`. Every grouping of servers by level
+    /// (admission, drains, migration plans, the schedulers' estimates) reads this.
+    pub fn domain(&self, level: LocalityLevel) -> u32 {
+        match level {
+            LocalityLevel::IbDomain => self.ib_domain,
+            LocalityLevel::Any => 0,
+            _ => self.rack,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_share_a_domain_by_rack_up_to_rack_by_ib_domain_then_all_at_any() {
+        let cs = ConfigSet {
+            id: ConfigSetId(0),
+            name: "r7/seed-8gpu".into(),
+            topology: 0,
+            rack: 7,
+            ib_domain: 3,
+            removed: false,
+        };
+        for (level, domain) in [
+            (LocalityLevel::Socket, 7),
+            (LocalityLevel::Server, 7),
+            (LocalityLevel::Rack, 7),
+            (LocalityLevel::IbDomain, 3),
+            (LocalityLevel::Any, 0),
+        ] {
+            assert_eq!(cs.domain(level), domain, "{level}");
+        }
+    }
 }

@@ -109,9 +109,7 @@ fn home(
         let cs = |s: usize| &view.config_sets()[recs[s].config_set.index()];
         match level {
             l if l <= LocalityLevel::Server => i == a.index(),
-            LocalityLevel::Rack => cs(i).rack == cs(a.index()).rack,
-            LocalityLevel::IbDomain => cs(i).ib_domain == cs(a.index()).ib_domain,
-            _ => true,
+            l => cs(i).domain(l) == cs(a.index()).domain(l),
         }
     };
     let keep = level.min(LocalityLevel::Server);

@@ -232,14 +232,7 @@ fn gang_candidates(
     level: LocalityLevel,
     max_moves: usize,
 ) -> Vec<Vec<Freeing>> {
-    let domain = |s: ServerId| -> u32 {
-        let cs = &view.config_sets()[view.servers()[s.index()].config_set.index()];
-        match level {
-            LocalityLevel::Rack => cs.rack,
-            LocalityLevel::IbDomain => cs.ib_domain,
-            _ => 0,
-        }
-    };
+    let domain = |s: ServerId| view.config_sets()[view.servers()[s.index()].config_set.index()].domain(level);
     if level <= LocalityLevel::Server {
         return Vec::new();
     }

@@ -1149,12 +1149,7 @@ impl ClusterView {
         // Member slots per domain at the tolerated level.
         let mut slots: HashMap<u32, u64> = HashMap::new();
         for cs in &usable {
-            let key = match level {
-                LocalityLevel::Rack => cs.rack,
-                LocalityLevel::IbDomain => cs.ib_domain,
-                _ => 0,
-            };
-            *slots.entry(key).or_default() += self.servers_in(cs.id) * per_server(cs);
+            *slots.entry(cs.domain(level)).or_default() += self.servers_in(cs.id) * per_server(cs);
         }
         let best = slots.values().copied().max().unwrap_or(0);
         (best < spec.members as u64).then(|| {

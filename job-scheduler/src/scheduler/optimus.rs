@@ -90,12 +90,7 @@ impl Optimus {
             let Some(m) = plan_on_server(topo, rec, s, &req, per, LocalityLevel::Server, FitMode::Pack) else {
                 continue;
             };
-            let domain = match a.allowed {
-                l if l <= LocalityLevel::Rack => cs.rack,
-                LocalityLevel::IbDomain => cs.ib_domain,
-                _ => 0,
-            };
-            by_domain.entry(domain).or_default().push((rec.free_gpus.count_ones(), m));
+            by_domain.entry(cs.domain(a.allowed)).or_default().push((rec.free_gpus.count_ones(), m));
         }
         let mut domains: Vec<(u32, Vec<Candidate>)> =
             by_domain.into_iter().filter(|(_, v)| v.len() >= k as usize).collect();
