@@ -32,10 +32,14 @@ use std::sync::Arc;
 use tessera_view::{CpuDemand, JobSpec, LocalityLevel, Predictor, Topology};
 
 /// The attained-service queue thresholds of `tessera-las`, in GPU-seconds: one GPU-hour, then
-/// ten. Tiresias spaces its queues exponentially so that a job's queue says how many orders of
-/// magnitude of GPU time it has had; starting at one GPU-hour lets jobs of minutes finish in the
-/// first queue. Not fitted to any trace.
-pub const LAS_THRESHOLDS_GPU_S: [u64; 2] = [3_600, 36_000];
+/// every factor of ten up to 10,000 GPU-hours. Tiresias spaces its queues exponentially so that
+/// a job's queue says how many orders of magnitude of GPU time it has had; starting at one
+/// GPU-hour lets jobs of minutes finish in the first queue, and the decades go on through the
+/// whole range a job can attain (a 64-GPU gang running a week is about 10,750 GPU-hours), so
+/// that the long jobs, which hold most of the GPU time in a heavy-tailed mix, are still ordered
+/// by what they attained instead of sharing one last queue in arrival order. Not fitted to any
+/// trace (docs/EVALUATION.md: two thresholds before stop 40).
+pub const LAS_THRESHOLDS_GPU_S: [u64; 5] = [3_600, 36_000, 360_000, 3_600_000, 36_000_000];
 
 /// The order in which a host offers its waiting jobs to the scheduler.
 #[derive(Clone, Debug, PartialEq)]
