@@ -138,6 +138,28 @@ fn the_view_moves_a_long_job_down_a_queue_on_simulated_time_and_a_new_one_preemp
     assert!(start(&fifo) > 99_000.0, "in arrival order it waits for the long job: {}", start(&fifo));
 }
 
+#[test]
+fn two_long_jobs_take_turns_at_each_decade_of_gpu_time_they_attain() {
+    // One 8-GPU server, two long 8-GPU jobs: `a` (2,000,000 s of work) from 0 s, `b` (200,000 s)
+    // from 100 s. A queue per decade of GPU-hours (1, 10, 100, ...) is 450, 4,500, 45,000 s of
+    // holding 8 GPUs. `b` preempts `a` when `a` passes 1 GPU-hour; `a` takes the GPUs back when
+    // `b` passes 10; `b` takes them again when `a` passes 100, and then, both past 100, `b`
+    // (the one that attained less when it took them) runs to its end. With the queues stopping
+    // at 10 GPU-hours both would share the last from then on and `b` would wait for the whole
+    // of `a` (about 2,000,000 s).
+    let trace = Trace {
+        name: "two long".into(),
+        jobs: vec![job("a", 0.0, 8, 2_000_000.0, "LM"), job("b", 100.0, 8, 200_000.0, "LM")],
+        ..Trace::default()
+    };
+    let r = run(SimPolicy::TesseraLas, &trace, 1, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (2, 0, 0), "{r:?}");
+    assert_eq!(r.preemptions, 3, "{:?}", r.job_records);
+    let end = |name: &str| r.job_records.iter().find(|j| j.name == name).and_then(|j| j.end_s).expect("it ended");
+    assert!(end("b") < 400_000.0, "b ran to its end once past 100 GPU-hours, at {} s", end("b"));
+    assert!(end("a") > end("b"), "a ends last: {} s", end("a"));
+}
+
 /// Two 8-GPU servers kept nearly full by a stream of 1-GPU jobs (one every `every_s`, 1,000 s
 /// each: 1,000 / `every_s` busy on average), and a 16-GPU gang arriving at 500 s.
 fn starving_trace(every_s: f64) -> Trace {
