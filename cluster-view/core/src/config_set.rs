@@ -29,8 +29,9 @@ pub struct ConfigSet {
 impl ConfigSet {
     /// The domain its servers are in at `level`, the key by which a gang of that level groups
     /// servers: its rack up to `rack` (a server is inside its rack), its InfiniBand domain at
-    /// `ib-domain`, the one cluster-wide domain (0) at `any`. Every grouping of servers by level
-    /// (admission, drains, migration plans, the schedulers' estimates) reads this.
+    /// `ib-domain`, the one cluster-wide domain (0) at `any`. Admission, drains, migration plans,
+    /// the schedulers' wait estimates and `optimus` group servers by this; the placement search
+    /// and the simulator's free-GPU counts walk the view's rack and domain tables instead.
     pub fn domain(&self, level: LocalityLevel) -> u32 {
         match level {
             LocalityLevel::IbDomain => self.ib_domain,
