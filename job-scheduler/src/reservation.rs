@@ -245,7 +245,7 @@ impl Reservations {
             }
             (held, used) = (held + 1, used + g);
         }
-        let rate = f64::from(held) * load_amplification(view);
+        let rate = f64::from(held) * load_amplification(up_gpus(view));
         if let Some(r) = &mut self.current {
             r.accrue(now_s);
             (r.held_now, r.idle_now) = (rate, used);
@@ -296,8 +296,9 @@ impl Reservations {
         // The backlog's share: a GPU-second idled is capacity every job behind loses, so on a
         // cluster of `G` GPUs each of the `n` behind finishes `I/G` later, however long after the
         // reservation it starts (what the held-back account above does not see).
-        let backlog = behind.len() as f64 * drain.idle_gpu_s / f64::from(up_gpus(view).1.max(1));
-        let cost = (held * load_amplification(view)).max(backlog);
+        let gpus = up_gpus(view);
+        let backlog = behind.len() as f64 * drain.idle_gpu_s / f64::from(gpus.1.max(1));
+        let cost = (held * load_amplification(gpus)).max(backlog);
         (cost <= budget).then_some(Reservation {
             job: head.id,
             priority: head.spec.priority,
@@ -360,9 +361,9 @@ impl Reservations {
 /// What a job-second of waiting held back costs in all on a cluster this loaded: a job held
 /// back delays the queue behind it until the backlog clears, and on a cluster whose GPUs are a
 /// fraction `ρ` busy a backlog clears `1/(1 − ρ)` times slower than it forms (the busy period of
-/// a queue at utilization `ρ`). Infinite when every GPU is busy (capped at 1,000).
-fn load_amplification(view: &LocalView) -> f64 {
-    let (busy, total) = up_gpus(view);
+/// a queue at utilization `ρ`). Infinite when every GPU is busy (capped at 1,000). Of the up
+/// servers' `(busy, total)` GPUs ([`up_gpus`]).
+fn load_amplification((busy, total): (u32, u32)) -> f64 {
     let rho = if total == 0 { 0.0 } else { f64::from(busy) / f64::from(total) };
     1.0 / (1.0 - rho).max(1e-3)
 }
