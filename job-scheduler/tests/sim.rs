@@ -2,6 +2,7 @@
 //! traces are reported with row and column, and migration unblocks a fragmented 8-GPU job.
 
 use std::path::PathBuf;
+use tessera_scheduler::sim::compared_policies::QueueOrder;
 use tessera_scheduler::sim::{self, SimConfig, SimJob, SimPolicy, SpeedModel, Trace};
 use tessera_view::Topology;
 
@@ -158,6 +159,41 @@ fn two_long_jobs_take_turns_at_each_decade_of_gpu_time_they_attain() {
     let end = |name: &str| r.job_records.iter().find(|j| j.name == name).and_then(|j| j.end_s).expect("it ended");
     assert!(end("b") < 400_000.0, "b ran to its end once past 100 GPU-hours, at {} s", end("b"));
     assert!(end("a") > end("b"), "a ends last: {} s", end("a"));
+}
+
+#[test]
+fn a_long_job_may_be_preempted_once_per_queue_it_falls_to() {
+    // One 8-GPU server. A long 8-GPU job `a` starts at 0 s and passes its first threshold
+    // (1 GPU-hour: 450 s on 8 GPUs); four short 8-GPU jobs then arrive 1,000 s apart, each in
+    // queue 0 and so outranking `a`. With one preemption per queue (`tessera-las`' bound) each
+    // short job preempts `a` on arrival; with the cluster default of 3, `a` is unpreemptible
+    // from the third, and the fourth waits for the whole of it.
+    let mut jobs = vec![job("a", 0.0, 8, 100_000.0, "LM")];
+    jobs.extend((1..=4).map(|k| job(&format!("s{k}"), 1_000.0 * f64::from(k), 8, 100.0, "LM")));
+    let trace = Trace { name: "one long, four short".into(), jobs, ..Trace::default() };
+    let las = run(SimPolicy::TesseraLas, &trace, 1, 1);
+    let bounded = sim::Contender::from(SimPolicy::TesseraLas).ordered(
+        QueueOrder::AttainedService {
+            thresholds_gpu_s: sim::compared_policies::LAS_THRESHOLDS_GPU_S.to_vec(),
+            max_preemptions: Some(3),
+        },
+        true,
+    );
+    let three = run_contender(bounded, &trace, 1);
+    for r in [&las, &three] {
+        assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (5, 0, 0), "{r:?}");
+    }
+    let start = |r: &sim::PolicyReport, name: &str| {
+        r.job_records.iter().find(|j| j.name == name).and_then(|j| j.start_s).expect("it ran")
+    };
+    assert_eq!(sim::compared_policies::LAS_MAX_PREEMPTIONS, 6);
+    assert_eq!(las.preemptions, 4, "{:?}", las.job_records);
+    for k in 1..=4 {
+        let s = start(&las, &format!("s{k}"));
+        assert!((s - 1_000.0 * f64::from(k)).abs() < 1.0, "s{k} started on arrival: {s} s");
+    }
+    assert_eq!(three.preemptions, 3, "{:?}", three.job_records);
+    assert!(start(&three, "s4") > 99_000.0, "s4 waited for the whole of `a`: {} s", start(&three, "s4"));
 }
 
 /// Two 8-GPU servers kept nearly full by a stream of 1-GPU jobs (one every `every_s`, 1,000 s

@@ -16,7 +16,7 @@
 //! | `tessera-no-migration` | as `tessera` | | | no |
 //! | `tessera-reserving` | as `tessera`, with bounded reservations ([`crate::reservation`]) | | | yes |
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
-//! | `tessera-las` | as `tessera`, in attained-service order ([`QueueOrder::AttainedService`]) with preemption when no move helps | as `tessera` | as `tessera` | yes |
+//! | `tessera-las` | as `tessera`, in attained-service order ([`QueueOrder::AttainedService`]) with preemption when no move helps, at most [`LAS_MAX_PREEMPTIONS`] per job | as `tessera` | as `tessera` | yes |
 //!
 //! Every preset but `tessera-las` offers waiting jobs in arrival order and never preempts. The
 //! `tessera-reserving` preset also makes bounded reservations for starved gangs of whole servers
@@ -41,6 +41,14 @@ use tessera_view::{CpuDemand, JobSpec, LocalityLevel, Predictor, Topology};
 /// trace (docs/EVALUATION.md: two thresholds before stop 40).
 pub const LAS_THRESHOLDS_GPU_S: [u64; 5] = [3_600, 36_000, 360_000, 3_600_000, 36_000_000];
 
+/// The starvation bound of `tessera-las`: one preemption per attained-service queue. In that
+/// order a running job is outranked by newer jobs each time it falls a queue, so a job that
+/// descends every queue may be owed a preemption in each; a bound below the number of queues
+/// (the cluster default, 3, against six queues) makes the longest jobs unpreemptible half-way
+/// down, and then the bound, not the queues, orders them. Sized by that rule, not fitted to a
+/// trace (docs/EVALUATION.md, stop 41).
+pub const LAS_MAX_PREEMPTIONS: u32 = LAS_THRESHOLDS_GPU_S.len() as u32 + 1;
+
 /// The order in which a host offers its waiting jobs to the scheduler.
 #[derive(Clone, Debug, PartialEq)]
 pub enum QueueOrder {
@@ -58,6 +66,9 @@ pub enum QueueOrder {
     AttainedService {
         /// Queue thresholds in GPU-seconds, ascending (at most 8, above 0).
         thresholds_gpu_s: Vec<u64>,
+        /// The starvation bound the cluster sets with these queues
+        /// ([`tessera_view::Priorities::max_preemptions`]); none: the cluster spec's.
+        max_preemptions: Option<u32>,
     },
 }
 
@@ -334,7 +345,11 @@ impl From<SimPolicy> for Contender {
         let c = Contender::new(p.name(), p.scheduler(), p.style()).migrating(p.migrates()).reserving(p.reserves());
         match p {
             SimPolicy::TesseraLas => {
-                c.ordered(QueueOrder::AttainedService { thresholds_gpu_s: LAS_THRESHOLDS_GPU_S.to_vec() }, true)
+                let order = QueueOrder::AttainedService {
+                    thresholds_gpu_s: LAS_THRESHOLDS_GPU_S.to_vec(),
+                    max_preemptions: Some(LAS_MAX_PREEMPTIONS),
+                };
+                c.ordered(order, true)
             }
             _ => c,
         }

@@ -211,11 +211,15 @@ pub fn simulate(
     cfg: &SimConfig,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PolicyReport, SchedulerError> {
-    // A contender in attained-service order runs on a cluster that names its thresholds: the
-    // view moves jobs down its queues itself, as a live cluster's does.
+    // A contender in attained-service order runs on a cluster that names its thresholds (and
+    // its starvation bound, where it sets one): the view moves jobs down its queues itself, as
+    // a live cluster's does.
     let mut cluster = cluster.clone();
-    if let QueueOrder::AttainedService { thresholds_gpu_s } = &cfg.contender.order {
+    if let QueueOrder::AttainedService { thresholds_gpu_s, max_preemptions } = &cfg.contender.order {
         cluster.priorities.attained_service_gpu_s = thresholds_gpu_s.clone();
+        if let Some(max) = max_preemptions {
+            cluster.priorities.max_preemptions = *max;
+        }
         cluster.priorities.validate().map_err(|(field, why)| SchedulerError::BadSetting {
             setting: "a contender's attained-service thresholds",
             expected: format!("what `priorities.{field}` accepts ({why})"),
