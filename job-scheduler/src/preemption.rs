@@ -24,7 +24,8 @@
 use crate::local_view::{LocalView, Overlay};
 use crate::scheduler::Attempt;
 use crate::search::{find_placement, plan_on_server};
-use std::collections::BTreeSet;
+use std::borrow::Borrow;
+use std::collections::{BTreeMap, BTreeSet};
 use tessera_view::fit::FitMode;
 use tessera_view::preemption::shares_resources;
 use tessera_view::{JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord};
@@ -58,15 +59,28 @@ pub struct Choice {
     pub members: Vec<MemberPlacement>,
 }
 
-/// Chooses victims among `candidates` so that `spec` fits within `allowed`, or `None` when even
-/// all of them would not make room, or when the gang found needs none of them.
-pub fn choose_victims(
+/// Chooses victims among `candidates` (owned, or references into a host's pool) so that `spec`
+/// fits within `allowed`, or `None` when even all of them would not make room, or when the gang
+/// found needs none of them.
+pub fn choose_victims<C: Borrow<Candidate>>(
     view: &LocalView,
     spec: &JobSpec,
     allowed: LocalityLevel,
     mode: FitMode,
     salt: u64,
-    candidates: &[Candidate],
+    candidates: &[C],
+) -> Option<Choice> {
+    let candidates: Vec<&Candidate> = candidates.iter().map(Borrow::borrow).collect();
+    choose_among(view, spec, allowed, mode, salt, &candidates)
+}
+
+fn choose_among(
+    view: &LocalView,
+    spec: &JobSpec,
+    allowed: LocalityLevel,
+    mode: FitMode,
+    salt: u64,
+    candidates: &[&Candidate],
 ) -> Option<Choice> {
     if candidates.is_empty() {
         return None;
@@ -81,7 +95,7 @@ pub fn choose_victims(
     });
     let mut best: Option<(Score, Choice)> = None;
     let mut consider = |set: Vec<usize>, found: Vec<MemberPlacement>| {
-        let set: Vec<usize> = set.into_iter().filter(|&k| needed(&candidates[k], &found)).collect();
+        let set: Vec<usize> = set.into_iter().filter(|&k| needed(candidates[k], &found)).collect();
         if set.is_empty() {
             // It fits without displacing anyone: not a preemption (the approver refuses one
             // with no victims), but GPUs its scheduler left alone, such as those a host
@@ -98,15 +112,13 @@ pub fn choose_victims(
     if fits_one_server {
         let levels: Vec<LocalityLevel> =
             LocalityLevel::ALL.into_iter().filter(|l| l.is_intra_server() && *l <= allowed).collect();
-        let mut gpus_on: Vec<(u32, ServerId)> = Vec::new();
-        for c in candidates {
-            for m in &c.members {
-                match gpus_on.iter_mut().find(|(_, s)| *s == m.server) {
-                    Some((n, _)) => *n += m.gpus.count_ones(),
-                    None => gpus_on.push((m.gpus.count_ones(), m.server)),
-                }
-            }
+        // GPUs the candidates hold per server (one map entry per server: a list searched per
+        // member cost candidates × servers on a full cluster), most first.
+        let mut per_server: BTreeMap<ServerId, u32> = BTreeMap::new();
+        for m in candidates.iter().flat_map(|c| &c.members) {
+            *per_server.entry(m.server).or_default() += m.gpus.count_ones();
         }
+        let mut gpus_on: Vec<(u32, ServerId)> = per_server.into_iter().map(|(s, n)| (n, s)).collect();
         gpus_on.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         for &(_, s) in gpus_on.iter().take(SERVERS_TRIED) {
             let Some(&base) = view.servers().get(s.index()) else { continue };
@@ -162,8 +174,9 @@ pub fn displace(a: &Attempt<'_>) -> Option<Choice> {
 
 /// Whether `candidates`' GPUs and the `free` ones are at least the `need`ed: a bound checked
 /// before the search, which then looks for a placement.
-pub fn could_make_room(candidates: &[Candidate], free: u64, need: u32) -> bool {
-    let freeable: u64 = candidates.iter().flat_map(|c| &c.members).map(|m| u64::from(m.gpus.count_ones())).sum();
+pub fn could_make_room<C: Borrow<Candidate>>(candidates: &[C], free: u64, need: u32) -> bool {
+    let freeable: u64 =
+        candidates.iter().flat_map(|c| &c.borrow().members).map(|m| u64::from(m.gpus.count_ones())).sum();
     freeable + free >= u64::from(need)
 }
 
@@ -189,7 +202,7 @@ struct Score {
 }
 
 impl Score {
-    fn of(set: &[usize], candidates: &[Candidate]) -> Score {
+    fn of(set: &[usize], candidates: &[&Candidate]) -> Score {
         let rank = set
             .iter()
             .map(|&k| (candidates[k].priority, std::cmp::Reverse(candidates[k].service_queue)))
@@ -211,7 +224,7 @@ impl Scratch<'_> {
     fn try_with(
         &mut self,
         set: &[usize],
-        candidates: &[Candidate],
+        candidates: &[&Candidate],
         spec: &JobSpec,
         allowed: LocalityLevel,
         mode: FitMode,
@@ -299,7 +312,7 @@ mod tests {
         let spec = JobSpec { priority: 1, ..JobSpec::simple("huge", 2, 8) };
         let local = LocalView::of_view(&v);
         assert_eq!(choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands[..1]), None);
-        assert_eq!(choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &[]), None);
+        assert_eq!(choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &[] as &[Candidate]), None);
         // Offered both, the gang takes both servers whole.
         let c = choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands).expect("a choice");
         assert_eq!(c.victims.len(), 2);

@@ -71,18 +71,20 @@ impl Sim<'_> {
         let Some(me) = self.view.job(self.jobs[i].view_id).map(|j| j.rank()) else { return false };
         let max = self.view.priorities().max_preemptions;
         self.fill_victim_pool(now);
-        let candidates: Vec<Candidate> = self
+        // References into the pool: a pass offers many jobs, and copying every candidate's
+        // members for each was most of this step's allocation.
+        let candidates: Vec<&Candidate> = self
             .victim_pool
             .iter()
             .flatten()
             .filter(|e| me > e.rank && e.preemptions < max)
-            .map(|e| e.candidate.clone())
+            .map(|e| &e.candidate)
             .collect();
         if !preemption::could_make_room(&candidates, self.total_gpus - self.busy_gpus, self.jobs[i].gpus) {
             return false;
         }
-        let spec = self.jobs[i].spec.clone();
-        let Some(choice) = preemption::choose_victims(&self.local, &spec, allowed, FitMode::Pack, salt, &candidates)
+        let spec = &self.jobs[i].spec;
+        let Some(choice) = preemption::choose_victims(&self.local, spec, allowed, FitMode::Pack, salt, &candidates)
         else {
             return false;
         };
