@@ -74,6 +74,7 @@ pub fn choose_victims<C: Borrow<Candidate>>(
     choose_among(view, spec, allowed, mode, salt, &candidates)
 }
 
+/// [`choose_victims`] over references to the candidates.
 fn choose_among(
     view: &LocalView,
     spec: &JobSpec,
