@@ -416,11 +416,11 @@ impl<'s> PlaceMachine<'s> {
         self.attempt += 1;
         match verdict {
             Verdict::Propose(members) => {
-                let id = fresh_id(&mut self.rng);
+                let id = self.unspent_id(j);
                 self.send(Sent::Gang(Proposal { id, job: self.job, members, based_on: version }))
             }
             Verdict::Preempt { members, victims } => {
-                let id = fresh_id(&mut self.rng);
+                let id = self.unspent_id(j);
                 let proposal = Proposal { id, job: self.job, members, based_on: version };
                 let reason = format!(
                     "preempted for job {} (priority {}) by scheduler `{}`",
@@ -489,6 +489,19 @@ impl<'s> PlaceMachine<'s> {
             }
             Answer::Failed(e) => self.in_doubt(now, sent, &e.to_string()),
             Answer::Unknown(why) => self.in_doubt(now, sent, &why),
+        }
+    }
+
+    /// A fresh proposal id that `job` has not spent. A machine's ids are drawn from an rng
+    /// seeded by the host's salt and the job, so the machine of a job placed again (preempted,
+    /// or restarted after a failure) draws the ids its earlier machine drew; the approver
+    /// refuses an id the job already spent, so those are skipped.
+    fn unspent_id(&mut self, job: &Job) -> ProposalId {
+        loop {
+            let id = fresh_id(&mut self.rng);
+            if !job.proposals.contains(&id) {
+                return id;
+            }
         }
     }
 
@@ -881,6 +894,22 @@ mod tests {
         f.fill(1);
         let mut m = machine(&sched, &f);
         assert_eq!(wait_until(f.look(&mut m, 3 * S)).1, 5 * S);
+    }
+
+    #[test]
+    fn a_job_placed_again_is_never_proposed_under_an_id_it_spent() {
+        // The same host (salt) and job: a new machine draws the ids the first one drew.
+        let f = Fixture::new(1, spec(8, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let first = proposal(f.look(&mut machine(&sched, &f), Duration::ZERO));
+        let local = LocalView::of_view(&f.view);
+        let mut requeued = f.view.job(f.job).expect("job").clone();
+        requeued.proposals.push(first.id);
+        let mut m = machine(&sched, &f);
+        let view = Event::View { job: Some(&requeued), view: &local, version: f.view.version(), ctx: Context::empty() };
+        let again = proposal(m.step(Duration::ZERO, view));
+        assert_ne!(again.id, first.id, "the approver would refuse a spent id");
+        assert_eq!(again.members, first.members);
     }
 
     #[test]
