@@ -28,7 +28,7 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use tessera_view::fit::FitMode;
 use tessera_view::preemption::shares_resources;
-use tessera_view::{JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord};
+use tessera_view::{Job, JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord};
 
 /// Servers the per-server search visits at most (those with the most candidate GPUs first).
 const SERVERS_TRIED: usize = 64;
@@ -45,9 +45,25 @@ pub struct Candidate {
     pub priority: i32,
     /// Its attained-service queue.
     pub service_queue: u8,
-    /// Work it would lose if stopped now: seconds since its last checkpoint (or since it
-    /// started, where checkpoints are unknown).
-    pub lost_s: f64,
+    /// When its current run began (Unix ms on the view's clock): the later of its placement's
+    /// approval and its members' start. A stop checkpoints it, so what it loses is the
+    /// restart and the work since its last checkpoint, which the host does not know: the
+    /// shorter the run so far, the less, so a later start is preferred.
+    pub since_ms: u64,
+}
+
+impl Candidate {
+    /// `job` as a candidate, if it holds a placement.
+    pub fn of(job: &Job) -> Option<Candidate> {
+        let p = job.placement.as_ref().filter(|_| job.state.holds_resources())?;
+        Some(Candidate {
+            job: job.id,
+            members: p.members.clone(),
+            priority: job.spec.priority,
+            service_queue: job.service_queue,
+            since_ms: job.times.placed_ms.max(job.times.started_ms),
+        })
+    }
 }
 
 /// Victims and the gang they make room for.
@@ -91,7 +107,7 @@ fn choose_among(
         let (x, y) = (&candidates[a], &candidates[b]);
         (x.priority, std::cmp::Reverse(x.service_queue))
             .cmp(&(y.priority, std::cmp::Reverse(y.service_queue)))
-            .then(x.lost_s.total_cmp(&y.lost_s))
+            .then(y.since_ms.cmp(&x.since_ms))
             .then(x.job.cmp(&y.job))
     });
     let mut best: Option<(Score, Choice)> = None;
@@ -194,12 +210,13 @@ fn give_back(rec: &mut ServerRecord, m: &MemberPlacement) {
 }
 
 /// The preference order of a victim set: fewer gangs, then lower rank, then less work lost.
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Score {
     gangs: usize,
     /// The highest rank among the victims (priority, then the lowest queue): lower is better.
     rank: (i32, std::cmp::Reverse<u8>),
-    lost_s: f64,
+    /// The victims' run starts summed (later starts, less work lost): higher is better.
+    since_ms: std::cmp::Reverse<u128>,
 }
 
 impl Score {
@@ -209,7 +226,8 @@ impl Score {
             .map(|&k| (candidates[k].priority, std::cmp::Reverse(candidates[k].service_queue)))
             .max()
             .unwrap_or((i32::MIN, std::cmp::Reverse(u8::MAX)));
-        Score { gangs: set.len(), rank, lost_s: set.iter().map(|&k| candidates[k].lost_s).sum() }
+        let since_ms = set.iter().map(|&k| u128::from(candidates[k].since_ms)).sum();
+        Score { gangs: set.len(), rank, since_ms: std::cmp::Reverse(since_ms) }
     }
 }
 
@@ -280,7 +298,13 @@ mod tests {
                 based_on: v.version(),
             };
             assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
-            out.push(Candidate { job: id, members: found.members, priority, service_queue: 0, lost_s: i as f64 });
+            out.push(Candidate {
+                job: id,
+                members: found.members,
+                priority,
+                service_queue: 0,
+                since_ms: 1_000 - i as u64,
+            });
         }
         (v, out)
     }
@@ -302,7 +326,7 @@ mod tests {
         let spec = JobSpec { priority: 1, ..JobSpec::simple("small", 1, 2) };
         let c = choose_victims(&LocalView::of_view(&v), &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands)
             .expect("a choice");
-        assert_eq!(c.victims, vec![cands[0].job], "one victim, the one that loses least (lost_s 0)");
+        assert_eq!(c.victims, vec![cands[0].job], "one victim, the one that loses least (the latest start)");
         assert!(needed(&cands[0], &c.members));
     }
 

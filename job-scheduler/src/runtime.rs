@@ -179,6 +179,21 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// The answer of an approver in this process (the simulator's view) to a proposal or a
+    /// preemption: what a live host learns from the leader's decision.
+    pub fn decided(d: Decision) -> Answer {
+        match d {
+            Decision::Accepted { level, .. } => Answer::Accepted { level },
+            Decision::AlreadyApplied { .. } => Answer::AlreadyApplied { level: None },
+            Decision::Rejected { reason, fresh, .. } if reason.is_conflict() => {
+                Answer::Conflict { fresh, message: reason.to_string() }
+            }
+            Decision::Rejected { reason, .. } => {
+                Answer::Refused { code: reason.code().to_string(), message: reason.to_string() }
+            }
+        }
+    }
+
     /// The answer's kind, as a metrics label.
     pub fn outcome(&self) -> &'static str {
         match self {
@@ -306,6 +321,9 @@ pub struct PlaceMachine<'s> {
     in_doubt: Option<Sent>,
     /// Since when the copy has not held the job.
     missing_since: Option<Duration>,
+    /// Whether the last look chose to wait for a tighter level (see
+    /// [`PlaceMachine::waits_by_choice`]).
+    by_choice: bool,
     phase: Phase,
 }
 
@@ -328,6 +346,7 @@ impl<'s> PlaceMachine<'s> {
             allowed: None,
             in_doubt: None,
             missing_since: None,
+            by_choice: false,
             phase: Phase::Look,
         }
     }
@@ -335,6 +354,27 @@ impl<'s> PlaceMachine<'s> {
     /// Proposals the approver refused as conflicts so far.
     pub fn conflicts(&self) -> u32 {
         self.conflicts
+    }
+
+    /// Whether the last look waited by choice: the job could start now at a looser level, but
+    /// waiting for a tighter one is expected to finish sooner ([`locality_cost::decide`]). A
+    /// job that waits because nothing fits is one that moving others could help (a host's
+    /// migration); one that waits by choice is not.
+    pub fn waits_by_choice(&self) -> bool {
+        self.by_choice
+    }
+
+    /// When `job`'s tolerance next relaxes (its spec's `relax_after_s` step after `now`, on the
+    /// machine's clock), if it still can: the latest a waiting job must look again whatever the
+    /// view does.
+    pub fn relax_wake(&self, now: Duration, job: &Job) -> Option<Duration> {
+        let r = job.spec.relax_after_s.filter(|r| *r > 0)?;
+        let waited_s = now.saturating_sub(self.waited_from).as_secs();
+        if job.spec.allowed_level(waited_s) >= job.spec.tolerate {
+            return None;
+        }
+        let step = self.waited_from + Duration::from_secs((waited_s / r + 1) * r);
+        Some(step.max(now + MIN_RELAX_WAIT))
     }
 
     /// Takes one event at time `now` and says what to do next.
@@ -402,6 +442,7 @@ impl<'s> PlaceMachine<'s> {
         let decided = locality_cost::decide(self.scheduler, &attempt);
         let recheck = decided.recheck_waited_s;
         self.allowed = Some(decided.allowed);
+        self.by_choice = decided.by_cost;
         let verdict = match decided.verdict {
             Verdict::Wait(why) if decided.by_cost => Verdict::Wait(why),
             Verdict::Wait(why) => match preemption::displace(&attempt) {
@@ -437,9 +478,8 @@ impl<'s> PlaceMachine<'s> {
                 self.overlay.clear();
                 // Wake on a change of the view, or when the tolerance relaxes next.
                 let mut until = now + self.max_wait;
-                if let Some(r) = j.spec.relax_after_s.filter(|r| *r > 0 && allowed < j.spec.tolerate) {
-                    let step = self.waited_from + Duration::from_secs((waited_s / r + 1) * r);
-                    until = until.min(step.max(now + MIN_RELAX_WAIT));
+                if let Some(step) = self.relax_wake(now, j) {
+                    until = until.min(step);
                 }
                 // Or when waiting for a tighter level stops paying whatever the view does.
                 if let Some(w) = recheck {
@@ -820,6 +860,12 @@ mod tests {
         let sched = LocalityTolerant::default();
         let mut m = PlaceMachine::new(&sched, f.job, 5 * S, &opts);
         assert_eq!(wait_until(f.look(&mut m, 5 * S)), (f.view.version(), 15 * S));
+        assert!(!m.waits_by_choice(), "nothing fits: not a choice");
+        // The step a host that skips the look (another job of the shape failed) wakes it for.
+        let job = f.view.job(f.job).expect("job");
+        assert_eq!(m.relax_wake(9 * S, job), Some(15 * S));
+        assert_eq!(m.relax_wake(15 * S, job), Some(25 * S));
+        assert_eq!(m.relax_wake(25 * S, job), None, "at its tolerance: no step left");
         // A change of the view wakes it early; the wake-up for the step stays where it was.
         assert_eq!(wait_until(f.look(&mut m, 9 * S + 300 * MS)).1, 15 * S);
         assert_eq!(wait_until(f.look(&mut m, 15 * S)).1, 25 * S, "socket: still no fit, next step at 25 s");
@@ -875,6 +921,7 @@ mod tests {
         let mut m = PlaceMachine::new(&sched, f.job, Duration::ZERO, &opts);
         // Waiting pays: it waits, and looks again by the bound (429 s waited) at the latest.
         assert_eq!(wait_until(look(&mut m, Duration::ZERO)).1, 429 * S);
+        assert!(m.waits_by_choice(), "a looser placement exists: waiting is a choice");
         assert_eq!(wait_until(look(&mut m, 100 * S)).1, 429 * S);
         // Waited as long as the tighter level could save: it starts across the two servers.
         let p = proposal(look(&mut m, 429 * S));
@@ -910,6 +957,32 @@ mod tests {
         let again = proposal(m.step(Duration::ZERO, view));
         assert_ne!(again.id, first.id, "the approver would refuse a spent id");
         assert_eq!(again.members, first.members);
+    }
+
+    #[test]
+    fn an_in_process_approvers_decisions_are_answered_as_a_leaders_are() {
+        let mut f = Fixture::new(1, spec(8, LocalityLevel::Server, LocalityLevel::Server, None));
+        let sched = LocalityTolerant::default();
+        let mut m = machine(&sched, &f);
+        let p = proposal(f.look(&mut m, Duration::ZERO));
+        f.fill(1);
+        // The server was taken meanwhile: a conflict with its fresh record.
+        match Answer::decided(f.view.propose(&p)) {
+            Answer::Conflict { fresh, .. } => assert_eq!(fresh[0].1.free_gpus, 0),
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+        // A proposal for a job that is not waiting: refused with the approver's code.
+        let running = f.view.jobs().into_iter().find(|j| j.id != f.job).expect("a running job").id;
+        let again = Proposal { id: ProposalId(77), job: running, ..p.clone() };
+        match Answer::decided(f.view.propose(&again)) {
+            Answer::Refused { code, .. } => assert!(!code.is_empty()),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        let mut g = Fixture::new(1, spec(8, LocalityLevel::Server, LocalityLevel::Server, None));
+        let mut m = machine(&sched, &g);
+        let p = proposal(g.look(&mut m, Duration::ZERO));
+        assert!(matches!(Answer::decided(g.view.propose(&p)), Answer::Accepted { level: LocalityLevel::Server }));
+        assert!(matches!(Answer::decided(g.view.propose(&p)), Answer::AlreadyApplied { .. }), "a resend");
     }
 
     #[test]

@@ -486,21 +486,8 @@ impl<D: Disks> Sim<D> {
     /// view by the real victim choice.
     fn preempt(&mut self, view: &ClusterView, local: &LocalView, job: JobId, spec: &JobSpec, salt: u64) {
         let me = view.job(job).expect("job");
-        let candidates: Vec<Candidate> = view
-            .jobs()
-            .into_iter()
-            .filter(|v| v.state.holds_resources() && me.outranks(v))
-            .filter_map(|v| {
-                let p = v.placement.as_ref()?;
-                Some(Candidate {
-                    job: v.id,
-                    members: p.members.clone(),
-                    priority: v.spec.priority,
-                    service_queue: v.service_queue,
-                    lost_s: 0.0,
-                })
-            })
-            .collect();
+        let candidates: Vec<Candidate> =
+            view.jobs().into_iter().filter(|v| me.outranks(v)).filter_map(Candidate::of).collect();
         let Some(choice) = choose_victims(local, spec, spec.tolerate, FitMode::Pack, salt, &candidates) else { return };
         let p = Proposal { id: ProposalId(self.next_proposal), job, members: choice.members, based_on: view.version() };
         self.next_proposal += 1;

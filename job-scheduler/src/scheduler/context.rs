@@ -10,7 +10,7 @@ use crate::locality_cost::ReleaseStats;
 use crate::preemption::Candidate;
 use crate::reservation::Reservations;
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tessera_view::{Job, JobId, ServerId};
 
 /// What the host knows beyond the server records, shared by every attempt it makes.
@@ -59,6 +59,14 @@ impl<'a> Context<'a> {
     }
 }
 
+/// A job's rank for preemption ([`Job::rank`]): priority, then the lowest attained-service queue.
+type Rank = (i32, Reverse<u8>);
+
+/// A candidate's rank.
+fn rank_of(c: &Candidate) -> Rank {
+    (c.priority, Reverse(c.service_queue))
+}
+
 /// A job holding GPUs on a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Running {
@@ -77,6 +85,9 @@ pub struct RunningIndex {
     /// The jobs [`RunningIndex::update`] listed, as possible victims, with the preemptions they
     /// have had. ([`RunningIndex::add`] knows no rank: such jobs are never offered as victims.)
     victims: BTreeMap<JobId, (Candidate, u32)>,
+    /// The same jobs by rank ([`Job::rank`]), lowest first: a waiting job reads only those it
+    /// outranks.
+    by_rank: BTreeSet<(Rank, JobId)>,
     /// The cluster's bound on preemptions of one job (`[priorities] max_preemptions`); 0 turns
     /// preemption off.
     max_preemptions: u32,
@@ -89,6 +100,7 @@ impl RunningIndex {
             per_server: Vec::new(),
             servers_of: BTreeMap::new(),
             victims: BTreeMap::new(),
+            by_rank: BTreeSet::new(),
             max_preemptions: 0,
         }
     }
@@ -102,16 +114,29 @@ impl RunningIndex {
 
     /// The running jobs a job of rank `rank` ([`Job::rank`]) may preempt: those it outranks,
     /// preempted fewer times than the cluster's bound, in job order. The approver checks the
-    /// same rules again at apply. Work lost is unknown here (0 for every candidate), so victim
-    /// choice falls back on the fewest gangs and the lowest rank.
-    pub fn preemptible_by(&self, rank: (i32, Reverse<u8>)) -> Vec<Candidate> {
-        self.victims
-            .values()
-            .filter(|(c, preemptions)| {
-                *preemptions < self.max_preemptions && rank > (c.priority, Reverse(c.service_queue))
-            })
-            .map(|(c, _)| c.clone())
+    /// same rules again at apply. Borrowed: a host asks once per waiting job and attempt.
+    pub fn preemptible_by(&self, rank: Rank) -> Vec<&Candidate> {
+        if self.max_preemptions == 0 {
+            return Vec::new();
+        }
+        self.by_rank
+            .range(..(rank, JobId(0)))
+            .filter_map(|(_, id)| self.victims.get(id))
+            .filter(|(_, preemptions)| *preemptions < self.max_preemptions)
+            .map(|(c, _)| c)
             .collect()
+    }
+
+    /// The lowest rank among the jobs that may still be preempted (under the bound), if any: a
+    /// waiting job that does not outrank it can displace no one.
+    pub fn lowest_preemptible(&self) -> Option<Rank> {
+        if self.max_preemptions == 0 {
+            return None;
+        }
+        self.by_rank
+            .iter()
+            .find(|(_, id)| self.victims.get(id).is_some_and(|(_, n)| *n < self.max_preemptions))
+            .map(|(rank, _)| *rank)
     }
 
     /// The index of the jobs among `jobs` that hold a placement.
@@ -144,7 +169,9 @@ impl RunningIndex {
 
     /// Forgets `job` wherever it is listed.
     pub fn remove(&mut self, job: JobId) {
-        self.victims.remove(&job);
+        if let Some((c, _)) = self.victims.remove(&job) {
+            self.by_rank.remove(&(rank_of(&c), job));
+        }
         for s in self.servers_of.remove(&job).unwrap_or_default() {
             if let Some(on) = self.per_server.get_mut(s.index()) {
                 on.retain(|r| r.job != job);
@@ -157,21 +184,26 @@ impl RunningIndex {
         self.servers_of.len()
     }
 
+    /// Brings a listed job's rank and preemption count up to date with `job` (the view moved it
+    /// down a queue), leaving where it runs alone; a job not listed as a victim is left out.
+    pub fn rerank(&mut self, job: &Job) {
+        let Some((c, preemptions)) = self.victims.get_mut(&job.id) else { return };
+        let old = rank_of(c);
+        (c.priority, c.service_queue, *preemptions) = (job.spec.priority, job.service_queue, job.preemptions);
+        let new = rank_of(c);
+        if old != new {
+            self.by_rank.remove(&(old, job.id));
+            self.by_rank.insert((new, job.id));
+        }
+    }
+
     /// Brings the index up to date with `job` as it is now: listed on the servers of its
     /// placement while it holds one, nowhere otherwise.
     pub fn update(&mut self, job: &Job) {
         self.remove(job.id);
-        if job.state.holds_resources()
-            && let Some(p) = &job.placement
-        {
-            self.add(job.id, job.spec.total_gpus(), p.members.iter().map(|m| m.server));
-            let victim = Candidate {
-                job: job.id,
-                members: p.members.clone(),
-                priority: job.spec.priority,
-                service_queue: job.service_queue,
-                lost_s: 0.0,
-            };
+        if let Some(victim) = Candidate::of(job) {
+            self.add(job.id, job.spec.total_gpus(), victim.members.iter().map(|m| m.server));
+            self.by_rank.insert((rank_of(&victim), job.id));
             self.victims.insert(job.id, (victim, job.preemptions));
         }
     }
@@ -207,5 +239,47 @@ mod tests {
         idx.update(v.job(id).expect("ended jobs are kept a while"));
         assert_eq!((idx.jobs(), idx.on(ServerId(0)).len()), (0, 0));
         assert!(idx.on(ServerId(99)).is_empty(), "an unknown server runs nothing");
+    }
+
+    #[test]
+    fn victims_are_offered_by_rank_under_the_bound_with_their_run_start() {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
+        v.apply(&Command::Clock { at_ms: 5_000 });
+        let mut ids = Vec::new();
+        for (n, priority) in [(0u64, 1), (1, 3)] {
+            let spec = JobSpec { priority, ..JobSpec::simple("j", 1, 8) };
+            let id = v.submit(spec.clone()).expect("admitted");
+            let local = crate::LocalView::of_view(&v);
+            let found =
+                crate::find_placement(&local, &crate::Overlay::default(), &spec, LocalityLevel::Any, FitMode::Pack, n);
+            let p = Proposal {
+                id: ProposalId(n + 1),
+                job: id,
+                members: found.expect("free").members,
+                based_on: v.version(),
+            };
+            assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
+            ids.push(id);
+        }
+        let idx = RunningIndex::from_jobs(v.jobs());
+        assert!(idx.preemptible_by((9, Reverse(0))).is_empty(), "the default bound, 0, offers no victims");
+        assert_eq!(idx.lowest_preemptible(), None);
+        let idx = idx.with_preemption_bound(2);
+        let offered: Vec<JobId> = idx.preemptible_by((2, Reverse(0))).iter().map(|c| c.job).collect();
+        assert_eq!(offered, vec![ids[0]], "priority 2 outranks only the priority-1 job");
+        assert_eq!(idx.preemptible_by((2, Reverse(0)))[0].since_ms, 5_000, "its placement's time on the view's clock");
+        assert_eq!(idx.lowest_preemptible(), Some((1, Reverse(0))));
+        // The priority-1 job falls to queue 2: a job of priority 1, queue 0 now outranks it.
+        let mut fell = v.job(ids[0]).expect("job").clone();
+        fell.service_queue = 2;
+        let mut reranked = idx.clone();
+        reranked.rerank(&fell);
+        assert_eq!(reranked.lowest_preemptible(), Some((1, Reverse(2))));
+        let offered: Vec<JobId> = reranked.preemptible_by((1, Reverse(0))).iter().map(|c| c.job).collect();
+        assert_eq!(offered, vec![ids[0]]);
+        let mut updated = idx.clone();
+        updated.update(&fell);
+        assert_eq!(reranked, updated, "reranking equals updating a job that did not move");
     }
 }

@@ -5,19 +5,27 @@
 //! running job reaching its next attained-service threshold). Before the events of an instant
 //! the view's clock is set to it, as a leader's clock entries set a live view's, so the view
 //! stamps placements and moves jobs down its queues on simulated time. After all events of one instant, a
-//! scheduling pass offers waiting jobs to the policy in arrival order (a job that does not fit
-//! is skipped, not waited on, as generic schedulers do): after a release every waiting job is
-//! tried, after an arrival only the new ones. A shape that failed once in a pass is not searched
-//! again in that pass. A job's progress is work (seconds at full speed) done at its current
+//! scheduling pass offers waiting jobs in the host's order (arrival, or rank under
+//! attained-service order; a job that does not fit is skipped, not waited on, as generic
+//! schedulers do): after a release every waiting job is tried, after an arrival only the new
+//! ones. A shape that failed once in a pass is not searched again in that pass.
+//!
+//! Each waiting job is placed by the live host's own [`PlaceMachine`] on simulated time: the
+//! pass shows it the view and carries out what it asks (propose, preempt, give up, wait until
+//! a relaxation step or a cost bound), as [`crate::runtime::place_job`] does over gRPC, so the
+//! locality-cost rule, the preemption step and the retry rules are the ones a live cluster
+//! runs. What the simulated host adds is what a live host runs beside its machines: the order
+//! of the pass and migration planning for jobs nothing fits (the live migration task).
+//! A job's progress is work (seconds at full speed) done at its current
 //! speed; speeds change when jobs start, end or move beside it (interference) and are
 //! recomputed for the jobs on the servers touched.
 //!
 //! | file | what |
 //! |---|---|
 //! | `engine.rs` | the run (`simulate`) and its event loop |
-//! | `engine/pass.rs` | the scheduling pass: waiting jobs offered to the policy, moves and preemption when they do not fit |
+//! | `engine/pass.rs` | the scheduling pass: each waiting job's machine shown the view, its actions carried out; moves when nothing fits |
 //! | `engine/migrate.rs` | migration plans for blocked jobs, applied through the approver |
-//! | `engine/preempt.rs` | preemption: victims, `Command::Preempt`, stopping the victims |
+//! | `engine/preempt.rs` | a machine's `Command::Preempt` through the approver, the victims stopped |
 //! | `engine/fragmentation.rs` | the fragmentation-blocked wait of each pending job |
 //! | `engine/report.rs` | [`PolicyReport`], [`JobRecord`] and the report's assembly |
 
@@ -34,22 +42,22 @@ use super::model::SpeedModel;
 use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
-use crate::locality_cost::{self, Decided, ReleaseStats};
+use crate::locality_cost::{self, ReleaseStats};
 use crate::migration_task::{CANDIDATES_PER_INTERVAL, free_gpus};
-use crate::preemption::{self, Candidate};
 use crate::reservation::Reservations;
-use crate::scheduler::{Attempt, Context, RunningIndex, Verdict};
+use crate::runtime::{Action, Answer, Event as Look, PlaceMachine, Placed, RuntimeOptions};
+use crate::scheduler::{Context, RunningIndex};
 use crate::search::find_placement;
-use preempt::PoolEntry;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::time::Duration;
 use tessera_view::fit::FitMode;
 use tessera_view::migration_planner::{self, MigrationParams};
 use tessera_view::view::DEFAULT_CHANGE_LOG;
 use tessera_view::{
     ClusterSpec, ClusterView, Command, CpuDemand, Decision, JobId, JobSpec, LocalityLevel, MemberPlacement, Outcome,
-    Preemption, Proposal, ProposalId, ServerId, TaskEvent, ViewError, invariants,
+    Proposal, ProposalId, ServerId, TaskEvent, ViewError, invariants,
 };
 
 /// Ended jobs the simulated view keeps (the simulator keeps its own records).
@@ -73,6 +81,16 @@ fn view_ms(t: f64) -> u64 {
 fn sim_s(ms: u64) -> f64 {
     ms.saturating_sub(EPOCH_MS) as f64 / 1000.0
 }
+
+/// Simulated second `t` on a [`PlaceMachine`]'s clock.
+fn machine_time(t: f64) -> Duration {
+    Duration::from_secs_f64(t.max(0.0))
+}
+
+/// A live host's machine also looks again every `max_backoff` in case it missed a change of
+/// the view; the simulated host misses none, so its machines' waits end only on their own
+/// timers (a relaxation step, a cost bound, a backoff). A wait this long is no timer.
+const NO_POLL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// One run's parameters.
 #[derive(Clone, Debug)]
@@ -143,14 +161,10 @@ struct Rt {
     speed_time: f64,
     /// Counts the job's moves; a resume event names the move it ends.
     moves: u64,
-    /// Times its scheduler was asked.
-    attempts: u32,
     /// Since when it has been blocked by fragmentation (see [`PolicyReport::frag_blocked_s_by_size`]).
     frag_since: Option<f64>,
     /// Seconds it waited blocked by fragmentation.
     frag_blocked_s: f64,
-    /// When its current run started.
-    run_start_s: f64,
 }
 
 impl Rt {
@@ -189,14 +203,16 @@ struct Sim<'a> {
     frag_time: f64,
     busy_series: Vec<(f64, u64)>,
     next_plan_s: f64,
-    /// The running jobs as possible victims, with their rank and preemptions, built once per
-    /// pass and dropped whenever the running set changes.
-    victim_pool: Option<Vec<PoolEntry>>,
     /// The lowest rank among the running jobs under the preemption bound, while current (the
-    /// pass's check before any search; built without the pool's copies of members).
+    /// pass's check before any search).
     lowest_victim: Option<Option<(i32, Reverse<u8>)>>,
     /// Whether the cluster orders waiting jobs by attained service (it names thresholds).
     ranked: bool,
+    /// Each waiting job's placement machine, the live host's ([`PlaceMachine`]): it asks the
+    /// scheduler, weighs locality as a cost, preempts, proposes and says how long to wait.
+    machines: Vec<Option<PlaceMachine<'a>>>,
+    /// The machines' options: proposal ids and jitter seeded from the run's seed; no poll.
+    runtime: RuntimeOptions,
     /// When the earliest [`Event::Clock`] queued is due (infinite when none is).
     clock_wake_s: f64,
     rep: PolicyReport,
@@ -229,13 +245,14 @@ pub fn simulate(
     let mut view = ClusterView::from_spec(&cluster).with_limits(DEFAULT_CHANGE_LOG, ENDED_KEPT);
     view.apply(&Command::Clock { at_ms: view_ms(0.0) });
     let ranked = !view.priorities().attained_service_gpu_s.is_empty();
+    let max_preemptions = view.priorities().max_preemptions;
     let local = LocalView::of_view(&view);
     let total_gpus = view.servers().iter().map(|r| u64::from(view.topology_of(r.config_set).devices)).sum();
     let mut sim = Sim {
         cfg,
         model,
         server_jobs: vec![Vec::new(); view.servers().len()],
-        running: RunningIndex::new(),
+        running: RunningIndex::new().with_preemption_bound(max_preemptions),
         view,
         local,
         jobs: Vec::with_capacity(trace.jobs.len()),
@@ -255,9 +272,10 @@ pub fn simulate(
         frag_time: 0.0,
         busy_series: vec![(0.0, 0)],
         next_plan_s: 0.0,
-        victim_pool: None,
         lowest_victim: None,
         ranked,
+        machines: Vec::with_capacity(trace.jobs.len()),
+        runtime: RuntimeOptions { salt: cfg.seed, max_backoff: NO_POLL, ..RuntimeOptions::default() },
         clock_wake_s: f64::INFINITY,
         releases: ReleaseStats::new(),
         reservations: Reservations::new(),
@@ -297,11 +315,10 @@ pub fn simulate(
             next_wake_s: 0.0,
             speed_time: 0.0,
             moves: 0,
-            attempts: 0,
             frag_since: None,
             frag_blocked_s: 0.0,
-            run_start_s: 0.0,
         });
+        sim.machines.push(None);
         let t = sim.jobs[i].arrival_s;
         sim.push(t, Event::Arrive(i));
     }
@@ -324,7 +341,7 @@ pub fn simulate(
         }
         // Between passes nothing frees GPUs or relaxes a level (releases, arrivals and relax
         // timers all start one), so fragmentation states change only after a pass.
-        if sim.schedule(now) {
+        if sim.schedule(now)? {
             sim.track_fragmentation(now);
         }
         sim.wake_for_clock();
@@ -334,7 +351,7 @@ pub fn simulate(
     Ok(sim.report(trace))
 }
 
-impl Sim<'_> {
+impl<'a> Sim<'a> {
     fn push(&mut self, t: f64, ev: Event) {
         self.seq += 1;
         self.heap.push(Reverse((t.max(0.0).to_bits(), self.seq, ev)));
@@ -364,7 +381,12 @@ impl Sim<'_> {
             Event::Finish(i, epoch) if self.jobs[i].epoch == epoch && !self.jobs[i].paused => self.finish(i, now),
             Event::Resume(i, moves) if self.jobs[i].moves == moves && self.jobs[i].paused => self.resume(i, now),
             Event::Wake => self.woke = true,
-            Event::Requeued(i) => self.fresh.push(i),
+            Event::Requeued(i) => {
+                // The live host adopts a preempted job anew: a new machine, its wait counted
+                // from its submission as before (`Job::waiting_from_ms`).
+                self.machines[i] = Some(self.machine(i));
+                self.fresh.push(i);
+            }
             Event::Clock if now >= self.clock_wake_s => self.clock_wake_s = f64::INFINITY,
             _ => {}
         }
@@ -390,10 +412,17 @@ impl Sim<'_> {
         };
         self.jobs[i].view_id = id;
         self.jobs[i].next_wake_s = now;
+        self.machines[i] = Some(self.machine(i));
         self.by_view.insert(id, i);
         self.pending.insert(i);
         self.fresh.push(i);
         Ok(())
+    }
+
+    /// A placement machine for job `i`, waiting since its arrival.
+    fn machine(&self, i: usize) -> PlaceMachine<'a> {
+        let rt = &self.jobs[i];
+        PlaceMachine::new(self.cfg.contender.scheduler.as_ref(), rt.view_id, machine_time(rt.arrival_s), &self.runtime)
     }
 
     fn next_proposal(&mut self) -> ProposalId {
@@ -407,40 +436,29 @@ impl Sim<'_> {
         let out = self.view.apply(&Command::Cancel { job, reason: Some(reason), grace_s: None });
         debug_assert_eq!(out, Outcome::Ended(Ok(())));
         self.pending.remove(&i);
+        self.machines[i] = None;
         self.rep.gave_up += 1;
     }
 
-    /// Schedules a pass when a waiting job's tolerance next relaxes.
-    fn wake_later(&mut self, i: usize, now: f64, allowed: LocalityLevel) {
-        let rt = &self.jobs[i];
-        let Some(step) = rt.spec.relax_after_s.filter(|_| allowed < rt.spec.tolerate) else { return };
-        let waited = (now - rt.arrival_s).max(0.0);
-        let next = rt.arrival_s + ((waited / step as f64).floor() + 1.0) * step as f64;
-        self.wake_at(i, next);
-    }
-
-    /// Schedules a pass at `t` for job `i`, unless one is due for it no earlier.
+    /// Schedules a pass at `t` for job `i`, unless one is due for it before `t` and after now.
     fn wake_at(&mut self, i: usize, t: f64) {
-        if t > self.jobs[i].next_wake_s {
+        let due = self.jobs[i].next_wake_s;
+        if due <= self.last_t || t < due {
             self.jobs[i].next_wake_s = t;
             self.push(t, Event::Wake);
         }
     }
 
-    /// Proposes `members` for job `i` and starts it if accepted.
-    fn propose(&mut self, i: usize, members: Vec<MemberPlacement>, now: f64) -> bool {
-        let id = self.next_proposal();
-        let p = Proposal { id, job: self.jobs[i].view_id, members: members.clone(), based_on: self.view.version() };
-        match self.view.propose(&p) {
-            Decision::Accepted { level, .. } => {
-                self.start(i, id, members, level, now);
-                true
-            }
-            _ => {
-                self.rep.rejected_proposals += 1;
-                false
-            }
+    /// Sends `p` for job `i` to the approver, as a live host's `Propose` call does, and starts
+    /// the job if it is accepted.
+    fn propose(&mut self, i: usize, p: Proposal, now: f64) -> Answer {
+        let d = self.view.propose(&p);
+        if let Decision::Accepted { level, .. } = d {
+            self.start(i, p.id, p.members, level, now);
+        } else {
+            self.rep.rejected_proposals += 1;
         }
+        Answer::decided(d)
     }
 
     fn start(&mut self, i: usize, proposal: ProposalId, members: Vec<MemberPlacement>, level: LocalityLevel, now: f64) {
@@ -455,15 +473,15 @@ impl Sim<'_> {
             rt.start_s = Some(now);
             rt.at_preferred = level <= rt.preferred;
         }
-        rt.run_start_s = now;
         rt.level = level;
         rt.members = members;
         rt.since_s = now;
         let gpus = u64::from(rt.gpus);
         self.set_busy(now, self.busy_gpus + gpus);
+        self.machines[i] = None;
         self.occupy(i);
         self.local.catch_up(&self.view);
-        self.forget_victims();
+        self.lowest_victim = None;
     }
 
     /// Job `i`'s attained-service queue, as the view keeps it.
@@ -484,8 +502,16 @@ impl Sim<'_> {
         let out = self.view.apply(&Command::Clock { at_ms });
         debug_assert!(matches!(&out, Outcome::Clock { expired, .. } if expired.is_empty()), "no time limits: {out:?}");
         if due {
+            // Running jobs moved down a queue: they rank lower as victims.
             self.woke = true;
-            self.forget_victims();
+            for list in &self.server_jobs {
+                for &j in list {
+                    if let Some(v) = self.view.job(self.jobs[j].view_id) {
+                        self.running.rerank(v);
+                    }
+                }
+            }
+            self.lowest_victim = None;
         }
     }
 
@@ -523,7 +549,9 @@ impl Sim<'_> {
         for s in &servers {
             self.server_jobs[s.index()].push(i);
         }
-        self.running.add(self.jobs[i].view_id, self.jobs[i].gpus, servers.iter().copied());
+        if let Some(v) = self.view.job(self.jobs[i].view_id) {
+            self.running.update(v);
+        }
         self.respeed(&servers);
     }
 
@@ -602,6 +630,10 @@ impl Sim<'_> {
         let (job, members) = (self.jobs[i].view_id, self.jobs[i].members.clone());
         let Some(proposal) = self.view.job(job).and_then(|j| j.placement.as_ref()).map(|p| p.proposal) else { return };
         self.report_started(i, proposal, &members);
+        // Its run restarted: the host's index sees the new start, as a live host's does.
+        if let Some(v) = self.view.job(job) {
+            self.running.update(v);
+        }
         self.jobs[i].paused = false;
         self.set_speed(i, now);
     }

@@ -4,7 +4,9 @@
 use super::*;
 
 impl Sim<'_> {
-    /// Plans and applies moves that let job `i` start; true if it started.
+    /// Plans and applies moves that free a group for job `i` at `level`; true if they were all
+    /// accepted (the job's own machine then places it, as a live host's scheduler task does
+    /// on the view change).
     pub(super) fn try_migrate(&mut self, i: usize, level: LocalityLevel, now: f64) -> bool {
         let remaining: BTreeMap<JobId, f64> = self
             .server_jobs
@@ -28,14 +30,11 @@ impl Sim<'_> {
         let moves: Vec<Proposal> = plan
             .moves
             .iter()
-            .map(|m| {
-                self.next_proposal += 1;
-                Proposal {
-                    id: ProposalId(self.next_proposal),
-                    job: m.job,
-                    members: m.to.clone(),
-                    based_on: self.view.version(),
-                }
+            .map(|m| Proposal {
+                id: self.next_proposal(),
+                job: m.job,
+                members: m.to.clone(),
+                based_on: self.view.version(),
             })
             .collect();
         if !moves.is_empty() {
@@ -49,11 +48,10 @@ impl Sim<'_> {
                 self.pause_for_move(j, p, now);
             }
             self.local.catch_up(&self.view);
-            if !ds.iter().all(Decision::is_placed) {
-                return false;
-            }
+            return ds.iter().all(Decision::is_placed);
         }
-        self.propose(i, plan.target, now)
+        // No moves: the group is free already (the job's scheduler passed it over).
+        false
     }
 
     /// A moved job: new members, no progress until its checkpoint-restart pause ends.
@@ -75,7 +73,9 @@ impl Sim<'_> {
         for s in &to {
             self.server_jobs[s.index()].push(j);
         }
-        self.running.add(self.jobs[j].view_id, self.jobs[j].gpus, to);
+        if let Some(v) = self.view.job(self.jobs[j].view_id) {
+            self.running.update(v);
+        }
         self.observe(j, now);
         self.respeed(&servers);
         self.jobs[j].moves += 1;

@@ -18,17 +18,27 @@ fn slot_kind(rt: &Rt) -> SlotKind {
     (members, per, prefer, rt.ty)
 }
 
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+/// How one look of a job's machine ended.
+pub(super) enum Stepped {
+    /// The job started: by a proposal, or (`proposed` false) by preempting others.
+    Started {
+        /// Whether a plain proposal placed it.
+        proposed: bool,
+    },
+    /// It waits for a tighter level by choice ([`PlaceMachine::waits_by_choice`]).
+    WaitsByChoice,
+    /// It waits because nothing fits it now.
+    NoFit,
+    /// The approver refused what it sent; it waits out a backoff.
+    Refused,
+    /// It no longer waits (given up, or no longer pending).
+    Over,
 }
 
 impl Sim<'_> {
     /// One scheduling pass at `now`.
     /// Returns whether a pass ran (anything could have changed what is free or allowed).
-    pub(super) fn schedule(&mut self, now: f64) -> bool {
+    pub(super) fn schedule(&mut self, now: f64) -> Result<bool, SchedulerError> {
         let mut candidates: Vec<usize> = if self.resources_freed || self.woke {
             self.pending.iter().copied().collect()
         } else {
@@ -41,9 +51,8 @@ impl Sim<'_> {
         self.fresh.clear();
         self.resources_freed = false;
         self.woke = false;
-        self.forget_victims();
         if candidates.is_empty() {
-            return false;
+            return Ok(false);
         }
         self.local.catch_up(&self.view);
         if self.cfg.contender.reserves {
@@ -87,7 +96,6 @@ impl Sim<'_> {
             if withheld && !preempts && u64::from(rt.gpus) > free - self.withheld_free() {
                 continue;
             }
-            let waited = now - rt.arrival_s;
             let allowed = rt.allowed(now);
             let key = (
                 rt.spec.members,
@@ -102,83 +110,42 @@ impl Sim<'_> {
             );
             let by_shape = self.cfg.contender.scheduler.decides_by_shape();
             if by_shape && failed.contains(&key) {
-                self.wake_later(i, now, allowed);
+                // The same answer as the job before it of this shape: only its own relaxation
+                // timer is its own.
+                self.wake_on_relax(i, now);
                 continue;
             }
-            let salt = splitmix(self.cfg.seed ^ (i as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
-            let decided = if u64::from(self.jobs[i].gpus) > free {
-                // Only a preempting host gets here: no search can place it without victims.
-                let verdict = Verdict::Wait("fewer GPUs free than it needs".into());
-                Decided { verdict, allowed, recheck_waited_s: None, by_cost: false }
+            let ahead = if rt.spec.slowdown.is_empty() || allowed >= rt.spec.tolerate {
+                0
             } else {
-                let rt = &self.jobs[i];
-                let ahead = if rt.spec.slowdown.is_empty() || allowed >= rt.spec.tolerate {
-                    0
-                } else {
-                    let kinds = kinds.get_or_insert_with(|| {
-                        let mut m: BTreeMap<SlotKind, Vec<usize>> = BTreeMap::new();
-                        for &p in &self.pending {
-                            m.entry(slot_kind(&self.jobs[p])).or_default().push(p);
-                        }
-                        m
-                    });
-                    let kind = slot_kind(rt);
-                    let earlier = kinds.get(&kind).map_or(0, |v| v.partition_point(|&p| p < i)) as u32;
-                    earlier.saturating_sub(placed_kinds.get(&kind).copied().unwrap_or(0))
-                };
-                let job = self.view.job(rt.view_id).expect("a pending job is in the view");
-                let attempt = Attempt {
-                    job,
-                    view: &self.local,
-                    overlay: &Overlay::default(),
-                    allowed,
-                    waited_s: waited.max(0.0) as u64,
-                    attempt: rt.attempts,
-                    salt,
-                    ctx: Context {
-                        running: &self.running,
-                        releases: &self.releases,
-                        reservations: &self.reservations,
-                        ahead,
-                        now_s: now,
-                    },
-                };
-                locality_cost::decide(self.cfg.contender.scheduler.as_ref(), &attempt)
-            };
-            self.jobs[i].attempts += 1;
-            if let Some(w) = decided.recheck_waited_s {
-                // Waiting for a tighter level by choice: decide again when that stops paying.
-                // Another job of this shape may have waited longer and choose otherwise, so the
-                // shape is not marked as failed. No moves are planned for it: it can start now.
-                self.wake_at(i, self.jobs[i].arrival_s + w as f64);
-                continue;
-            }
-            let found = match decided.verdict {
-                Verdict::Propose(members) => Some(members),
-                Verdict::Wait(_) => None,
-                Verdict::GiveUp(reason) => {
-                    self.give_up(i, reason);
-                    continue;
-                }
-                Verdict::Preempt { members, victims } => {
-                    let why = format!("scheduler `{}`", self.cfg.contender.scheduler.name());
-                    if !self.preempt(i, members, victims, &why, now) {
-                        failed.insert(key);
-                        self.wake_later(i, now, allowed);
+                let kinds = kinds.get_or_insert_with(|| {
+                    let mut m: BTreeMap<SlotKind, Vec<usize>> = BTreeMap::new();
+                    for &p in &self.pending {
+                        m.entry(slot_kind(&self.jobs[p])).or_default().push(p);
                     }
-                    continue;
-                }
+                    m
+                });
+                let kind = slot_kind(rt);
+                let earlier = kinds.get(&kind).map_or(0, |v| v.partition_point(|&p| p < i)) as u32;
+                earlier.saturating_sub(placed_kinds.get(&kind).copied().unwrap_or(0))
             };
-            match found {
-                Some(members) => {
-                    if self.propose(i, members, now) {
+            let stepped = self.look(i, ahead, now)?;
+            match stepped {
+                Stepped::Started { proposed } => {
+                    if proposed {
                         *placed_kinds.entry(slot_kind(&self.jobs[i])).or_default() += 1;
-                    } else {
-                        failed.insert(key);
                     }
                 }
-                None => {
-                    // Moving jobs first (they keep running), preempting only when no move helps.
+                // Waiting for a tighter level by choice: another job of this shape may have
+                // waited longer and choose otherwise, so the shape is not marked as failed. No
+                // moves are planned for it: it can start now.
+                Stepped::WaitsByChoice | Stepped::Over => {}
+                Stepped::Refused => {
+                    failed.insert(key);
+                }
+                Stepped::NoFit => {
+                    // Moves for it, as the live migration task plans them; the job's machine
+                    // then looks again at the view they changed.
                     let gpus = self.jobs[i].gpus;
                     let plan_now = self.cfg.contender.migrates
                         && now >= self.next_plan_s
@@ -190,10 +157,9 @@ impl Sim<'_> {
                         planned_for += 1;
                         moved = self.try_migrate(i, allowed, now);
                     }
-                    let started = (plan_now && moved) || (preempts && self.try_preempt(i, allowed, salt, now));
+                    let started = plan_now && moved && matches!(self.look(i, 0, now)?, Stepped::Started { .. });
                     if !started {
                         failed.insert(key);
-                        self.wake_later(i, now, allowed);
                     }
                 }
             }
@@ -208,7 +174,80 @@ impl Sim<'_> {
             let waiting = self.pending.iter().filter_map(|&i| self.view.job(self.jobs[i].view_id));
             self.reservations.observe_free(&self.local, waiting, now);
         }
-        true
+        Ok(true)
+    }
+
+    /// Shows job `i`'s machine the view at `now` and carries out what it asks, as the live
+    /// host's shell ([`crate::runtime::place_job`]) does, until it waits or is done. `ahead`:
+    /// [`Context::ahead`].
+    pub(super) fn look(&mut self, i: usize, ahead: u32, now: f64) -> Result<Stepped, SchedulerError> {
+        let Some(mut m) = self.machines[i].take() else { return Ok(Stepped::Over) };
+        let t = machine_time(now);
+        let job = self.view.job(self.jobs[i].view_id);
+        let ctx = Context {
+            running: &self.running,
+            releases: &self.releases,
+            reservations: &self.reservations,
+            ahead,
+            now_s: now,
+        };
+        let mut action = m.step(t, Look::View { job, view: &self.local, version: self.view.version(), ctx });
+        let (mut refused, mut proposed) = (false, true);
+        loop {
+            action = match action {
+                Action::Propose(p) => {
+                    let answer = self.propose(i, p, now);
+                    refused |= !matches!(answer, Answer::Accepted { .. });
+                    m.step(t, Look::Answer(answer))
+                }
+                Action::Preempt(pre) => {
+                    proposed = false;
+                    let answer = self.preempt(i, pre, now);
+                    refused |= !matches!(answer, Answer::Accepted { .. });
+                    m.step(t, Look::Answer(answer))
+                }
+                Action::Sleep { until } | Action::WaitForView { until, .. } => {
+                    if until < t + NO_POLL {
+                        self.wake_at(i, until.as_secs_f64());
+                    }
+                    let by_choice = m.waits_by_choice();
+                    self.machines[i] = Some(m);
+                    return Ok(if refused {
+                        Stepped::Refused
+                    } else if by_choice {
+                        Stepped::WaitsByChoice
+                    } else {
+                        Stepped::NoFit
+                    });
+                }
+                Action::ReadJob => {
+                    let state = self.view.job(self.jobs[i].view_id).map(|j| j.state);
+                    m.step(t, Look::JobState(state))
+                }
+                Action::GiveUp { reason } => {
+                    self.give_up(i, reason);
+                    m.step(t, Look::Cancelled(Ok(())))
+                }
+                Action::Done(Placed::Placed { .. }) => {
+                    return Ok(Stepped::Started { proposed });
+                }
+                Action::Done(_) => return Ok(Stepped::Over),
+                Action::Fail(e) => return Err(e),
+            };
+        }
+    }
+
+    /// Schedules a pass when job `i`'s tolerance next relaxes, if it still can
+    /// ([`PlaceMachine::relax_wake`]).
+    fn wake_on_relax(&mut self, i: usize, now: f64) {
+        if self.jobs[i].spec.relax_after_s.is_none_or(|r| r == 0) {
+            return;
+        }
+        let Some(m) = &self.machines[i] else { return };
+        let Some(job) = self.view.job(self.jobs[i].view_id) else { return };
+        if let Some(t) = m.relax_wake(machine_time(now), job) {
+            self.wake_at(i, t.as_secs_f64());
+        }
     }
 
     /// GPUs free on the servers the host's reservation withholds.
