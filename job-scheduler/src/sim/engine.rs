@@ -97,7 +97,9 @@ const NO_POLL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 pub struct SimConfig {
     /// The contender: its scheduler, how it writes trace jobs as specs, whether it migrates.
     pub contender: Contender,
-    /// Seed: decorrelates the searches' probe order (the only randomness).
+    /// Seed: the salt of the jobs' placement machines ([`RuntimeOptions::salt`]), as a live
+    /// host's name salts its own: each job's probe offset (the salt plus the job id), proposal
+    /// ids and backoff jitter derive from it (the only randomness).
     pub seed: u64,
     /// Arrival-rate multiplier: arrival times are divided by it.
     pub load_scale: f64,
