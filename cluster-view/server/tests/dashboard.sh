@@ -16,8 +16,15 @@ fi
 
 . cluster-view/server/tests/dev-cluster.sh
 start_dev
-view=$(sed -n 's/.*export TESSERA_VIEW=\([^ ]*\).*/\1/p' "$work/dev.log" | head -n 1)
-[ -n "$view" ] || { echo "dashboard check: no TESSERA_VIEW line in the dev log" >&2; exit 1; }
+# `tessera dev` prints its banner (with the TESSERA_VIEW line) after its HTTP API answers
+# /readyz, so the line may come a moment after start_dev returns: read the log until it does.
+view=""
+for _ in $(seq 1 120); do
+    view=$(sed -n 's/.*export TESSERA_VIEW=\([^ ]*\).*/\1/p' "$work/dev.log" | head -n 1)
+    [ -n "$view" ] && break
+    sleep 0.5
+done
+[ -n "$view" ] || { echo "dashboard check: no TESSERA_VIEW line in the dev log within 60 s" >&2; exit 1; }
 python3 cluster-view/server/tests/dashboard.py --port "$port" --tls "$tls" --ca "$work/data/tls/ca" \
     --tessera "$CARGO_TARGET_DIR/release/tessera" --view "$view" \
     --out "${TESSERA_SCREENSHOTS:-$CARGO_TARGET_DIR/dashboard}"
