@@ -1,6 +1,6 @@
-//! The scheduling pass: the waiting jobs offered to the policy in the host's order, a shape
-//! that failed not searched again in the pass, and migration or preemption for jobs that do
-//! not fit.
+//! The scheduling pass: the waiting jobs offered in the host's order, each job's
+//! [`PlaceMachine`] shown the view and its actions carried out ([`Sim::look`]), a shape that
+//! failed not searched again in the pass, and migration for jobs nothing fits.
 
 use super::*;
 
@@ -240,12 +240,8 @@ impl Sim<'_> {
     /// Schedules a pass when job `i`'s tolerance next relaxes, if it still can
     /// ([`PlaceMachine::relax_wake`]).
     fn wake_on_relax(&mut self, i: usize, now: f64) {
-        if self.jobs[i].spec.relax_after_s.is_none_or(|r| r == 0) {
-            return;
-        }
         let Some(m) = &self.machines[i] else { return };
-        let Some(job) = self.view.job(self.jobs[i].view_id) else { return };
-        if let Some(t) = m.relax_wake(machine_time(now), job) {
+        if let Some(t) = m.relax_wake(machine_time(now), &self.jobs[i].spec) {
             self.wake_at(i, t.as_secs_f64());
         }
     }
