@@ -198,14 +198,29 @@ impl RunningIndex {
     }
 
     /// Brings the index up to date with `job` as it is now: listed on the servers of its
-    /// placement while it holds one, nowhere otherwise.
+    /// placement while it holds one, nowhere otherwise. A job still on the same servers keeps
+    /// its place in their lists (a host updates on every change to a job, not only on moves).
     pub fn update(&mut self, job: &Job) {
-        self.remove(job.id);
-        if let Some(victim) = Candidate::of(job) {
-            self.add(job.id, job.spec.total_gpus(), victim.members.iter().map(|m| m.server));
-            self.by_rank.insert((rank_of(&victim), job.id));
-            self.victims.insert(job.id, (victim, job.preemptions));
+        let Some(victim) = Candidate::of(job) else {
+            self.remove(job.id);
+            return;
+        };
+        let mut servers: Vec<ServerId> = Vec::with_capacity(victim.members.len());
+        for m in &victim.members {
+            if !servers.contains(&m.server) {
+                servers.push(m.server);
+            }
         }
+        if self.servers_of.get(&job.id) == Some(&servers) {
+            if let Some((old, _)) = self.victims.remove(&job.id) {
+                self.by_rank.remove(&(rank_of(&old), job.id));
+            }
+        } else {
+            self.remove(job.id);
+            self.add(job.id, job.spec.total_gpus(), servers);
+        }
+        self.by_rank.insert((rank_of(&victim), job.id));
+        self.victims.insert(job.id, (victim, job.preemptions));
     }
 }
 
@@ -241,6 +256,19 @@ mod tests {
         assert!(idx.on(ServerId(99)).is_empty(), "an unknown server runs nothing");
     }
 
+    /// Submits `spec` to `v` and places it where the search (probe offset `n`) finds room, as
+    /// proposal `n + 1`.
+    fn place(v: &mut ClusterView, spec: JobSpec, n: u64) -> JobId {
+        let id = v.submit(spec.clone()).expect("admitted");
+        let local = crate::LocalView::of_view(v);
+        let found =
+            crate::find_placement(&local, &crate::Overlay::default(), &spec, LocalityLevel::Any, FitMode::Pack, n);
+        let p =
+            Proposal { id: ProposalId(n + 1), job: id, members: found.expect("free").members, based_on: v.version() };
+        assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
+        id
+    }
+
     #[test]
     fn victims_are_offered_by_rank_under_the_bound_with_their_run_start() {
         let topo = Topology::preset("seed-8gpu").expect("preset");
@@ -248,19 +276,7 @@ mod tests {
         v.apply(&Command::Clock { at_ms: 5_000 });
         let mut ids = Vec::new();
         for (n, priority) in [(0u64, 1), (1, 3)] {
-            let spec = JobSpec { priority, ..JobSpec::simple("j", 1, 8) };
-            let id = v.submit(spec.clone()).expect("admitted");
-            let local = crate::LocalView::of_view(&v);
-            let found =
-                crate::find_placement(&local, &crate::Overlay::default(), &spec, LocalityLevel::Any, FitMode::Pack, n);
-            let p = Proposal {
-                id: ProposalId(n + 1),
-                job: id,
-                members: found.expect("free").members,
-                based_on: v.version(),
-            };
-            assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
-            ids.push(id);
+            ids.push(place(&mut v, JobSpec { priority, ..JobSpec::simple("j", 1, 8) }, n));
         }
         let idx = RunningIndex::from_jobs(v.jobs());
         assert!(idx.preemptible_by((9, Reverse(0))).is_empty(), "the default bound, 0, offers no victims");
@@ -281,5 +297,28 @@ mod tests {
         let mut updated = idx.clone();
         updated.update(&fell);
         assert_eq!(reranked, updated, "reranking equals updating a job that did not move");
+    }
+
+    #[test]
+    fn a_job_updated_in_place_keeps_its_place_on_its_server() {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let mut v = ClusterView::from_spec(&ClusterSpec::uniform(topo, 1, 1, 1));
+        let mut ids = Vec::new();
+        for n in 0..2u64 {
+            ids.push(place(&mut v, JobSpec::simple("j", 1, 4), n));
+        }
+        let mut idx = RunningIndex::new().with_preemption_bound(1);
+        for &id in &ids {
+            idx.update(v.job(id).expect("job"));
+        }
+        let order = |idx: &RunningIndex| idx.on(ServerId(0)).iter().map(|r| r.job).collect::<Vec<_>>();
+        assert_eq!(order(&idx), ids, "in the order they arrived");
+        // A change that does not move the first job (it falls a queue): its place stays.
+        let mut fell = v.job(ids[0]).expect("job").clone();
+        fell.service_queue = 1;
+        idx.update(&fell);
+        assert_eq!(order(&idx), ids, "a job updated in place keeps its place");
+        assert_eq!(idx.lowest_preemptible(), Some((0, Reverse(1))), "and its new rank");
+        assert_eq!(idx.preemptible_by((0, Reverse(0))).len(), 1, "listed once as a victim");
     }
 }
