@@ -47,7 +47,7 @@ pub struct SimArgs {
     /// Alibaba).
     #[arg(long)]
     load_scale: Option<f64>,
-    /// Seed of the searches' probe order (the only randomness).
+    /// Seed of the searches' probe order (the only randomness); with --matrix, of every cell.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Speed-model file, or `ideal` (no locality, interference or CPU effects). Default: the
@@ -259,11 +259,11 @@ fn run_matrix(args: &SimArgs) -> Result<ExitCode> {
     let t0 = std::time::Instant::now();
     let mut results = Vec::with_capacity(cells.len());
     for (k, cell) in cells.iter().enumerate() {
-        let r = matrix::run_cell(cell, &dir, &contenders, threads).with_context(|| cell.label())?;
+        let r = matrix::run_cell(cell, &dir, &contenders, threads, args.seed).with_context(|| cell.label())?;
         eprintln!("[{}/{}] {:<40} {:>6.1} s", k + 1, cells.len(), r.label, r.wall_s);
         results.push(r);
     }
-    eprintln!("matrix: {} cells in {:.0} s", results.len(), t0.elapsed().as_secs_f64());
+    eprintln!("matrix: {} cells in {:.0} s, seed {}", results.len(), t0.elapsed().as_secs_f64(), args.seed);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {

@@ -253,6 +253,31 @@ fn the_quick_matrix_reports_every_cell_against_fifo_firstfit() {
         .collect();
     assert_eq!(kept.iter().map(|c| c["label"].as_str().expect("label")).collect::<Vec<_>>(), want);
     assert_eq!(want.len(), 4, "{labels:?}");
+    // --seed seeds every cell's searches: recorded per cell, and it reaches the probe order
+    // (some contender's figures differ from seed 1's).
+    let reseeded = tessera(&[
+        "sim",
+        "--matrix",
+        "--quick",
+        "--json",
+        "--seed",
+        "5",
+        "--cells",
+        "load=1.5 8x8 ideal,philly[2000] load=0.9",
+    ]);
+    let (out, err) = text(&reseeded);
+    assert!(reseeded.status.success(), "{err}");
+    assert!(err.contains("seed 5"), "{err}");
+    let other: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON array");
+    assert_eq!(other.len(), kept.len());
+    assert!(kept.iter().all(|c| c["seed"] == 1) && other.iter().all(|c| c["seed"] == 5));
+    let reports = |cells: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        cells
+            .iter()
+            .flat_map(|c| c["entries"].as_object().expect("entries").values().map(|e| e["report"].clone()))
+            .collect()
+    };
+    assert_ne!(reports(&kept), reports(&other), "--seed 5 changed no contender's figures in any cell");
     let none = tessera(&["sim", "--matrix", "--quick", "--cells", "no such cell"]);
     assert!(!none.status.success() && text(&none).1.contains("--cells no such cell"), "{:?}", text(&none));
 }

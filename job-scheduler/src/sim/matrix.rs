@@ -163,6 +163,8 @@ pub struct CellResult {
     pub gpus: u64,
     /// Arrival-rate multiplier used.
     pub load_scale: f64,
+    /// Seed of the searches' probe order ([`Experiment::seed`]).
+    pub seed: u64,
     /// Per contender, by name.
     pub entries: BTreeMap<String, Entry>,
     /// `tessera`'s [`Entry::frag_blocked_large_s`] over `tessera-no-migration`'s: what migration
@@ -176,12 +178,14 @@ pub struct CellResult {
     pub wall_s: f64,
 }
 
-/// Runs `contenders` on one cell.
+/// Runs `contenders` on one cell, their searches' probe order seeded with `seed` (the only
+/// randomness: another seed shows how much a cell's figures owe to it).
 pub fn run_cell(
     cell: &Cell,
     traces_dir: &Path,
     contenders: &[Contender],
     threads: usize,
+    seed: u64,
 ) -> Result<CellResult, SchedulerError> {
     let t0 = Instant::now();
     let mut trace = match &cell.trace {
@@ -207,6 +211,7 @@ pub fn run_cell(
     let model = if cell.ideal { SpeedModel::ideal() } else { SpeedModel::builtin() };
     let mut exp = Experiment::new(trace, uniform_cluster(topo, servers), model);
     exp.load_scale = load_scale;
+    exp.seed = seed;
     let runs = exp.run(contenders, threads, &|_, _, _| {})?;
     let mut reports = Vec::with_capacity(runs.len());
     for (name, r) in runs {
@@ -237,6 +242,7 @@ pub fn run_cell(
         too_large,
         gpus: u64::from(gpus),
         load_scale,
+        seed,
         entries,
         migration_ratio,
         misses,
