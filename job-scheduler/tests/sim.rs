@@ -43,6 +43,18 @@ fn run(policy: SimPolicy, trace: &Trace, servers: u32, check_every: u64) -> sim:
     sim::simulate(&cluster(servers), trace, &SpeedModel::builtin(), &cfg, &mut |_, _| {}).expect("simulates")
 }
 
+/// Two 8-GPU servers' worth of 1-GPU jobs at time 0, every other one short (100 s) and the rest
+/// long (100,000 s): once the short ones end, 8 GPUs are free, split over both servers.
+fn half_short_fill() -> Vec<SimJob> {
+    (0..16).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 100_000.0 }, "LM")).collect()
+}
+
+/// Seconds the job named `name` waited for its first start in `r`.
+fn waited(r: &sim::PolicyReport, name: &str) -> f64 {
+    let j = r.job_records.iter().find(|j| j.name == name).expect("in the records");
+    j.start_s.expect("it ran") - j.arrival_s
+}
+
 #[test]
 fn same_seed_same_json_and_every_job_finishes_without_double_allocation() {
     let trace = mixed_trace(300);
@@ -68,8 +80,7 @@ fn same_seed_same_json_and_every_job_finishes_without_double_allocation() {
 fn migration_lets_a_blocked_eight_gpu_job_start() {
     // Two 8-GPU servers filled by 16 one-GPU jobs, every other one short: when the short ones
     // end, 8 GPUs are free but split over both servers. An 8-GPU job then arrives.
-    let mut jobs: Vec<SimJob> =
-        (0..16).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 100_000.0 }, "LM")).collect();
+    let mut jobs = half_short_fill();
     jobs.push(job("big", 200.0, 8, 1_000.0, "LM"));
     let trace = Trace { name: "fragmented".into(), jobs, ..Trace::default() };
     let queue_of_big = |r: &sim::PolicyReport| r.queue_by_job.iter().find(|(g, _)| *g == 8).map(|(_, q)| *q);
@@ -93,6 +104,39 @@ fn migration_lets_a_blocked_eight_gpu_job_start() {
 }
 
 #[test]
+fn moves_are_planned_only_for_gpus_the_jobs_behind_leave_free() {
+    // As above, but eight 1-GPU jobs arrive with the 8-GPU job, just behind it. On a live host
+    // their machines take the 8 free GPUs as soon as they see them, and the migration task,
+    // which runs beside the machines, then finds too few GPUs free to plan for the 8-GPU job;
+    // the simulator plans after the pass for the same reason. Moves planned inside the pass,
+    // before the jobs behind were offered, used to start the 8-GPU job at once and keep the
+    // eight waiting for a long job.
+    let mut jobs = half_short_fill();
+    jobs.push(job("big", 200.0, 8, 1_000.0, "LM"));
+    jobs.extend((0..8).map(|i| job(&format!("behind{i}"), 200.0, 1, 1_000.0, "LM")));
+    let trace = Trace { name: "fragmented, small jobs behind".into(), jobs, ..Trace::default() };
+    let r = run(SimPolicy::Tessera, &trace, 2, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (25, 0, 0), "{r:?}");
+    let wait = |name: &str| waited(&r, name);
+    for i in 0..8 {
+        assert!(
+            wait(&format!("behind{i}")) < 1.0,
+            "behind{i} takes a free GPU at once: {} s",
+            wait(&format!("behind{i}"))
+        );
+    }
+    // It waits for GPUs, not for moves: until the jobs behind end (moves may then gather the
+    // GPUs they free, as in the test above).
+    let end_of_behind = r.job_records.iter().filter_map(|j| j.name.starts_with("behind").then_some(j.end_s)).flatten();
+    let first_end = end_of_behind.fold(f64::INFINITY, f64::min);
+    let big_start = r.job_records.iter().find(|j| j.name == "big").and_then(|j| j.start_s).expect("big ran");
+    assert!(
+        big_start >= first_end,
+        "the 8-GPU job started at {big_start} s, before a job behind it ended ({first_end} s)"
+    );
+}
+
+#[test]
 fn a_gang_no_move_can_help_does_not_hold_up_migration_for_the_job_behind_it() {
     // As above, but a 16-GPU gang arrives with the 8-GPU job and ahead of it, on a host that
     // preempts (so the gang is not passed over for want of free GPUs): with 8 GPUs free no move
@@ -100,17 +144,13 @@ fn a_gang_no_move_can_help_does_not_hold_up_migration_for_the_job_behind_it() {
     // and the next 300 s, every time, so the 8-GPU job waited until the long jobs left the
     // first attained-service queue (3,600 s) and could be preempted. The live task plans only
     // for jobs with enough GPUs free in total, several a round.
-    let mut jobs: Vec<SimJob> =
-        (0..16).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 100_000.0 }, "LM")).collect();
+    let mut jobs = half_short_fill();
     jobs.push(job("gang", 200.0, 16, 1_000.0, "LM"));
     jobs.push(job("big", 200.0, 8, 1_000.0, "LM"));
     let trace = Trace { name: "fragmented behind a gang".into(), jobs, ..Trace::default() };
     let r = run(SimPolicy::TesseraLas, &trace, 2, 1);
     assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (18, 0, 0), "{r:?}");
-    let wait = |name: &str| {
-        let j = r.job_records.iter().find(|j| j.name == name).expect("in the records");
-        j.start_s.expect("it ran") - j.arrival_s
-    };
+    let wait = |name: &str| waited(&r, name);
     assert!(wait("big") < 1_000.0, "moves start the 8-GPU job at once: waited {} s", wait("big"));
     assert!(wait("gang") > 1_000.0, "no move or victim can make room for the gang at first: {} s", wait("gang"));
     assert!(r.migrations >= 1, "{r:?}");

@@ -43,7 +43,7 @@ use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
 use crate::locality_cost::{self, ReleaseStats};
-use crate::migration_task::{CANDIDATES_PER_INTERVAL, free_gpus};
+use crate::migration_task::{CANDIDATES_PER_INTERVAL, MigrationConfig, free_gpus};
 use crate::reservation::Reservations;
 use crate::runtime::{Action, Answer, Event as Look, PlaceMachine, Placed, RuntimeOptions};
 use crate::scheduler::{Context, RunningIndex};
@@ -64,9 +64,10 @@ use tessera_view::{
 const ENDED_KEPT: usize = 1024;
 /// Simulated seconds after a round of migration planning found no plan before the next round:
 /// bounds the planner's work (each attempt scans the cluster) and the rate of moves. A round
-/// plans, as the live migration task does, for up to
-/// `migration_task::CANDIDATES_PER_INTERVAL` blocked jobs that have enough GPUs of their
-/// type free in total, in the order the pass offers them, and ends at the first plan carried out.
+/// plans, as the live migration task does, after the pass (the task runs beside the jobs'
+/// machines, which place what they can first), for up to
+/// `migration_task::CANDIDATES_PER_INTERVAL` blocked jobs whose GPU type is busy and has enough
+/// GPUs free in total, in the order the pass offers them, and ends at the first plan carried out.
 pub const MIGRATION_RETRY_S: f64 = 300.0;
 /// The view's clock at simulated second 0 (Unix ms): any fixed origin serves, as only
 /// differences are read, but 0 is the view's "no clock yet".

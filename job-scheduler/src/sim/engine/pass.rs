@@ -36,9 +36,21 @@ pub(super) enum Stepped {
 }
 
 impl Sim<'_> {
-    /// One scheduling pass at `now`.
+    /// One scheduling pass at `now`, and another if migration then moved jobs: on a live host
+    /// every job's machine sees the view the moves changed, not only the job they were for.
     /// Returns whether a pass ran (anything could have changed what is free or allowed).
     pub(super) fn schedule(&mut self, now: f64) -> Result<bool, SchedulerError> {
+        let (ran, moved) = self.pass(now, true)?;
+        if moved {
+            self.resources_freed = true;
+            self.pass(now, false)?;
+        }
+        Ok(ran)
+    }
+
+    /// A pass over the waiting jobs at `now`, then, if `may_migrate`, the migration task's
+    /// round ([`Sim::migrate_for`]). Returns whether it ran, and whether jobs were moved.
+    fn pass(&mut self, now: f64, may_migrate: bool) -> Result<(bool, bool), SchedulerError> {
         let mut candidates: Vec<usize> = if self.resources_freed || self.woke {
             self.pending.iter().copied().collect()
         } else {
@@ -52,7 +64,7 @@ impl Sim<'_> {
         self.resources_freed = false;
         self.woke = false;
         if candidates.is_empty() {
-            return Ok(false);
+            return Ok((false, false));
         }
         self.local.catch_up(&self.view);
         if self.cfg.contender.reserves {
@@ -63,11 +75,9 @@ impl Sim<'_> {
         // each kind this pass placed (for `Context::ahead`); built when first needed.
         let mut kinds: Option<BTreeMap<SlotKind, Vec<usize>>> = None;
         let mut placed_kinds: BTreeMap<SlotKind, u32> = BTreeMap::new();
-        // Migration as the live task plans it (`migration_task`): for up to
-        // `CANDIDATES_PER_INTERVAL` blocked jobs a round, each with enough GPUs of its type free
-        // in total, until one plan is carried out; a round that finds none waits
-        // `MIGRATION_RETRY_S`.
-        let (mut planned_for, mut moved) = (0, false);
+        // Jobs nothing fits, in the order offered: the migration task's candidates once the pass
+        // is over ([`Sim::migrate_for`]).
+        let mut blocked: Vec<usize> = Vec::new();
         let preempts = self.cfg.contender.preempts;
         for i in candidates {
             let free = self.total_gpus - self.busy_gpus;
@@ -144,37 +154,58 @@ impl Sim<'_> {
                     failed.insert(key);
                 }
                 Stepped::NoFit => {
-                    // Moves for it, as the live migration task plans them; the job's machine
-                    // then looks again at the view they changed.
-                    let gpus = self.jobs[i].gpus;
-                    let plan_now = self.cfg.contender.migrates
-                        && now >= self.next_plan_s
-                        && !moved
-                        && planned_for < CANDIDATES_PER_INTERVAL
-                        && gpus > 1
-                        && free_gpus(&self.local, self.jobs[i].spec.gpu_type.as_deref()) >= u64::from(gpus);
-                    if plan_now {
-                        planned_for += 1;
-                        moved = self.try_migrate(i, allowed, now);
-                    }
-                    let started = plan_now && moved && matches!(self.look(i, 0, now)?, Stepped::Started { .. });
-                    if !started {
-                        failed.insert(key);
-                    }
+                    failed.insert(key);
+                    blocked.push(i);
                 }
             }
         }
-        if planned_for > 0 && !moved {
-            // Planned for, and none could be helped: the round is over.
-            self.next_plan_s = now + MIGRATION_RETRY_S;
-        }
+        let moved =
+            may_migrate && self.cfg.contender.migrates && now >= self.next_plan_s && self.migrate_for(&blocked, now)?;
         if self.cfg.contender.reserves {
             // What the pass took or freed on the withheld servers idles from now on.
             self.local.catch_up(&self.view);
             let waiting = self.pending.iter().filter_map(|&i| self.view.job(self.jobs[i].view_id));
             self.reservations.observe_free(&self.local, waiting, now);
         }
-        Ok(true)
+        Ok((true, moved))
+    }
+
+    /// Migration as the live task plans it ([`crate::migration_task`]), which runs beside the
+    /// jobs' own machines and so sees the view after they placed what they could: among
+    /// `blocked` (jobs nothing fit in this pass, in the order offered) those still waiting, of
+    /// more than one GPU, whose GPU type is busy and has enough GPUs free in total, up to
+    /// `CANDIDATES_PER_INTERVAL` of them, until one plan is carried out; the job's own machine
+    /// then looks at the view the moves changed. A round that helps none waits
+    /// `MIGRATION_RETRY_S`. Returns whether jobs were moved.
+    fn migrate_for(&mut self, blocked: &[usize], now: f64) -> Result<bool, SchedulerError> {
+        let min_utilization = MigrationConfig::default().min_utilization;
+        self.local.catch_up(&self.view);
+        let mut planned_for = 0;
+        for &i in blocked {
+            if planned_for == CANDIDATES_PER_INTERVAL {
+                break;
+            }
+            let rt = &self.jobs[i];
+            let ty = rt.spec.gpu_type.as_deref();
+            let candidate = self.pending.contains(&i)
+                && rt.gpus > 1
+                && self.local.utilization_of_type(ty) >= min_utilization
+                && free_gpus(&self.local, ty) >= u64::from(rt.gpus);
+            if !candidate {
+                continue;
+            }
+            planned_for += 1;
+            let allowed = rt.allowed(now);
+            if self.try_migrate(i, allowed, now) {
+                self.look(i, 0, now)?;
+                return Ok(true);
+            }
+        }
+        if planned_for > 0 {
+            // Planned for, and none could be helped: the round is over.
+            self.next_plan_s = now + MIGRATION_RETRY_S;
+        }
+        Ok(false)
     }
 
     /// Shows job `i`'s machine the view at `now` and carries out what it asks, as the live
