@@ -244,10 +244,11 @@ impl SpecStyle {
         if self == (SpecStyle::Relaxing { cpu_aware: true }) {
             let theta = theta.max(1.0);
             let predictor = Predictor { p0: 1.0, p1: 1.0, p2: 1.0, theta };
-            // Accept down to the proportional share (never above θ): the fit keeps exactly the
-            // share of cores beside every free GPU, so a job that accepts it can always use a free
-            // GPU, and CPU-aware grants never leave GPUs idle for want of cores; where a server
-            // has spare cores the job still gets up to θ.
+            // Accept down to the proportional share (never above θ): the fit keeps the share of
+            // cores beside every GPU free at placement, so a job that accepts it can use any GPU
+            // free then; where a server has spare cores the job still gets up to θ. Spare cores
+            // include those a job below its share left, so when that job ends its GPU may come
+            // back short of cores (docs/EVALUATION.md, "Stop 43": GPUs idle for want of cores).
             let share = topologies.iter().map(|t| t.cores() / t.devices.max(1)).min().unwrap_or(1);
             let min_cores_per_gpu = share.min(theta.ceil() as u32).max(1);
             spec.cpu = CpuDemand::Predicted { predictor, min_cores_per_gpu };
