@@ -77,6 +77,32 @@ fn same_seed_same_json_and_every_job_finishes_without_double_allocation() {
 }
 
 #[test]
+fn gpus_left_without_their_core_share_are_counted_and_only_cpu_aware_grants_leave_them() {
+    // Policies that grant every job exactly the proportional core share never leave a free GPU
+    // without its share; CPU-aware grants (θ above the share from spare cores, below it for
+    // jobs that gain nothing from cores) do, once a job below its share ends.
+    let trace = mixed_trace(300);
+    for policy in SimPolicy::ALL {
+        let r = run(policy, &trace, 4, 0);
+        assert!(
+            r.coreless >= 0.0 && r.coreless <= r.fragmentation + 1e-9,
+            "{policy}: {} of {}",
+            r.coreless,
+            r.fragmentation
+        );
+        let cpu_aware = matches!(
+            policy,
+            SimPolicy::Tessera | SimPolicy::TesseraNoMigration | SimPolicy::TesseraReserving | SimPolicy::TesseraLas
+        );
+        if cpu_aware {
+            assert!(r.coreless > 0.0, "{policy}: CPU-aware grants strand a GPU now and then ({})", r.coreless);
+        } else {
+            assert_eq!(r.coreless, 0.0, "{policy} grants exactly the share");
+        }
+    }
+}
+
+#[test]
 fn migration_lets_a_blocked_eight_gpu_job_start() {
     // Two 8-GPU servers filled by 16 one-GPU jobs, every other one short: when the short ones
     // end, 8 GPUs are free but split over both servers. An 8-GPU job then arrives.

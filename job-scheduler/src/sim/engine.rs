@@ -203,6 +203,10 @@ struct Sim<'a> {
     last_t: f64,
     busy_area: f64,
     frag_area: f64,
+    /// Free GPUs short of their proportional core share, as of the last pass, and their
+    /// integral while jobs waited ([`PolicyReport::coreless`]).
+    coreless_gpus: u64,
+    coreless_area: f64,
     frag_time: f64,
     busy_series: Vec<(f64, u64)>,
     next_plan_s: f64,
@@ -272,6 +276,8 @@ pub fn simulate(
         last_t: 0.0,
         busy_area: 0.0,
         frag_area: 0.0,
+        coreless_gpus: 0,
+        coreless_area: 0.0,
         frag_time: 0.0,
         busy_series: vec![(0.0, 0)],
         next_plan_s: 0.0,
@@ -367,6 +373,7 @@ impl<'a> Sim<'a> {
             self.busy_area += self.busy_gpus as f64 * dt;
             if !self.pending.is_empty() {
                 self.frag_area += (self.total_gpus - self.busy_gpus) as f64 * dt;
+                self.coreless_area += self.coreless_gpus as f64 * dt;
                 self.frag_time += dt;
             }
             self.last_t = now;

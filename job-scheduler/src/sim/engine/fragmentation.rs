@@ -8,10 +8,11 @@ impl Sim<'_> {
     /// Brings every pending job's fragmentation-blocked state up to date at `now` (after a pass:
     /// only passes change what is free).
     pub(super) fn track_fragmentation(&mut self, now: f64) {
+        self.local.catch_up(&self.view);
+        self.coreless_gpus = coreless_gpus(&self.local);
         if self.pending.is_empty() {
             return;
         }
-        self.local.catch_up(&self.view);
         let local = &self.local;
         let free = FreeGpus::of(local);
         let mut probed: BTreeMap<(u32, u32, LocalityLevel, Option<u32>), bool> = BTreeMap::new();
@@ -41,6 +42,21 @@ impl Sim<'_> {
             }
         }
     }
+}
+
+/// Free GPUs of up servers that lack their proportional core share (`cores / devices` each):
+/// on each server, the free GPUs beyond what its free cores give a share to. CPU-aware grants
+/// keep the share beside every GPU free when a job is placed, but a job granted less than its
+/// share leaves cores another job may take as spare, and its GPU comes back short when it ends.
+fn coreless_gpus(view: &LocalView) -> u64 {
+    let mut n = 0u64;
+    for rec in view.servers().iter().filter(|r| r.health == tessera_view::Health::Up) {
+        let topo = view.topology_of(rec.config_set);
+        let share = (topo.cores() / topo.devices.max(1)).max(1);
+        let backed = rec.free_cores.count() / share;
+        n += u64::from(rec.free_gpus.count_ones().saturating_sub(backed));
+    }
+    n
 }
 
 /// Free GPUs of each device type: in the whole cluster, and per rack and per IB domain, for the

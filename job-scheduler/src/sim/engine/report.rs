@@ -33,6 +33,10 @@ pub struct PolicyReport {
     pub avg_queue_s: f64,
     /// Mean fraction of GPUs free while jobs waited (free GPUs no waiting job could use).
     pub fragmentation: f64,
+    /// The part of `fragmentation` made of GPUs free without their proportional core share on
+    /// their server (a job granted exactly the share could not use them): mean fraction of the
+    /// GPUs, while jobs waited.
+    pub coreless: f64,
     /// Share of jobs whose first placement was at their preferred level (the tightest level at
     /// which a job of their size fits a server of the cluster).
     pub preferred_locality_share: f64,
@@ -188,6 +192,8 @@ impl Sim<'_> {
         rep.avg_queue_s = queue_sum.iter().sum::<f64>() / n;
         rep.fragmentation =
             if self.frag_time > 0.0 { self.frag_area / (self.total_gpus as f64 * self.frag_time) } else { 0.0 };
+        rep.coreless =
+            if self.frag_time > 0.0 { self.coreless_area / (self.total_gpus as f64 * self.frag_time) } else { 0.0 };
         rep.preferred_locality_share = at_pref as f64 / n;
         rep.avg_speed = speed_sum / n;
         rep.utilization = downsample(&self.busy_series, last, self.total_gpus);
