@@ -23,10 +23,10 @@
 //! | file | what |
 //! |---|---|
 //! | `engine.rs` | the run (`simulate`) and its event loop |
-//! | `engine/pass.rs` | the scheduling pass: each waiting job's machine shown the view, its actions carried out; moves when nothing fits |
+//! | `engine/pass.rs` | the scheduling pass: each waiting job's machine shown the view, its actions carried out; then moves for jobs nothing fit |
 //! | `engine/migrate.rs` | migration plans for blocked jobs, applied through the approver |
 //! | `engine/preempt.rs` | a machine's `Command::Preempt` through the approver, the victims stopped |
-//! | `engine/fragmentation.rs` | the fragmentation-blocked wait of each pending job |
+//! | `engine/fragmentation.rs` | the fragmentation-blocked wait of each pending job; free GPUs short of their core share |
 //! | `engine/report.rs` | [`PolicyReport`], [`JobRecord`] and the report's assembly |
 
 mod fragmentation;

@@ -1,12 +1,14 @@
 //! The fragmentation metric: how long each pending job waited while enough GPUs were free
 //! where its allowed level needs them, yet no placement of its gang existed
-//! ([`PolicyReport::frag_blocked_s_by_size`]).
+//! ([`PolicyReport::frag_blocked_s_by_size`]); and how many free GPUs lack their core share
+//! ([`PolicyReport::coreless`]).
 
 use super::*;
 
 impl Sim<'_> {
-    /// Brings every pending job's fragmentation-blocked state up to date at `now` (after a pass:
-    /// only passes change what is free).
+    /// Brings the count of free GPUs short of their core share and every pending job's
+    /// fragmentation-blocked state up to date at `now` (after a pass: only passes change what
+    /// is free).
     pub(super) fn track_fragmentation(&mut self, now: f64) {
         self.local.catch_up(&self.view);
         self.coreless_gpus = coreless_gpus(&self.local);
