@@ -10,13 +10,14 @@ impl Sim<'_> {
     /// fragmentation-blocked state up to date at `now` (after a pass: only passes change what
     /// is free).
     pub(super) fn track_fragmentation(&mut self, now: f64) {
-        self.local.catch_up(&self.view);
-        self.coreless_gpus = coreless_gpus(&self.local);
         if self.pending.is_empty() {
+            // Nothing waits: no share of free GPUs is counted until a job arrives (a pass).
             return;
         }
+        self.local.catch_up(&self.view);
         let local = &self.local;
         let free = FreeGpus::of(local);
+        self.coreless_gpus = free.coreless;
         let mut probed: BTreeMap<(u32, u32, LocalityLevel, Option<u32>), bool> = BTreeMap::new();
         for &i in &self.pending {
             let rt = &self.jobs[i];
@@ -46,39 +47,32 @@ impl Sim<'_> {
     }
 }
 
-/// Free GPUs of up servers that lack their proportional core share (`cores / devices` each):
-/// on each server, the free GPUs beyond what its free cores give a share to. CPU-aware grants
-/// keep the share beside every GPU free when a job is placed, but a job granted less than its
-/// share leaves cores another job may take as spare, and its GPU comes back short when it ends.
-fn coreless_gpus(view: &LocalView) -> u64 {
-    let mut n = 0u64;
-    for rec in view.servers().iter().filter(|r| r.health == tessera_view::Health::Up) {
-        let topo = view.topology_of(rec.config_set);
-        let share = (topo.cores() / topo.devices.max(1)).max(1);
-        let backed = rec.free_cores.count() / share;
-        n += u64::from(rec.free_gpus.count_ones().saturating_sub(backed));
-    }
-    n
-}
-
 /// Free GPUs of each device type: in the whole cluster, and per rack and per IB domain, for the
-/// aggregate half of the fragmentation test.
+/// aggregate half of the fragmentation test; and those short of their core share.
 struct FreeGpus<'v> {
     cluster: BTreeMap<&'v str, u32>,
     rack: BTreeMap<(&'v str, u32), u32>,
     ib: BTreeMap<(&'v str, u32), u32>,
+    /// Free GPUs of up servers beyond what the server's free cores give their proportional share
+    /// (`cores / devices` each) to. CPU-aware grants keep the share beside every GPU free when a
+    /// job is placed, but a job granted less than its share leaves cores another job may take
+    /// as spare, and its GPU comes back short when it ends.
+    coreless: u64,
 }
 
 impl<'v> FreeGpus<'v> {
     fn of(view: &'v LocalView) -> FreeGpus<'v> {
-        let mut f = FreeGpus { cluster: BTreeMap::new(), rack: BTreeMap::new(), ib: BTreeMap::new() };
+        let mut f = FreeGpus { cluster: BTreeMap::new(), rack: BTreeMap::new(), ib: BTreeMap::new(), coreless: 0 };
         for rec in view.servers() {
             let n = rec.free_gpus.count_ones();
             if n == 0 || rec.health != tessera_view::Health::Up {
                 continue;
             }
             let cs = &view.config_sets()[rec.config_set.index()];
-            let t = view.topology_of(rec.config_set).device_type.as_str();
+            let topo = view.topology_of(rec.config_set);
+            let share = (topo.cores() / topo.devices.max(1)).max(1);
+            f.coreless += u64::from(n.saturating_sub(rec.free_cores.count() / share));
+            let t = topo.device_type.as_str();
             *f.cluster.entry(t).or_default() += n;
             *f.rack.entry((t, cs.rack)).or_default() += n;
             *f.ib.entry((t, cs.ib_domain)).or_default() += n;
