@@ -217,6 +217,11 @@ pub async fn run_host(
             }
         }
         metrics.held(tasks.len());
+        if cfg.runtime.reserve {
+            let (reserved, servers) =
+                cache.read(|s| (s.reservations.stats(), s.reservations.current().map_or(0, |r| r.servers.len())));
+            metrics.reservations(reserved, servers);
+        }
         adopted_at.retain(|j, _| tasks.contains_key(j));
         held_tx.send_replace(adopted_at.iter().map(|(j, t)| (*j, *t)).collect());
         tokio::select! {

@@ -13,7 +13,11 @@
 //! | `tessera_host_proposal_duration_seconds` | histogram | `host`, `call`: the round trip to the leader's decision, as this host saw it |
 //! | `tessera_host_migrations_total` | counter | `host`, `result` (`moved`, `refused`: moves of the host's plans) |
 //! | `tessera_host_adopt_calls_total` | counter | `host`, `result` (`ok`, `failed`) |
+//! | `tessera_host_reservations_total` | counter | `host`, `result` (`made`, `given_up`: bounded reservations for starved gangs, `--reservations`) |
+//! | `tessera_host_reservation_held_back_seconds_total` | counter | `host` (job-seconds its reservations held other jobs back, whole seconds) |
+//! | `tessera_host_reservation_servers` | gauge | `host` (servers withheld now; 0 when it holds no reservation) |
 
+use crate::reservation::ReservationStats;
 use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +48,13 @@ impl HostMetrics {
             );
             describe_counter!("tessera_host_migrations_total", "Moves of this host's migration plans, by result.");
             describe_counter!("tessera_host_adopt_calls_total", "AdoptJobs calls (lease renewals), by result.");
+            describe_counter!("tessera_host_reservations_total", "Bounded reservations for starved gangs, by result.");
+            describe_counter!(
+                "tessera_host_reservation_held_back_seconds_total",
+                ::metrics::Unit::Seconds,
+                "Job-seconds this host's reservations held other jobs back."
+            );
+            describe_gauge!("tessera_host_reservation_servers", "Servers withheld for a starved gang now.");
         });
         let m = HostMetrics { metrics, host: host.to_string() };
         // Every series a dashboard reads exists from the start (at 0).
@@ -101,6 +112,21 @@ impl HostMetrics {
         self.add("tessera_host_adopt_calls_total", Some(("result", result)), 1);
     }
 
+    /// The host's reservations so far (`stats`, cumulative) and the servers withheld now. Only
+    /// a host that makes reservations publishes them.
+    pub fn reservations(&self, stats: ReservationStats, servers_now: usize) {
+        let host = self.host.clone();
+        self.metrics.record(|| {
+            let made = counter!("tessera_host_reservations_total", "host" => host.clone(), "result" => "made");
+            made.absolute(stats.made);
+            let given_up = counter!("tessera_host_reservations_total", "host" => host.clone(), "result" => "given_up");
+            given_up.absolute(stats.abandoned);
+            counter!("tessera_host_reservation_held_back_seconds_total", "host" => host.clone())
+                .absolute(stats.held_back_s as u64);
+            gauge!("tessera_host_reservation_servers", "host" => host).set(servers_now as f64);
+        });
+    }
+
     fn add(&self, name: &'static str, label: Option<(&'static str, &'static str)>, n: u64) {
         let host = self.host.clone();
         self.metrics.record(|| match label {
@@ -125,6 +151,10 @@ mod tests {
         h.proposal("propose", "accepted", Duration::from_millis(40));
         h.migrated(2, 1);
         h.held(2);
+        let stats = ReservationStats { made: 3, abandoned: 1, held_back_s: 41.7, idled_gpu_s: 9.0 };
+        h.reservations(stats, 2);
+        // Cumulative figures are published as they stand, not added again.
+        h.reservations(stats, 0);
         let text = m.render();
         assert!(text.contains("tessera_host_jobs_adopted_total{host=\"h0\"} 3"), "{text}");
         assert!(text.contains("tessera_host_placements_total{host=\"h0\",level=\"server\"} 1"), "{text}");
@@ -144,5 +174,9 @@ mod tests {
         );
         assert!(text.contains("tessera_host_migrations_total{host=\"h0\",result=\"refused\"} 1"), "{text}");
         assert!(text.contains("tessera_host_jobs_held{host=\"h0\"} 2"), "{text}");
+        assert!(text.contains("tessera_host_reservations_total{host=\"h0\",result=\"made\"} 3"), "{text}");
+        assert!(text.contains("tessera_host_reservations_total{host=\"h0\",result=\"given_up\"} 1"), "{text}");
+        assert!(text.contains("tessera_host_reservation_held_back_seconds_total{host=\"h0\"} 41"), "{text}");
+        assert!(text.contains("tessera_host_reservation_servers{host=\"h0\"} 0"), "{text}");
     }
 }
