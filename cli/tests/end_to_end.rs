@@ -116,9 +116,7 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
     rt.block_on(async {
         let mut c = admin_client(&replicas, addrs.clone());
         c.wait_for_leader().await.expect("leader");
-        let history = Arc::new(Mutex::new(History::default()));
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let watcher = tokio::spawn(follow(c.clone(), history.clone(), stop_rx));
+        let watcher = Followed::start(c.clone());
 
         // The 16-GPU rack job through the CLI, from a file, like a user would.
         let file = d.join("big.toml");
@@ -216,11 +214,9 @@ fn thirty_jobs_through_a_leader_kill_and_a_host_kill() {
         assert!(killed_leader, "the leader was killed before all jobs finished");
         // The dead host's pending jobs were adopted and placed by the others (all finished).
         for j in &orphans {
-            assert!(h_placed(&history, JobId(*j)), "job {j} held by the killed host was never placed");
+            assert!(h_placed(watcher.history(), JobId(*j)), "job {j} held by the killed host was never placed");
         }
-        let _ = stop_tx.send(true);
-        let _ = watcher.await;
-        let h = history.lock().expect("history");
+        let h = watcher.stop().await;
         assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
         // Every job was seen placed, within its tolerance.
         for id in &ids {

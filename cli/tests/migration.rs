@@ -12,7 +12,6 @@
 //! sees a GPU or core held by two jobs.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_view::{
@@ -50,9 +49,7 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut c = admin_client(&view, vec![addr.clone()]);
         c.wait_for_leader().await.expect("leader");
-        let history = Arc::new(Mutex::new(History::default()));
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let watcher = tokio::spawn(follow(c.clone(), history.clone(), stop_rx));
+        let watcher = Followed::start(c.clone());
         // Both agents registered and their servers up.
         loop {
             let agents = c.agents().await.map(|a| a.len()).unwrap_or(0);
@@ -162,9 +159,7 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
             assert!(out.contains("checkpointed"), "job {job}'s old task was not checkpointed: {out:?}");
         }
 
-        let _ = stop_tx.send(true);
-        let _ = watcher.await;
-        let h = history.lock().expect("history");
+        let h = watcher.stop().await;
         assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
         for (job, now) in &moved {
             assert_eq!(

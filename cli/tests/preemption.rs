@@ -14,7 +14,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_view::{CpuDemand, JobId, JobSpec, JobState, LocalityLevel};
@@ -123,9 +122,7 @@ fn a_production_gang_preempts_best_effort_jobs_which_resume_and_finish() {
             .with_deadline(Duration::from_secs(20))
             .with_security(tessera_proto::tls::Security::Tls(admin));
         c.wait_for_leader().await.expect("leader");
-        let history = Arc::new(Mutex::new(History::default()));
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let watcher = tokio::spawn(follow(c.clone(), history.clone(), stop_rx));
+        let watcher = Followed::start(c.clone());
 
         // Four best-effort jobs of 4 GPUs: both servers full once they run.
         let specs: Vec<v1::JobSpec> = (0..4)
@@ -195,9 +192,7 @@ fn a_production_gang_preempts_best_effort_jobs_which_resume_and_finish() {
             assert!(outputs.iter().any(|o| o.contains("resumed from step-42")), "victim {v}: {outputs:?}");
         }
 
-        let _ = stop_tx.send(true);
-        let _ = watcher.await;
-        let h = history.lock().expect("history");
+        let h = watcher.stop().await;
         assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
         for v in &victims {
             assert_eq!(h.placements[v].len(), 2, "victim {v}: placed, preempted, placed again: {:?}", h.placements[v]);
@@ -230,9 +225,7 @@ fn a_job_that_ran_long_goes_down_a_queue_and_a_new_job_of_its_class_preempts_it(
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut c = admin_client(&view, vec![addr.clone()]);
         c.wait_for_leader().await.expect("leader");
-        let history = Arc::new(Mutex::new(History::default()));
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let watcher = tokio::spawn(follow(c.clone(), history.clone(), stop_rx));
+        let watcher = Followed::start(c.clone());
         let ckpt = d.join("long.ckpt");
         let long = with_command(JobSpec::simple("long", 1, 8), "batch", victim_command(&ckpt));
         let r = c.submit(vec![long]).await.expect("submit");
@@ -265,9 +258,7 @@ fn a_job_that_ran_long_goes_down_a_queue_and_a_new_job_of_its_class_preempts_it(
         })
         .await;
         assert_eq!(std::fs::read_to_string(&ckpt).unwrap_or_default().trim(), "step-42", "checkpointed when stopped");
-        let _ = stop_tx.send(true);
-        let _ = watcher.await;
-        let h = history.lock().expect("history");
+        let h = watcher.stop().await;
         assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
         assert_eq!(h.placements[&long].len(), 2, "placed, preempted, placed again: {:?}", h.placements[&long]);
     });

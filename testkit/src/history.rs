@@ -128,6 +128,36 @@ impl History {
     }
 }
 
+/// A [`History`] built by [`follow`] on its own task, from version 0 until [`Followed::stop`].
+#[derive(Debug)]
+pub struct Followed {
+    history: Arc<Mutex<History>>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Followed {
+    /// Starts following `c`'s view from version 0, on the current tokio runtime.
+    pub fn start(c: ViewClient) -> Followed {
+        let history = Arc::new(Mutex::new(History::default()));
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(follow(c, history.clone(), stopped));
+        Followed { history, stop, task }
+    }
+
+    /// The history so far (it keeps growing until [`Followed::stop`]).
+    pub fn history(&self) -> &Arc<Mutex<History>> {
+        &self.history
+    }
+
+    /// Stops following, once the task has ended, and returns the history it built.
+    pub async fn stop(self) -> History {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        std::mem::take(&mut *lock(&self.history))
+    }
+}
+
 /// Follows the view from the history's version (0 for a new one) until `stop` turns true,
 /// re-subscribing across replica deaths and leader changes.
 pub async fn follow(mut c: ViewClient, h: Arc<Mutex<History>>, stop: watch::Receiver<bool>) {

@@ -286,4 +286,4 @@ pub async fn wait_view(c: &mut ViewClient, deadline: Instant, what: &str, mut pr
     }
 }
 
-pub use tessera_testkit::history::{History, follow};
+pub use tessera_testkit::history::{Followed, History, follow};
