@@ -18,7 +18,8 @@
 //! (SIGUSR1, grace, SIGTERM), the new one started, and its start report makes the job
 //! `Running` again.
 //!
-//! Bounds: one plan per interval, at most `params.max_moves` moves in it, and a job moved
+//! Bounds: one plan per interval, at most `params.max_moves` moves in it per member of the
+//! blocked job ([`MigrationParams::moves_for`]: a gang of `k` servers needs `k` freed), and a job moved
 //! less than [`MigrationConfig::cooldown`] ago is never moved again. Live jobs carry no
 //! remaining-time estimate, so the planner treats every job as far from its end; the cooldown
 //! reaches the planner as a remaining time of −∞ (never moved).
@@ -58,7 +59,7 @@ pub struct MigrationConfig {
     pub min_wait: Duration,
     /// A job moved less than this long ago is not moved again.
     pub cooldown: Duration,
-    /// The planner's rules; `max_moves` also bounds the moves of one interval.
+    /// The planner's rules; [`MigrationParams::moves_for`] also bounds the moves of one interval.
     pub params: MigrationParams,
 }
 
@@ -191,7 +192,8 @@ async fn step(
             continue;
         };
         let Some(plan) = migration_planner::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
-        if plan.moves.is_empty() || plan.moves.len() > cfg.params.max_moves {
+        let members = view.job(job).map_or(1, |j| j.spec.members);
+        if plan.moves.is_empty() || plan.moves.len() > cfg.params.moves_for(members) {
             // Not blocked: a group is free and its scheduler will take it.
             continue;
         }

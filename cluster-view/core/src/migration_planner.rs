@@ -35,7 +35,7 @@ const CANDIDATES_TRIED: usize = 16;
 /// The rules a plan follows.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MigrationParams {
-    /// Most moves in one plan.
+    /// Most moves in one plan per member of the blocked job ([`MigrationParams::moves_for`]).
     pub max_moves: usize,
     /// A job with less remaining time than this is never moved.
     pub min_remaining_s: f64,
@@ -48,6 +48,16 @@ pub struct MigrationParams {
 impl Default for MigrationParams {
     fn default() -> Self {
         MigrationParams { max_moves: 4, min_remaining_s: 1800.0, small_job_max_gpus: 4, checkpoint_restart_s: 60.0 }
+    }
+}
+
+impl MigrationParams {
+    /// Most moves in one plan for a job of `members` members: [`MigrationParams::max_moves`]
+    /// for each. A gang of `k` members needs `k` servers freed, one member's worth each, and
+    /// every second it waits idles `k` times the GPUs a one-member job's wait does, so the same
+    /// bound per member keeps what its moves may cost in proportion to what they gain.
+    pub fn moves_for(&self, members: u32) -> usize {
+        self.max_moves.saturating_mul(members.max(1) as usize)
     }
 }
 
@@ -116,7 +126,7 @@ pub fn plan(
     let candidates: Vec<Vec<Freeing>> = if spec.members == 1 {
         options.into_iter().take(CANDIDATES_TRIED).map(|f| vec![f]).collect()
     } else {
-        gang_candidates(view, options, spec.members as usize, level, params.max_moves)
+        gang_candidates(view, options, spec.members as usize, level, params.moves_for(spec.members))
     };
     for chosen in candidates {
         if let Some(p) = with_destinations(view, job, &chosen, &holders, params) {
@@ -263,7 +273,8 @@ fn with_destinations(
 ) -> Option<MigrationPlan> {
     let movers: Vec<&Holder> =
         chosen.iter().flat_map(|f| f.movers.iter().map(move |&i| &holders[f.server.index()][i])).collect();
-    if movers.len() > params.max_moves {
+    let members = view.job(job).map_or(1, |j| j.spec.members);
+    if movers.len() > params.moves_for(members) {
         return None;
     }
     // Destinations see the current records minus what the target takes of what is free now
@@ -429,6 +440,37 @@ mod tests {
         let four = v.submit(spec(4)).expect("submit");
         let p = plan(&v, four, LocalityLevel::Socket, &BTreeMap::new(), &MigrationParams::default()).expect("plan");
         assert!(p.moves.is_empty() && p.level <= LocalityLevel::Socket);
+    }
+
+    #[test]
+    fn a_gang_may_move_the_bound_for_each_member_it_needs_a_server_freed_for() {
+        // Four servers in one rack, three 1-GPU jobs on each: 20 GPUs free, no whole server.
+        let mut v = view(4);
+        for s in 0..4u32 {
+            for g in 0..3u32 {
+                running(&mut v, member(s, 1 << g, g), u64::from(s * 3 + g + 1));
+            }
+        }
+        let mut gang = spec(8);
+        gang.members = 2;
+        let gang = v.submit(gang).expect("submit");
+        // Two servers freed, three moves each: six, within 4 per member (8), beyond 4 in all.
+        let p = plan(&v, gang, LocalityLevel::Rack, &BTreeMap::new(), &MigrationParams::default()).expect("a plan");
+        assert_eq!(p.moves.len(), 6, "{p:?}");
+        assert!(p.target.iter().all(|t| t.gpus == 0xff), "{:?}", p.target);
+        let freed: Vec<ServerId> = p.target.iter().map(|t| t.server).collect();
+        assert!(p.moves.iter().all(|m| !freed.contains(&m.to[0].server)), "moved jobs land on the other servers");
+        assert_eq!(p.cost_gpu_s, 6.0 * 60.0);
+        let three = MigrationParams { max_moves: 3, ..MigrationParams::default() };
+        assert_eq!(three.moves_for(2), 6);
+        assert!(plan(&v, gang, LocalityLevel::Rack, &BTreeMap::new(), &three).is_some(), "three per member suffice");
+        let two = MigrationParams { max_moves: 2, ..MigrationParams::default() };
+        assert!(
+            plan(&v, gang, LocalityLevel::Rack, &BTreeMap::new(), &two).is_none(),
+            "four moves free no two servers"
+        );
+        // A one-member job keeps the bound as it is.
+        assert_eq!(MigrationParams::default().moves_for(1), 4);
     }
 
     #[test]
