@@ -123,13 +123,14 @@ pub fn plan(
         .collect();
     // Fewest moves, then fewest GPUs moved, then the lowest server: deterministic.
     options.sort_by_key(|f| (f.movers.len(), f.moved_gpus, f.server));
+    let max_moves = params.moves_for(spec.members);
     let candidates: Vec<Vec<Freeing>> = if spec.members == 1 {
         options.into_iter().take(CANDIDATES_TRIED).map(|f| vec![f]).collect()
     } else {
-        gang_candidates(view, options, spec.members as usize, level, params.moves_for(spec.members))
+        gang_candidates(view, options, spec.members as usize, level, max_moves)
     };
     for chosen in candidates {
-        if let Some(p) = with_destinations(view, job, &chosen, &holders, params) {
+        if let Some(p) = with_destinations(view, job, &chosen, &holders, max_moves, params) {
             return Some(p);
         }
     }
@@ -263,18 +264,19 @@ fn gang_candidates(
     out.into_iter().take(CANDIDATES_TRIED).map(|(_, fs)| fs).collect()
 }
 
-/// Completes a choice of freed servers with a destination for every moved job, or `None`.
+/// Completes a choice of freed servers with a destination for every moved job, or `None`; at
+/// most `max_moves` moves ([`MigrationParams::moves_for`] the blocked job).
 fn with_destinations(
     view: &ClusterView,
     job: JobId,
     chosen: &[Freeing],
     holders: &[Vec<Holder>],
+    max_moves: usize,
     params: &MigrationParams,
 ) -> Option<MigrationPlan> {
     let movers: Vec<&Holder> =
         chosen.iter().flat_map(|f| f.movers.iter().map(move |&i| &holders[f.server.index()][i])).collect();
-    let members = view.job(job).map_or(1, |j| j.spec.members);
-    if movers.len() > params.moves_for(members) {
+    if movers.len() > max_moves {
         return None;
     }
     // Destinations see the current records minus what the target takes of what is free now
