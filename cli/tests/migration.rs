@@ -1,22 +1,32 @@
-//! Live migration as real processes on loopback: one view replica (`tessera view serve`), two
+//! Live migration as real processes on loopback: one view replica (`tessera view serve`),
 //! fake-GPU node agents (`tessera agent run`, seed-8gpu, 8 GPUs each) and one scheduler host
-//! (`tessera scheduler run`) with live migration every 500 ms.
+//! (`tessera scheduler run`) with live migration every 500 ms. In each test long-running 1-GPU
+//! jobs are first placed directly (exact masks) so that enough GPUs are free in total but no
+//! server has the blocked job's member free; the blocked job is then submitted, its scheduler
+//! finds no group, and the host's migration task moves small jobs out of its way. Each test
+//! checks that the blocked job runs within a bound and never beside a moved job, that the moved
+//! jobs run again on their new servers (the agents checkpointed the old tasks with SIGUSR1 and
+//! started new ones), and that a watcher following the change stream from version 0 never sees
+//! a GPU or core held by two jobs.
 //!
-//! `blocked_eight_gpu_job_starts_after_small_jobs_move`: eight long-running 1-GPU jobs are
-//! placed directly (exact masks) on GPUs 0, 2, 4 and 6 of both servers, so each server has 4
-//! free GPUs and none has 8. An 8-GPU `tolerate = "server"` job is then submitted; its
-//! scheduler finds no group, and the host's migration task moves the four small jobs of one
-//! server to the other. The test checks that the 8-GPU job runs within a bound, that the moved
-//! jobs run again on their new server (the agents checkpointed the old tasks with SIGUSR1 and
-//! started new ones), and that a watcher following the change stream from version 0 never
-//! sees a GPU or core held by two jobs.
+//! `blocked_eight_gpu_job_starts_after_small_jobs_move`: two servers with 1-GPU jobs on GPUs 0,
+//! 2, 4 and 6 (4 free on each, 8 on none); an 8-GPU `tolerate = "server"` job starts once the
+//! four small jobs of one server move to the other.
+//!
+//! `blocked_two_server_gang_starts_after_six_small_jobs_move`: four servers with 5, 5, 3 and 3
+//! 1-GPU jobs (half the GPUs busy, 16 free, no server wholly free). A 16-GPU gang of two 8-GPU
+//! members (`tolerate = "rack"`) needs two servers freed; the fewest moves are the six jobs of
+//! the last two servers onto the first two: more than the 4 a plan could move in all before the
+//! bound became per member of the gang ([`MigrationParams::moves_for`]).
+//!
+//! [`MigrationParams::moves_for`]: tessera_view::migration_planner::MigrationParams::moves_for
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_view::{
     CoreMask, CpuDemand, Decision, Health, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal,
-    ProposalId, ServerId, ViewSnapshot, ViewVersion,
+    ProposalId, ServerId, ViewVersion,
 };
 use tessera_view_server::Tuning;
 
@@ -38,19 +48,38 @@ fn small_spec(i: usize) -> v1::JobSpec {
     v1::JobSpec::from(&s)
 }
 
-#[test]
-fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
-    let dir = test_dir("tessera-migration-");
+/// A blocked job of `members` × `per` GPUs at exactly `level`, one core and 1 GiB per GPU.
+fn blocked_spec(name: &str, members: u32, per: u32, level: LocalityLevel) -> JobSpec {
+    let mut s = JobSpec::simple(name, members, per);
+    (s.prefer, s.tolerate) = (level, level);
+    s.memory_mib_per_gpu = Some(1024);
+    s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+    s.command = vec!["sh".into(), "-c".into(), format!("echo {name} gpus=$CUDA_VISIBLE_DEVICES; sleep 60")];
+    s
+}
+
+/// What a scenario ended with: the small jobs moved (job, old server, new server) and the
+/// servers the blocked job runs on.
+struct Outcome {
+    moves: Vec<(JobId, u32, u32)>,
+    blocked_on: Vec<u32>,
+}
+
+/// Agents for `servers`, a 1-GPU job on each `(server, GPU)` of `layout`, a migrating scheduler
+/// host, then `blocked`: waits for it to run and checks what every scenario must hold (module
+/// doc).
+fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: JobSpec) -> Outcome {
+    let dir = test_dir(prefix);
     let d = dir.path();
     let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
-    let (view, addr, mut procs, servers) = two_agent_cluster(d, tuning);
+    let (view, addr, mut procs) = agent_cluster(d, tuning, servers);
 
     rt().block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut c = admin_client(&view, vec![addr.clone()]);
         c.wait_for_leader().await.expect("leader");
         let watcher = Followed::start(c.clone());
-        // Both agents registered and their servers up.
+        // Every agent registered and its server up.
         loop {
             let agents = c.agents().await.map(|a| a.len()).unwrap_or(0);
             if agents == servers.len() {
@@ -61,16 +90,15 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
         }
         wait_view(&mut c, deadline, "servers up", |s| s.servers.iter().all(|r| r.health == Health::Up)).await;
 
-        // Fragment on purpose: 1-GPU jobs on GPUs 0, 2, 4, 6 of both servers (one per PCIe
-        // switch, cores of the GPU's socket): 4 free GPUs on each, 8 on none.
-        let specs: Vec<v1::JobSpec> = (0..8).map(small_spec).collect();
+        // Fragment on purpose: one 1-GPU job per (server, GPU) of the layout, on one core of
+        // its GPU's four.
+        let specs: Vec<v1::JobSpec> = (0..layout.len()).map(small_spec).collect();
         let r = c.submit(specs).await.expect("submit");
         let mut small = Vec::new();
         let mut proposals = Vec::new();
-        for (i, r) in r.iter().enumerate() {
+        for (i, (r, &(server, gpu))) in r.iter().zip(layout).enumerate() {
             assert!(r.error.is_empty(), "{}", r.error);
             let job = JobId(r.job);
-            let (server, gpu) = (i as u32 / 4, 2 * (i as u32 % 4));
             small.push((job, server));
             let member = MemberPlacement {
                 server: ServerId(server),
@@ -90,70 +118,69 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
         })
         .await;
 
-        // The scheduler host, with live migration every 500 ms, and the blocked 8-GPU job.
+        // The scheduler host, with live migration every 500 ms, and the blocked job.
         let host_tls = tls(&view, Role::Scheduler, "h1");
         let host = with(&["scheduler", "run", "--view", &addr, "--name", "h1", "--migrate-every-ms", "500"], &host_tls);
         procs.push("h1", tessera(d, "h1.log", &host));
-        let mut big = JobSpec::simple("big-8", 1, 8);
-        big.prefer = LocalityLevel::Server;
-        big.tolerate = LocalityLevel::Server;
-        big.memory_mib_per_gpu = Some(1024);
-        big.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
-        big.command = vec!["sh".into(), "-c".into(), "echo big gpus=$CUDA_VISIBLE_DEVICES; sleep 60".into()];
         let t0 = Instant::now();
-        let r = c.submit(vec![v1::JobSpec::from(&big)]).await.expect("submit");
+        let r = c.submit(vec![v1::JobSpec::from(&blocked)]).await.expect("submit");
         assert!(r[0].error.is_empty(), "{}", r[0].error);
         let big = JobId(r[0].job);
         let log = || std::fs::read_to_string(d.join("h1.log")).unwrap_or_default();
         let bound = (t0 + Duration::from_secs(25)).min(deadline);
-        wait_view(&mut c, bound, "the 8-GPU job running", |s| {
+        wait_view(&mut c, bound, "the blocked job running", |s| {
             s.jobs.iter().any(|j| j.id == big && j.state == JobState::Running)
         })
         .await;
-        eprintln!("8-GPU job running after {} ms", t0.elapsed().as_millis());
+        eprintln!("{} running after {} ms", blocked.name, t0.elapsed().as_millis());
 
-        // The moved jobs run again, on the other server.
-        let moved: Vec<(JobId, u32)> = {
-            let s = c.snapshot(true).await.expect("snapshot").snapshot.expect("body");
-            let s = ViewSnapshot::try_from(s).expect("snapshot");
-            let server_of = |id: JobId| {
+        // The moved jobs, never on the blocked job's servers, run again.
+        let (moves, blocked_on) = {
+            let s = snapshot(&mut c).await;
+            let placed = |id: JobId| {
                 let j = s.jobs.iter().find(|j| j.id == id).expect("job kept");
-                (j.state, j.placement.as_ref().map(|p| p.members[0].server.0))
+                (j.state, j.placement.as_ref().map(|p| p.members.iter().map(|m| m.server.0).collect::<Vec<_>>()))
             };
-            let (_, big_server) = server_of(big);
-            let big_server = big_server.expect("the big job is placed");
-            small
-                .iter()
-                .filter_map(|&(id, was)| match server_of(id) {
-                    (st, Some(now)) if now != was => {
-                        assert_ne!(now, big_server, "job {id} moved onto the big job's server");
-                        Some((id, now)).filter(|_| st == JobState::Running || st == JobState::Migrating)
-                    }
-                    _ => None,
-                })
-                .collect()
+            let mut blocked_on = placed(big).1.expect("the blocked job is placed");
+            blocked_on.sort_unstable();
+            let mut moves = Vec::new();
+            for &(id, was) in &small {
+                let (state, now) = placed(id);
+                let now = now.expect("small jobs stay placed")[0];
+                if now != was {
+                    assert!(!blocked_on.contains(&now), "job {id} moved onto the blocked job's server {now}");
+                    assert!(matches!(state, JobState::Running | JobState::Migrating), "job {id} moved: {state:?}");
+                    moves.push((id, was, now));
+                }
+            }
+            (moves, blocked_on)
         };
-        assert!(!moved.is_empty(), "no small job was moved\n{}", log());
-        let moved_ids: Vec<JobId> = moved.iter().map(|(j, _)| *j).collect();
+        assert!(!moves.is_empty(), "no small job was moved\n{}", log());
+        assert!(
+            log().contains("migration: moved jobs to free a group for a blocked job"),
+            "the host logged no plan\n{}",
+            log()
+        );
+        let moved_ids: Vec<JobId> = moves.iter().map(|m| m.0).collect();
         wait_view(&mut c, deadline, "moved jobs running again", |s| {
             moved_ids.iter().all(|id| s.jobs.iter().any(|j| j.id == *id && j.state == JobState::Running))
         })
         .await;
         // On disk: the old task saved its checkpoint on SIGUSR1; the new one started on the
         // new server (task directories `j<job>-p<proposal>-m0` under each agent's data dir).
-        for (job, now) in &moved {
+        for &(job, was, now) in &moves {
             let prefix = format!("j{}-p", job.0);
-            let on = |server: usize| -> Vec<PathBuf> {
-                task_dirs(&procs.data_dirs[server])
+            let on = |server: u32| -> Vec<PathBuf> {
+                task_dirs(&procs.data_dirs[server as usize])
                     .into_iter()
                     .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
                     .collect()
             };
-            let new = on(*now as usize);
+            let new = on(now);
             assert_eq!(new.len(), 1, "job {job}: one task on its new server: {new:?}");
             let out = std::fs::read_to_string(new[0].join("stdout.log")).unwrap_or_default();
             assert!(out.contains("started"), "job {job} on its new server: {out:?}");
-            let old = on(1 - *now as usize);
+            let old = on(was);
             assert_eq!(old.len(), 1, "job {job}: its old task: {old:?}");
             let out = std::fs::read_to_string(old[0].join("stdout.log")).unwrap_or_default();
             assert!(out.contains("checkpointed"), "job {job}'s old task was not checkpointed: {out:?}");
@@ -161,14 +188,40 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
 
         let h = watcher.stop().await;
         assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
-        for (job, now) in &moved {
+        for &(job, _, now) in &moves {
             assert_eq!(
-                h.placements[job].last().map(|p| p.0),
-                Some(*now),
+                h.placements[&job].last().map(|p| p.0),
+                Some(now),
                 "job {job}'s placements: {:?}",
-                h.placements[job]
+                h.placements[&job]
             );
-            assert!(h.placements[job].len() >= 2, "job {job}'s placements: {:?}", h.placements[job]);
+            assert!(h.placements[&job].len() >= 2, "job {job}'s placements: {:?}", h.placements[&job]);
         }
-    });
+        Outcome { moves, blocked_on }
+    })
+}
+
+#[test]
+fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
+    // GPUs 0, 2, 4 and 6 busy on both servers (one per PCIe switch): 4 free on each, 8 on none.
+    let layout: Vec<(u32, u32)> = (0..2).flat_map(|s| [0, 2, 4, 6].map(|g| (s, g))).collect();
+    let big = blocked_spec("big-8", 1, 8, LocalityLevel::Server);
+    let o = scenario("tessera-migration-", &["r0-s00", "r0-s01"], &layout, big);
+    let [server] = o.blocked_on[..] else { panic!("one member: {:?}", o.blocked_on) };
+    assert!(o.moves.iter().all(|&(_, was, now)| was == server && now != server), "moves: {:?}", o.moves);
+}
+
+#[test]
+fn blocked_two_server_gang_starts_after_six_small_jobs_move() {
+    // 5, 5, 3 and 3 busy GPUs: 16 free (3, 3, 5, 5), no server wholly free, half the GPUs busy
+    // (the host plans moves only from that use on).
+    let busy: [&[u32]; 4] = [&[0, 1, 2, 4, 6], &[0, 1, 2, 4, 6], &[0, 2, 4], &[0, 2, 4]];
+    let layout: Vec<(u32, u32)> =
+        busy.iter().enumerate().flat_map(|(s, gpus)| gpus.iter().map(move |&g| (s as u32, g))).collect();
+    let gang = blocked_spec("gang-16", 2, 8, LocalityLevel::Rack);
+    let o = scenario("tessera-migration-gang-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, gang);
+    assert_eq!(o.blocked_on, vec![2, 3], "the gang runs on the two servers the fewest moves free");
+    // Six moves: more than the 4 a plan could make in all before the bound was per member.
+    assert_eq!(o.moves.len(), 6, "moves: {:?}", o.moves);
+    assert!(o.moves.iter().all(|&(_, was, now)| was >= 2 && now < 2), "moves: {:?}", o.moves);
 }

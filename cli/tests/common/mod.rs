@@ -87,14 +87,22 @@ pub fn kill_tasks(data: &Path) {
 /// One `tessera view serve` process over `spec(2)` with `tuning`, data in `dir/view`, and fake-GPU
 /// agents for both servers (`r0-s00`, `r0-s01`): the cluster, its address, the processes.
 pub fn two_agent_cluster(dir: &Path, tuning: Tuning) -> (ProcessCluster, String, Procs, [&'static str; 2]) {
-    let view = cluster(1, spec(2), tuning, false, Some(&dir.join("view")));
+    let servers = ["r0-s00", "r0-s01"];
+    let (view, addr, procs) = agent_cluster(dir, tuning, &servers);
+    (view, addr, procs, servers)
+}
+
+/// One `tessera view serve` process over `spec(servers.len())` with `tuning`, data in
+/// `dir/view`, and a fake-GPU agent for each server named (`r0-s00`, `r0-s01`, … in the order
+/// of the spec): the cluster, its address, the processes.
+pub fn agent_cluster(dir: &Path, tuning: Tuning, servers: &[&str]) -> (ProcessCluster, String, Procs) {
+    let view = cluster(1, spec(servers.len() as u32), tuning, false, Some(&dir.join("view")));
     let addr = view.addrs()[0].clone();
     let mut procs = Procs::default();
-    let servers = ["r0-s00", "r0-s01"];
     for s in servers {
         procs.agent(dir, &addr, s, &tls(&view, Role::Agent, s));
     }
-    (view, addr, procs, servers)
+    (view, addr, procs)
 }
 
 /// The flags of a process acting as `role` `name` on `cluster`: `--tls DIR` with a certificate
