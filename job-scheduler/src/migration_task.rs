@@ -169,6 +169,14 @@ pub(crate) fn free_gpus(view: &crate::LocalView, ty: Option<&str>) -> u64 {
         .sum()
 }
 
+/// The remaining times a host gives the planner ([`migration_planner::plan`]): none is known
+/// live, and an absent one counts as far from the end; −∞ marks each job in `cooled`, moved less
+/// than [`MigrationConfig::cooldown`] ago, which the planner then leaves where it is. The
+/// simulator gives the planner the same, not the true remaining times it could read.
+pub(crate) fn planner_estimates(cooled: impl IntoIterator<Item = JobId>) -> BTreeMap<JobId, f64> {
+    cooled.into_iter().map(|j| (j, f64::NEG_INFINITY)).collect()
+}
+
 /// Plans for the first candidate that needs moves and submits them; the plan and the jobs
 /// whose move the approver accepted, or `None` when no candidate needs (or has) a plan.
 async fn step(
@@ -182,9 +190,7 @@ async fn step(
     let wire = client.snapshot(true).await.map_err(|source| SchedulerError::Call { call: "snapshot", source })?;
     let snap = wire.snapshot.ok_or(SchedulerError::NoSnapshot)?;
     let view = ClusterView::from_snapshot(ViewSnapshot::try_from(snap).map_err(SchedulerError::MalformedSnapshot)?);
-    // No remaining-time estimates live: absent means far from the end. −∞ marks the jobs
-    // moved recently, which the planner then leaves where they are.
-    let remaining_s: BTreeMap<JobId, f64> = moved_at.keys().map(|j| (*j, f64::NEG_INFINITY)).collect();
+    let remaining_s = planner_estimates(moved_at.keys().copied());
     for &(job, waited_s) in candidates {
         let Some(level) =
             view.job(job).filter(|j| j.state == JobState::Pending).map(|j| j.spec.allowed_level(waited_s))

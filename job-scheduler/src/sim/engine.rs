@@ -43,7 +43,7 @@ use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
 use crate::locality_cost::{self, ReleaseStats};
-use crate::migration_task::{CANDIDATES_PER_INTERVAL, MigrationConfig, free_gpus};
+use crate::migration_task::{self, CANDIDATES_PER_INTERVAL, MigrationConfig, free_gpus};
 use crate::reservation::Reservations;
 use crate::runtime::{Action, Answer, Event as Look, PlaceMachine, Placed, RuntimeOptions};
 use crate::scheduler::{Context, RunningIndex};
@@ -62,13 +62,6 @@ use tessera_view::{
 
 /// Ended jobs the simulated view keeps (the simulator keeps its own records).
 const ENDED_KEPT: usize = 1024;
-/// Simulated seconds after a round of migration planning found no plan before the next round:
-/// bounds the planner's work (each attempt scans the cluster) and the rate of moves. A round
-/// plans, as the live migration task does, after the pass (the task runs beside the jobs'
-/// machines, which place what they can first), for up to
-/// `migration_task::CANDIDATES_PER_INTERVAL` blocked jobs whose GPU type is busy and has enough
-/// GPUs free in total, in the order the pass offers them, and ends at the first plan carried out.
-pub const MIGRATION_RETRY_S: f64 = 300.0;
 /// The view's clock at simulated second 0 (Unix ms): any fixed origin serves, as only
 /// differences are read, but 0 is the view's "no clock yet".
 const EPOCH_MS: u64 = 1_700_000_000_000;
@@ -164,6 +157,9 @@ struct Rt {
     speed_time: f64,
     /// Counts the job's moves; a resume event names the move it ends.
     moves: u64,
+    /// When it was last moved (−∞ if never): a live host does not move it again within
+    /// [`MigrationConfig::cooldown`].
+    moved_at_s: f64,
     /// Since when it has been blocked by fragmentation (see [`PolicyReport::frag_blocked_s_by_size`]).
     frag_since: Option<f64>,
     /// Seconds it waited blocked by fragmentation.
@@ -209,6 +205,7 @@ struct Sim<'a> {
     coreless_area: f64,
     frag_time: f64,
     busy_series: Vec<(f64, u64)>,
+    /// When the migration task's next round may run: one round per live interval.
     next_plan_s: f64,
     /// The lowest rank among the running jobs under the preemption bound, while current (the
     /// pass's check before any search).
@@ -324,6 +321,7 @@ pub fn simulate(
             next_wake_s: 0.0,
             speed_time: 0.0,
             moves: 0,
+            moved_at_s: f64::NEG_INFINITY,
             frag_since: None,
             frag_blocked_s: 0.0,
         });

@@ -8,16 +8,16 @@ impl Sim<'_> {
     /// accepted (the job's own machine then places it, as a live host's scheduler task does
     /// on the view change).
     pub(super) fn try_migrate(&mut self, i: usize, level: LocalityLevel, now: f64) -> bool {
-        let remaining: BTreeMap<JobId, f64> = self
-            .server_jobs
-            .iter()
-            .flatten()
-            .map(|&j| {
-                let rt = &self.jobs[j];
-                let left = rt.work_left_s - rt.speed * (now - rt.since_s);
-                (rt.view_id, if rt.speed > 0.0 { left / rt.speed } else { f64::INFINITY })
-            })
-            .collect();
+        // What a live host tells the planner: no remaining times (it has none), only the jobs
+        // moved within the cooldown, which it never moves again.
+        let cooldown = MigrationConfig::default().cooldown.as_secs_f64();
+        let remaining = migration_task::planner_estimates(
+            self.server_jobs
+                .iter()
+                .flatten()
+                .filter(|&&j| now - self.jobs[j].moved_at_s < cooldown)
+                .map(|&j| self.jobs[j].view_id),
+        );
         let job = self.jobs[i].view_id;
         let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
             return false;
@@ -79,6 +79,7 @@ impl Sim<'_> {
         self.observe(j, now);
         self.respeed(&servers);
         self.jobs[j].moves += 1;
+        self.jobs[j].moved_at_s = now;
         let moves = self.jobs[j].moves;
         self.push(now + cost, Event::Resume(j, moves));
     }

@@ -175,10 +175,12 @@ impl Sim<'_> {
     /// `blocked` (jobs nothing fit in this pass, in the order offered) those still waiting, of
     /// more than one GPU, whose GPU type is busy and has enough GPUs free in total, up to
     /// `CANDIDATES_PER_INTERVAL` of them, until one plan is carried out; the job's own machine
-    /// then looks at the view the moves changed. A round that helps none waits
-    /// `MIGRATION_RETRY_S`. Returns whether jobs were moved.
+    /// then looks at the view the moves changed. A round that planned for any job, helped or
+    /// not, is the task's one round of its interval ([`MigrationConfig::interval`]): the next
+    /// comes no sooner. Returns whether jobs were moved.
     fn migrate_for(&mut self, blocked: &[usize], now: f64) -> Result<bool, SchedulerError> {
-        let min_utilization = MigrationConfig::default().min_utilization;
+        let live = MigrationConfig::default();
+        let interval = live.interval.map_or(0.0, |d| d.as_secs_f64());
         self.local.catch_up(&self.view);
         let mut planned_for = 0;
         for &i in blocked {
@@ -189,7 +191,7 @@ impl Sim<'_> {
             let ty = rt.spec.gpu_type.as_deref();
             let candidate = self.pending.contains(&i)
                 && rt.gpus > 1
-                && self.local.utilization_of_type(ty) >= min_utilization
+                && self.local.utilization_of_type(ty) >= live.min_utilization
                 && free_gpus(&self.local, ty) >= u64::from(rt.gpus);
             if !candidate {
                 continue;
@@ -197,13 +199,14 @@ impl Sim<'_> {
             planned_for += 1;
             let allowed = rt.allowed(now);
             if self.try_migrate(i, allowed, now) {
+                self.next_plan_s = now + interval;
                 self.look(i, 0, now)?;
                 return Ok(true);
             }
         }
         if planned_for > 0 {
-            // Planned for, and none could be helped: the round is over.
-            self.next_plan_s = now + MIGRATION_RETRY_S;
+            // Planned for, and none could be helped: the round is over until the next interval.
+            self.next_plan_s = now + interval;
         }
         Ok(false)
     }
