@@ -130,6 +130,74 @@ fn migration_lets_a_blocked_eight_gpu_job_start() {
 }
 
 #[test]
+fn the_simulated_planner_knows_no_remaining_times_and_moves_jobs_near_their_end() {
+    // As above, but the long jobs end at about 1,500 s: when the 8-GPU job arrives at 200 s
+    // each has about 1,300 s left, under the planner's 1,800 s floor for a job it may move. A
+    // live host knows no remaining times, so its planner moves them; a simulator that told the
+    // planner the true remaining times (as it did before stop 45) never moved them, and the
+    // 8-GPU job waited for them to end.
+    let mut jobs: Vec<SimJob> =
+        (0..16).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 1_500.0 }, "LM")).collect();
+    jobs.push(job("big", 200.0, 8, 1_000.0, "LM"));
+    let trace = Trace { name: "fragmented, near their end".into(), jobs, ..Trace::default() };
+    let with = run(SimPolicy::Tessera, &trace, 2, 1);
+    let without = run(SimPolicy::TesseraNoMigration, &trace, 2, 1);
+    for r in [&with, &without] {
+        assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (17, 0, 0), "{r:?}");
+    }
+    assert!((1..=4).contains(&with.migrations), "{with:?}");
+    let moved = with.job_records.iter().filter(|j| j.moves > 0).count();
+    assert_eq!(moved as u64, with.migrations, "each moved once: {:?}", with.job_records);
+    assert!(waited(&with, "big") < 100.0, "moves start the 8-GPU job at once: waited {} s", waited(&with, "big"));
+    assert!(
+        waited(&without, "big") > 1_000.0,
+        "without moves it waits for the long jobs: {} s",
+        waited(&without, "big")
+    );
+}
+
+#[test]
+fn a_moved_job_is_moved_again_only_when_its_cooldown_ends() {
+    // As in the tests above, the 8-GPU job `big` (50 s of work) starts at about 200 s after
+    // four of the 400 s jobs move onto the other server; it ends, and a 5-GPU job takes that
+    // server. When the four 400 s jobs that did not move end (the moved ones paused 60 s for
+    // their restart, so they end later), the moved ones are the only jobs left on their
+    // server, and a 7-GPU job arrives: 7 GPUs are free in all, 3 beside the 5-GPU job (too
+    // large to move) and 4 beside the moved jobs. Moving three of them would start it at once;
+    // a live host's migration task does not move a job again within 300 s of its move
+    // (`MigrationConfig::cooldown`), and plans again every 5 s, so it moves them when the
+    // cooldown ends, with no other event then.
+    let mut jobs: Vec<SimJob> =
+        (0..16).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 400.0 }, "LM")).collect();
+    jobs.push(job("big", 200.0, 8, 50.0, "LM"));
+    jobs.push(job("five", 300.0, 5, 100_000.0, "LM"));
+    jobs.push(job("seven", 490.0, 7, 1_000.0, "LM"));
+    let trace = Trace { name: "moved, then needed again".into(), jobs, ..Trace::default() };
+    let r = run(SimPolicy::Tessera, &trace, 2, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (19, 0, 0), "{r:?}");
+    let records = &r.job_records;
+    let rec = |name: &str| records.iter().find(|j| j.name == name).expect("in the records");
+    // The task plans for a job held for its minimum wait (5 s), then moves at once.
+    let big_start = rec("big").start_s.expect("big ran");
+    assert!((205.0..210.0).contains(&big_start), "`big` starts once it waited 5 s: {big_start} s");
+    let stayed_end = records[..16].iter().filter(|j| j.moves == 0).filter_map(|j| j.end_s).fold(0.0, f64::max);
+    let five_start = rec("five").start_s.expect("five ran");
+    assert!(
+        stayed_end < 490.0 && five_start < 490.0,
+        "set before `seven` arrives: {stayed_end}, {five_start}; {records:?}"
+    );
+    let moved: Vec<_> = records.iter().filter(|j| j.moves > 0).collect();
+    assert_eq!(moved.len(), 4, "the first plan moved four: {records:?}");
+    assert_eq!(moved.iter().filter(|j| j.moves == 2).count(), 3, "three of them moved again for `seven`: {records:?}");
+    let cooled_at = big_start + 300.0;
+    let seven_start = rec("seven").start_s.expect("seven ran");
+    assert!(
+        seven_start >= cooled_at && seven_start < cooled_at + 1.0,
+        "`seven` starts when the moved jobs' cooldown ends ({cooled_at} s), not at {seven_start} s; {records:?}"
+    );
+}
+
+#[test]
 fn moves_are_planned_only_for_gpus_the_jobs_behind_leave_free() {
     // As above, but eight 1-GPU jobs arrive with the 8-GPU job, just behind it. On a live host
     // their machines take the 8 free GPUs as soon as they see them, and the migration task,

@@ -50,7 +50,7 @@ use crate::scheduler::{Context, RunningIndex};
 use crate::search::find_placement;
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 use tessera_view::fit::FitMode;
 use tessera_view::migration_planner::{self, MigrationParams};
@@ -142,6 +142,9 @@ struct Rt {
     theta: f64,
     gpus: u32,
     arrival_s: f64,
+    /// When the host last adopted it: on arrival, and again when it was requeued after a
+    /// preemption (the migration task's [`MigrationConfig::min_wait`] counts from then).
+    adopted_s: f64,
     work_left_s: f64,
     speed: f64,
     since_s: f64,
@@ -157,9 +160,6 @@ struct Rt {
     speed_time: f64,
     /// Counts the job's moves; a resume event names the move it ends.
     moves: u64,
-    /// When it was last moved (−∞ if never): a live host does not move it again within
-    /// [`MigrationConfig::cooldown`].
-    moved_at_s: f64,
     /// Since when it has been blocked by fragmentation (see [`PolicyReport::frag_blocked_s_by_size`]).
     frag_since: Option<f64>,
     /// Seconds it waited blocked by fragmentation.
@@ -188,6 +188,9 @@ struct Sim<'a> {
     seq: u64,
     next_proposal: u64,
     server_jobs: Vec<Vec<usize>>,
+    /// Moves of the last [`MigrationConfig::cooldown`] (at least; older ones are dropped when
+    /// the next plan is made), oldest first: a live host does not move these jobs again yet.
+    recent_moves: VecDeque<(f64, JobId)>,
     /// The same jobs by view id, as schedulers see them ([`Context::running`]).
     running: RunningIndex,
     /// Releases and run times so far, as a live host observes them ([`Context::releases`]).
@@ -256,6 +259,7 @@ pub fn simulate(
         cfg,
         model,
         server_jobs: vec![Vec::new(); view.servers().len()],
+        recent_moves: VecDeque::new(),
         running: RunningIndex::new().with_preemption_bound(max_preemptions),
         view,
         local,
@@ -307,6 +311,7 @@ pub fn simulate(
             theta,
             gpus: j.gpus,
             arrival_s: j.arrival_s / scale,
+            adopted_s: j.arrival_s / scale,
             work_left_s: j.duration_s,
             speed: 0.0,
             since_s: 0.0,
@@ -321,7 +326,6 @@ pub fn simulate(
             next_wake_s: 0.0,
             speed_time: 0.0,
             moves: 0,
-            moved_at_s: f64::NEG_INFINITY,
             frag_since: None,
             frag_blocked_s: 0.0,
         });
@@ -393,6 +397,7 @@ impl<'a> Sim<'a> {
                 // The live host adopts a preempted job anew: a new machine, its wait counted
                 // from its submission as before (`Job::waiting_from_ms`).
                 self.machines[i] = Some(self.machine(i));
+                self.jobs[i].adopted_s = now;
                 self.fresh.push(i);
             }
             Event::Clock if now >= self.clock_wake_s => self.clock_wake_s = f64::INFINITY,

@@ -11,13 +11,10 @@ impl Sim<'_> {
         // What a live host tells the planner: no remaining times (it has none), only the jobs
         // moved within the cooldown, which it never moves again.
         let cooldown = MigrationConfig::default().cooldown.as_secs_f64();
-        let remaining = migration_task::planner_estimates(
-            self.server_jobs
-                .iter()
-                .flatten()
-                .filter(|&&j| now - self.jobs[j].moved_at_s < cooldown)
-                .map(|&j| self.jobs[j].view_id),
-        );
+        while self.recent_moves.front().is_some_and(|&(at, _)| at + cooldown <= now) {
+            self.recent_moves.pop_front();
+        }
+        let remaining = migration_task::planner_estimates(self.recent_moves.iter().map(|&(_, job)| job));
         let job = self.jobs[i].view_id;
         let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
             return false;
@@ -48,6 +45,11 @@ impl Sim<'_> {
                 self.pause_for_move(j, p, now);
             }
             self.local.catch_up(&self.view);
+            if ds.iter().any(Decision::is_placed) {
+                // The live task plans every interval, so it sees the moved jobs movable again
+                // when their cooldown ends: a pass then, even if nothing else happens.
+                self.push(now + cooldown, Event::Wake);
+            }
             return ds.iter().all(Decision::is_placed);
         }
         // No moves: the group is free already (the job's scheduler passed it over).
@@ -79,7 +81,7 @@ impl Sim<'_> {
         self.observe(j, now);
         self.respeed(&servers);
         self.jobs[j].moves += 1;
-        self.jobs[j].moved_at_s = now;
+        self.recent_moves.push_back((now, self.jobs[j].view_id));
         let moves = self.jobs[j].moves;
         self.push(now + cost, Event::Resume(j, moves));
     }

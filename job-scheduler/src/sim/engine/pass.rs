@@ -173,14 +173,17 @@ impl Sim<'_> {
     /// Migration as the live task plans it ([`crate::migration_task`]), which runs beside the
     /// jobs' own machines and so sees the view after they placed what they could: among
     /// `blocked` (jobs nothing fit in this pass, in the order offered) those still waiting, of
-    /// more than one GPU, whose GPU type is busy and has enough GPUs free in total, up to
-    /// `CANDIDATES_PER_INTERVAL` of them, until one plan is carried out; the job's own machine
-    /// then looks at the view the moves changed. A round that planned for any job, helped or
-    /// not, is the task's one round of its interval ([`MigrationConfig::interval`]): the next
-    /// comes no sooner. Returns whether jobs were moved.
+    /// more than one GPU, whose GPU type is busy and has enough GPUs free in total, and held
+    /// for at least [`MigrationConfig::min_wait`] since the host adopted them (a pass is due
+    /// when a younger one reaches it), up to `CANDIDATES_PER_INTERVAL` of them, until one plan is
+    /// carried out; the job's own machine then looks at the view the moves changed. A round
+    /// that planned for any job, helped or not, is the task's one round of its interval
+    /// ([`MigrationConfig::interval`]): the next comes no sooner. Returns whether jobs were
+    /// moved.
     fn migrate_for(&mut self, blocked: &[usize], now: f64) -> Result<bool, SchedulerError> {
         let live = MigrationConfig::default();
         let interval = live.interval.map_or(0.0, |d| d.as_secs_f64());
+        let min_wait = live.min_wait.as_secs_f64();
         self.local.catch_up(&self.view);
         let mut planned_for = 0;
         for &i in blocked {
@@ -194,6 +197,13 @@ impl Sim<'_> {
                 && self.local.utilization_of_type(ty) >= live.min_utilization
                 && free_gpus(&self.local, ty) >= u64::from(rt.gpus);
             if !candidate {
+                continue;
+            }
+            let ripe_s = rt.adopted_s + min_wait;
+            if now < ripe_s {
+                // Held for less than the task's minimum wait: planned for once it has waited
+                // that long, as the task's next round would.
+                self.wake_at(i, ripe_s);
                 continue;
             }
             planned_for += 1;
