@@ -6,11 +6,10 @@ use super::*;
 impl Sim<'_> {
     /// Plans and applies moves that free a group for job `i` at `level`; true if they were all
     /// accepted (the job's own machine then places it, as a live host's scheduler task does
-    /// on the view change).
-    pub(super) fn try_migrate(&mut self, i: usize, level: LocalityLevel, now: f64) -> bool {
+    /// on the view change). `cooldown`: [`MigrationConfig::cooldown`], seconds.
+    pub(super) fn try_migrate(&mut self, i: usize, level: LocalityLevel, cooldown: f64, now: f64) -> bool {
         // What a live host tells the planner: no remaining times (it has none), only the jobs
         // moved within the cooldown, which it never moves again.
-        let cooldown = MigrationConfig::default().cooldown.as_secs_f64();
         while self.recent_moves.front().is_some_and(|&(at, _)| at + cooldown <= now) {
             self.recent_moves.pop_front();
         }

@@ -206,17 +206,14 @@ impl Sim<'_> {
                 self.wake_at(i, ripe_s);
                 continue;
             }
+            // Planning for a job, helped or not, makes this the interval's round.
             planned_for += 1;
+            self.next_plan_s = now + interval;
             let allowed = rt.allowed(now);
-            if self.try_migrate(i, allowed, now) {
-                self.next_plan_s = now + interval;
+            if self.try_migrate(i, allowed, live.cooldown.as_secs_f64(), now) {
                 self.look(i, 0, now)?;
                 return Ok(true);
             }
-        }
-        if planned_for > 0 {
-            // Planned for, and none could be helped: the round is over until the next interval.
-            self.next_plan_s = now + interval;
         }
         Ok(false)
     }
