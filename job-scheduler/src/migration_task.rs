@@ -2,7 +2,8 @@
 //! job that fragmentation blocks.
 //!
 //! Every [`MigrationConfig::interval`] the host's migration task looks at the pending jobs the
-//! host holds that have waited at least [`MigrationConfig::min_wait`]. A job is a candidate
+//! host holds that have waited at least [`MigrationConfig::min_wait`], smallest first
+//! ([`plan_order`]). A job is a candidate
 //! when the GPUs of its type are busy (used fraction at least
 //! [`MigrationConfig::min_utilization`]: under light load a free group turns up by itself) and
 //! enough of them are free in total, and it cannot start now at a looser level it tolerates
@@ -133,10 +134,10 @@ pub(crate) async fn run(
 }
 
 /// Held pending jobs that waited long enough, cannot start looser now, and whose GPU type is
-/// busy and has enough free GPUs in total: (job, seconds waited), highest priority then oldest first.
+/// busy and has enough free GPUs in total: (job, seconds waited), in [`plan_order`].
 fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)]) -> Vec<(JobId, u64)> {
     cache.read(|s| {
-        let mut out: Vec<(i32, JobId, u64)> = held
+        let mut out: Vec<(PlanOrder, (JobId, u64))> = held
             .iter()
             .filter(|(_, since)| since.elapsed() >= cfg.min_wait)
             .filter_map(|(id, since)| {
@@ -148,16 +149,30 @@ fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)
                 }
                 let ty = j.spec.gpu_type.as_deref();
                 let busy = s.view.utilization_of_type(ty) >= cfg.min_utilization;
-                (busy && free_gpus(&s.view, ty) >= u64::from(j.spec.total_gpus())).then_some((
-                    j.spec.priority,
-                    *id,
-                    since.elapsed().as_secs(),
-                ))
+                (busy && free_gpus(&s.view, ty) >= u64::from(j.spec.total_gpus()))
+                    .then_some((plan_order(&j.spec, *id), (*id, since.elapsed().as_secs())))
             })
             .collect();
-        out.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        out.into_iter().take(CANDIDATES_PER_INTERVAL).map(|(_, id, w)| (id, w)).collect()
+        out.sort_by_key(|&(key, _)| key);
+        out.into_iter().take(CANDIDATES_PER_INTERVAL).map(|(_, c)| c).collect()
     })
+}
+
+/// Where a blocked job stands among the candidates of a round: highest priority first, then
+/// the fewest GPUs, then the oldest (the lowest id).
+///
+/// Every plan starts one job, so the round serves the smallest blocked job first: its plan
+/// moves the fewest jobs (the bound grows with its members, [`MigrationParams::moves_for`]),
+/// and the GPUs it takes hold up the fewest others while it runs. A job's size is all a host
+/// knows of it (no durations), so this is shortest-first by size, the duration-agnostic order
+/// Tiresias ranks by. A larger job is planned for when no smaller one is blocked, or none's
+/// plan exists; a host that reserves withholds servers for a gang that still waits long,
+/// where that pays ([`crate::reservation`]).
+pub(crate) type PlanOrder = (std::cmp::Reverse<i32>, u32, JobId);
+
+/// The [`PlanOrder`] key of pending job `id` with spec `spec`.
+pub(crate) fn plan_order(spec: &tessera_view::JobSpec, id: JobId) -> PlanOrder {
+    (std::cmp::Reverse(spec.priority), spec.total_gpus(), id)
 }
 
 /// Free GPUs of up servers of a device type (all types if `None`).

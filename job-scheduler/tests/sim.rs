@@ -408,3 +408,27 @@ fn bad_trace_rows_are_reported_with_row_and_column() {
     assert!(e.contains("row 2") && e.contains("`num_gpus`"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_migration_round_plans_for_the_smallest_blocked_job_first() {
+    // Four servers, each left with four long 1-GPU jobs and four free GPUs once the short ones
+    // end: 16 GPUs free, no server whole. A 2 × 8 gang and an 8-GPU job arrive together, the
+    // gang first. Both are blocked and both can be unblocked by moves (8 for the gang, 4 for
+    // the 8-GPU job), but not both: the first plan takes what the other needs. The migration
+    // task plans for the smallest blocked job first (`migration_task::plan_order`): it starts
+    // once it has waited the task's 5 s, and the gang waits for it to end.
+    let mut jobs: Vec<SimJob> =
+        (0..32).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 100_000.0 }, "LM")).collect();
+    jobs.push(job("gang", 200.0, 16, 1_000.0, "LM"));
+    jobs.push(job("eight", 200.0, 8, 1_000.0, "LM"));
+    let trace = Trace { name: "a gang and a smaller job blocked together".into(), jobs, ..Trace::default() };
+    let r = run(SimPolicy::Tessera, &trace, 4, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (34, 0, 0), "{r:?}");
+    // Blocked (it waits for the task's round, not placed at once), then moved for.
+    let eight = waited(&r, "eight");
+    assert!((5.0..10.0).contains(&eight), "eight starts once it waited 5 s: waited {eight} s");
+    // The gang waits until the 8-GPU job ends (then moves free a second server beside its).
+    let rec = |name: &str| r.job_records.iter().find(|j| j.name == name).expect("in the records");
+    let (eight_end, gang_start) = (rec("eight").end_s.expect("ended"), rec("gang").start_s.expect("ran"));
+    assert!(gang_start >= eight_end, "the gang starts at {gang_start} s, before the 8-GPU job ends ({eight_end} s)");
+}

@@ -210,6 +210,8 @@ struct Sim<'a> {
     busy_series: Vec<(f64, u64)>,
     /// When the migration task's next round may run: one round per live interval.
     next_plan_s: f64,
+    /// The round a pass is already due for (a `Wake` pushed for it): one per interval.
+    round_wake_s: f64,
     /// The lowest rank among the running jobs under the preemption bound, while current (the
     /// pass's check before any search).
     lowest_victim: Option<Option<(i32, Reverse<u8>)>>,
@@ -282,6 +284,7 @@ pub fn simulate(
         frag_time: 0.0,
         busy_series: vec![(0.0, 0)],
         next_plan_s: 0.0,
+        round_wake_s: 0.0,
         lowest_victim: None,
         ranked,
         machines: Vec::with_capacity(trace.jobs.len()),

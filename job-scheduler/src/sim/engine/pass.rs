@@ -159,8 +159,17 @@ impl Sim<'_> {
                 }
             }
         }
-        let moved =
-            may_migrate && self.cfg.contender.migrates && now >= self.next_plan_s && self.migrate_for(&blocked, now)?;
+        let migrates = may_migrate && self.cfg.contender.migrates;
+        let round_due = now >= self.next_plan_s;
+        let moved = migrates && round_due && self.migrate_for(&mut blocked, now)?;
+        if migrates && !round_due && self.round_wake_s < self.next_plan_s {
+            // This interval's round is over: the task's next one, at the interval's end, sees
+            // the jobs blocked now, even if nothing else happens meanwhile.
+            if blocked.iter().any(|&i| self.may_plan_for(i)) {
+                self.round_wake_s = self.next_plan_s;
+                self.push(self.next_plan_s, Event::Wake);
+            }
+        }
         if self.cfg.contender.reserves {
             // What the pass took or freed on the withheld servers idles from now on.
             self.local.catch_up(&self.view);
@@ -172,33 +181,30 @@ impl Sim<'_> {
 
     /// Migration as the live task plans it ([`crate::migration_task`]), which runs beside the
     /// jobs' own machines and so sees the view after they placed what they could: among
-    /// `blocked` (jobs nothing fit in this pass, in the order offered) those still waiting, of
-    /// more than one GPU, whose GPU type is busy and has enough GPUs free in total, and held
-    /// for at least [`MigrationConfig::min_wait`] since the host adopted them (a pass is due
-    /// when a younger one reaches it), up to `CANDIDATES_PER_INTERVAL` of them, until one plan is
-    /// carried out; the job's own machine then looks at the view the moves changed. A round
-    /// that planned for any job, helped or not, is the task's one round of its interval
+    /// `blocked` (jobs nothing fit in this pass), in the task's order
+    /// ([`migration_task::plan_order`]), those still waiting, of more than one GPU, whose GPU
+    /// type is busy and has enough GPUs free in total, and held for at least
+    /// [`MigrationConfig::min_wait`] since the host adopted them (a pass is due when a younger
+    /// one reaches it), up to `CANDIDATES_PER_INTERVAL` of them, until one plan is carried out;
+    /// the job's own machine then looks at the view the moves changed. A round that planned for
+    /// any job, helped or not, is the task's one round of its interval
     /// ([`MigrationConfig::interval`]): the next comes no sooner. Returns whether jobs were
     /// moved.
-    fn migrate_for(&mut self, blocked: &[usize], now: f64) -> Result<bool, SchedulerError> {
+    fn migrate_for(&mut self, blocked: &mut [usize], now: f64) -> Result<bool, SchedulerError> {
         let live = MigrationConfig::default();
         let interval = live.interval.map_or(0.0, |d| d.as_secs_f64());
         let min_wait = live.min_wait.as_secs_f64();
         self.local.catch_up(&self.view);
+        blocked.sort_by_cached_key(|&i| migration_task::plan_order(&self.jobs[i].spec, self.jobs[i].view_id));
         let mut planned_for = 0;
-        for &i in blocked {
+        for &i in blocked.iter() {
             if planned_for == CANDIDATES_PER_INTERVAL {
                 break;
             }
-            let rt = &self.jobs[i];
-            let ty = rt.spec.gpu_type.as_deref();
-            let candidate = self.pending.contains(&i)
-                && rt.gpus > 1
-                && self.local.utilization_of_type(ty) >= live.min_utilization
-                && free_gpus(&self.local, ty) >= u64::from(rt.gpus);
-            if !candidate {
+            if !self.may_plan_for(i) {
                 continue;
             }
+            let rt = &self.jobs[i];
             let ripe_s = rt.adopted_s + min_wait;
             if now < ripe_s {
                 // Held for less than the task's minimum wait: planned for once it has waited
@@ -216,6 +222,19 @@ impl Sim<'_> {
             }
         }
         Ok(false)
+    }
+
+    /// Whether the migration task plans for job `i` when it has waited long enough: still
+    /// waiting, of more than one GPU, its GPU type busy and with enough GPUs free in total
+    /// (on the view as of the last catch-up).
+    fn may_plan_for(&self, i: usize) -> bool {
+        let live = MigrationConfig::default();
+        let rt = &self.jobs[i];
+        let ty = rt.spec.gpu_type.as_deref();
+        self.pending.contains(&i)
+            && rt.gpus > 1
+            && self.local.utilization_of_type(ty) >= live.min_utilization
+            && free_gpus(&self.local, ty) >= u64::from(rt.gpus)
     }
 
     /// Shows job `i`'s machine the view at `now` and carries out what it asks, as the live
