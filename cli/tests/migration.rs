@@ -19,6 +19,10 @@
 //! the last two servers onto the first two: more than the 4 a plan could move in all before the
 //! bound became per member of the gang ([`MigrationParams::moves_for`]).
 //!
+//! `the_host_moves_jobs_for_the_smallest_blocked_job_first`: the same four servers, the gang
+//! and an 8-GPU job submitted together, the gang first; the host plans for the smaller job
+//! first, which runs after three moves, and the gang waits.
+//!
 //! [`MigrationParams::moves_for`]: tessera_view::migration_planner::MigrationParams::moves_for
 
 use std::path::PathBuf;
@@ -58,17 +62,18 @@ fn blocked_spec(name: &str, members: u32, per: u32, level: LocalityLevel) -> Job
     s
 }
 
-/// What a scenario ended with: the small jobs moved (job, old server, new server) and the
-/// servers the blocked job runs on.
+/// What a scenario ended with: the small jobs moved (job, old server, new server), the
+/// servers the blocked job that ran is on, and the other blocked jobs' states then.
 struct Outcome {
     moves: Vec<(JobId, u32, u32)>,
     blocked_on: Vec<u32>,
+    others: Vec<JobState>,
 }
 
 /// Agents for `servers`, a 1-GPU job on each `(server, GPU)` of `layout`, a migrating scheduler
-/// host, then `blocked`: waits for it to run and checks what every scenario must hold (module
-/// doc).
-fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: JobSpec) -> Outcome {
+/// host, then the jobs of `blocked` in one submission: waits for `blocked[runs]` to run and
+/// checks what every scenario must hold (module doc).
+fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: &[JobSpec], runs: usize) -> Outcome {
     let dir = test_dir(prefix);
     let d = dir.path();
     let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
@@ -123,19 +128,20 @@ fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: JobS
         let host = with(&["scheduler", "run", "--view", &addr, "--name", "h1", "--migrate-every-ms", "500"], &host_tls);
         procs.push("h1", tessera(d, "h1.log", &host));
         let t0 = Instant::now();
-        let r = c.submit(vec![v1::JobSpec::from(&blocked)]).await.expect("submit");
-        assert!(r[0].error.is_empty(), "{}", r[0].error);
-        let big = JobId(r[0].job);
+        let r = c.submit(blocked.iter().map(v1::JobSpec::from).collect()).await.expect("submit");
+        assert!(r.iter().all(|r| r.error.is_empty()), "{r:?}");
+        let big = JobId(r[runs].job);
+        let others: Vec<JobId> = r.iter().enumerate().filter(|&(i, _)| i != runs).map(|(_, r)| JobId(r.job)).collect();
         let log = || std::fs::read_to_string(d.join("h1.log")).unwrap_or_default();
         let bound = (t0 + Duration::from_secs(25)).min(deadline);
         wait_view(&mut c, bound, "the blocked job running", |s| {
             s.jobs.iter().any(|j| j.id == big && j.state == JobState::Running)
         })
         .await;
-        eprintln!("{} running after {} ms", blocked.name, t0.elapsed().as_millis());
+        eprintln!("{} running after {} ms", blocked[runs].name, t0.elapsed().as_millis());
 
         // The moved jobs, never on the blocked job's servers, run again.
-        let (moves, blocked_on) = {
+        let (moves, blocked_on, others) = {
             let s = snapshot(&mut c).await;
             let placed = |id: JobId| {
                 let j = s.jobs.iter().find(|j| j.id == id).expect("job kept");
@@ -153,7 +159,8 @@ fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: JobS
                     moves.push((id, was, now));
                 }
             }
-            (moves, blocked_on)
+            let others: Vec<JobState> = others.iter().map(|&id| placed(id).0).collect();
+            (moves, blocked_on, others)
         };
         assert!(!moves.is_empty(), "no small job was moved\n{}", log());
         assert!(
@@ -197,7 +204,7 @@ fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: JobS
             );
             assert!(h.placements[&job].len() >= 2, "job {job}'s placements: {:?}", h.placements[&job]);
         }
-        Outcome { moves, blocked_on }
+        Outcome { moves, blocked_on, others }
     })
 }
 
@@ -206,22 +213,42 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
     // GPUs 0, 2, 4 and 6 busy on both servers (one per PCIe switch): 4 free on each, 8 on none.
     let layout: Vec<(u32, u32)> = (0..2).flat_map(|s| [0, 2, 4, 6].map(|g| (s, g))).collect();
     let big = blocked_spec("big-8", 1, 8, LocalityLevel::Server);
-    let o = scenario("tessera-migration-", &["r0-s00", "r0-s01"], &layout, big);
+    let o = scenario("tessera-migration-", &["r0-s00", "r0-s01"], &layout, &[big], 0);
     let [server] = o.blocked_on[..] else { panic!("one member: {:?}", o.blocked_on) };
     assert!(o.moves.iter().all(|&(_, was, now)| was == server && now != server), "moves: {:?}", o.moves);
 }
 
+/// 5, 5, 3 and 3 busy GPUs on four servers: 16 free (3, 3, 5, 5), no server wholly free, half
+/// the GPUs busy (the host plans moves only from that use on).
+fn four_servers_sixteen_free() -> Vec<(u32, u32)> {
+    let busy: [&[u32]; 4] = [&[0, 1, 2, 4, 6], &[0, 1, 2, 4, 6], &[0, 2, 4], &[0, 2, 4]];
+    busy.iter().enumerate().flat_map(|(s, gpus)| gpus.iter().map(move |&g| (s as u32, g))).collect()
+}
+
 #[test]
 fn blocked_two_server_gang_starts_after_six_small_jobs_move() {
-    // 5, 5, 3 and 3 busy GPUs: 16 free (3, 3, 5, 5), no server wholly free, half the GPUs busy
-    // (the host plans moves only from that use on).
-    let busy: [&[u32]; 4] = [&[0, 1, 2, 4, 6], &[0, 1, 2, 4, 6], &[0, 2, 4], &[0, 2, 4]];
-    let layout: Vec<(u32, u32)> =
-        busy.iter().enumerate().flat_map(|(s, gpus)| gpus.iter().map(move |&g| (s as u32, g))).collect();
+    let layout = four_servers_sixteen_free();
     let gang = blocked_spec("gang-16", 2, 8, LocalityLevel::Rack);
-    let o = scenario("tessera-migration-gang-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, gang);
+    let o = scenario("tessera-migration-gang-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, &[gang], 0);
     assert_eq!(o.blocked_on, vec![2, 3], "the gang runs on the two servers the fewest moves free");
     // Six moves: more than the 4 a plan could make in all before the bound was per member.
     assert_eq!(o.moves.len(), 6, "moves: {:?}", o.moves);
     assert!(o.moves.iter().all(|&(_, was, now)| was >= 2 && now < 2), "moves: {:?}", o.moves);
+}
+
+#[test]
+fn the_host_moves_jobs_for_the_smallest_blocked_job_first() {
+    // The gang test's layout (16 GPUs free, 3, 3, 5 and 5, no server whole), and the gang
+    // submitted together with an 8-GPU job, the gang first: moves could free room for either
+    // but not for both. The migration task plans for the smallest blocked job first
+    // (`migration_task::plan_order`): the 8-GPU job runs after the three jobs of server 2 or 3
+    // move, and 8 GPUs free are then too few to plan for the gang, which keeps waiting.
+    let layout = four_servers_sixteen_free();
+    let blocked =
+        [blocked_spec("gang-16", 2, 8, LocalityLevel::Rack), blocked_spec("big-8", 1, 8, LocalityLevel::Server)];
+    let o = scenario("tessera-migration-order-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, &blocked, 1);
+    let [server] = o.blocked_on[..] else { panic!("one member: {:?}", o.blocked_on) };
+    assert!(server >= 2, "the 8-GPU job runs where the fewest moves free a server: {server}");
+    assert_eq!(o.moves.len(), 3, "moves: {:?}", o.moves);
+    assert_eq!(o.others, vec![JobState::Pending], "the gang waits");
 }
