@@ -165,7 +165,8 @@ impl Sim<'_> {
         if migrates && !round_due && self.round_wake_s < self.next_plan_s {
             // This interval's round is over: the task's next one, at the interval's end, sees
             // the jobs blocked now, even if nothing else happens meanwhile.
-            if blocked.iter().any(|&i| self.may_plan_for(i)) {
+            let min_utilization = MigrationConfig::default().min_utilization;
+            if blocked.iter().any(|&i| self.may_plan_for(i, min_utilization)) {
                 self.round_wake_s = self.next_plan_s;
                 self.push(self.next_plan_s, Event::Wake);
             }
@@ -201,7 +202,7 @@ impl Sim<'_> {
             if planned_for == CANDIDATES_PER_INTERVAL {
                 break;
             }
-            if !self.may_plan_for(i) {
+            if !self.may_plan_for(i, live.min_utilization) {
                 continue;
             }
             let rt = &self.jobs[i];
@@ -225,15 +226,15 @@ impl Sim<'_> {
     }
 
     /// Whether the migration task plans for job `i` when it has waited long enough: still
-    /// waiting, of more than one GPU, its GPU type busy and with enough GPUs free in total
-    /// (on the view as of the last catch-up).
-    fn may_plan_for(&self, i: usize) -> bool {
-        let live = MigrationConfig::default();
+    /// waiting, of more than one GPU, its GPU type used at least `min_utilization`
+    /// ([`MigrationConfig::min_utilization`]) and with enough GPUs free in total (on the view
+    /// as of the last catch-up).
+    fn may_plan_for(&self, i: usize, min_utilization: f64) -> bool {
         let rt = &self.jobs[i];
         let ty = rt.spec.gpu_type.as_deref();
         self.pending.contains(&i)
             && rt.gpus > 1
-            && self.local.utilization_of_type(ty) >= live.min_utilization
+            && self.local.utilization_of_type(ty) >= min_utilization
             && free_gpus(&self.local, ty) >= u64::from(rt.gpus)
     }
 
