@@ -2,8 +2,8 @@
 //! job that fragmentation blocks.
 //!
 //! Every [`MigrationConfig::interval`] the host's migration task looks at the pending jobs the
-//! host holds that have waited at least [`MigrationConfig::min_wait`], smallest first
-//! ([`plan_order`]). A job is a candidate
+//! host holds that have waited at least [`MigrationConfig::min_wait`], highest rank, then
+//! smallest first ([`plan_order`]). A job is a candidate
 //! when the GPUs of its type are busy (used fraction at least
 //! [`MigrationConfig::min_utilization`]: under light load a free group turns up by itself) and
 //! enough of them are free in total, and it cannot start now at a looser level it tolerates
@@ -150,7 +150,7 @@ fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)
                 let ty = j.spec.gpu_type.as_deref();
                 let busy = s.view.utilization_of_type(ty) >= cfg.min_utilization;
                 (busy && free_gpus(&s.view, ty) >= u64::from(j.spec.total_gpus()))
-                    .then_some((plan_order(&j.spec, *id), (*id, since.elapsed().as_secs())))
+                    .then_some((plan_order(j), (*id, since.elapsed().as_secs())))
             })
             .collect();
         out.sort_by_key(|&(key, _)| key);
@@ -158,8 +158,9 @@ fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)
     })
 }
 
-/// Where a blocked job stands among the candidates of a round: highest priority first, then
-/// the fewest GPUs, then the oldest (the lowest id).
+/// Where a blocked job stands among the candidates of a round: the host's own rank first
+/// (highest priority, then the least attained-service queue, where the cluster has queues:
+/// [`tessera_view::attained`]), then the fewest GPUs, then the oldest (the lowest id).
 ///
 /// Every plan starts one job, so the round serves the smallest blocked job first: its plan
 /// moves the fewest jobs (the bound grows with its members, [`MigrationParams::moves_for`]),
@@ -168,11 +169,17 @@ fn candidates(cfg: &MigrationConfig, cache: &ViewCache, held: &[(JobId, Instant)
 /// Tiresias ranks by. A larger job is planned for when no smaller one is blocked, or none's
 /// plan exists; a host that reserves withholds servers for a gang that still waits long,
 /// where that pays ([`crate::reservation`]).
-pub(crate) type PlanOrder = (std::cmp::Reverse<i32>, u32, JobId);
+///
+/// Size orders jobs within a rank only. A job of a lower rank (a later queue, where it fell by
+/// the service it attained) is one the host offers the free GPUs to after every job above it,
+/// and one that any waiting job above it may preempt: moves that start it ahead of a blocked
+/// job of a higher rank would hand that job's GPUs to one the host ranks below it. On a
+/// cluster without queues every job is in queue 0 and the rank is the priority.
+pub(crate) type PlanOrder = (std::cmp::Reverse<i32>, u8, u32, JobId);
 
-/// The [`PlanOrder`] key of pending job `id` with spec `spec`.
-pub(crate) fn plan_order(spec: &tessera_view::JobSpec, id: JobId) -> PlanOrder {
-    (std::cmp::Reverse(spec.priority), spec.total_gpus(), id)
+/// The [`PlanOrder`] key of pending `job`.
+pub(crate) fn plan_order(job: &tessera_view::Job) -> PlanOrder {
+    (std::cmp::Reverse(job.spec.priority), job.service_queue, job.spec.total_gpus(), job.id)
 }
 
 /// Free GPUs of up servers of a device type (all types if `None`).

@@ -432,3 +432,29 @@ fn the_migration_round_plans_for_the_smallest_blocked_job_first() {
     let (eight_end, gang_start) = (rec("eight").end_s.expect("ended"), rec("gang").start_s.expect("ran"));
     assert!(gang_start >= eight_end, "the gang starts at {gang_start} s, before the 8-GPU job ends ({eight_end} s)");
 }
+
+#[test]
+fn under_attained_service_order_moves_serve_the_higher_queue_before_the_smaller_job() {
+    // Four servers, attained-service order (`tessera-las`). At 0 s a long 8-GPU job `d` takes a
+    // server and 24 one-GPU jobs the other three, every other one short. `d` passes its first
+    // threshold (1 GPU-hour) at 450 s and a new 8-GPU job `n` (queue 0) preempts it at 500 s;
+    // a 2 × 6 gang `g` arrives at 900 s. When the short jobs end, 12 GPUs are free, four on each
+    // of three servers: `d` (queue 1) and `g` (queue 0) are both blocked, and moves can start
+    // either but not both. The migration task plans for the higher queue first
+    // (`migration_task::plan_order`): `g` starts then, and `d` keeps waiting. Planning for the
+    // smaller job first started `d` on the moves, and `g` preempted it at that same instant.
+    let mut jobs = vec![job("d", 0.0, 8, 200_000.0, "LM")];
+    jobs.extend((0..24).map(|i| job(&format!("f{i}"), 0.0, 1, if i % 2 == 0 { 1_000.0 } else { 100_000.0 }, "LM")));
+    jobs.push(job("n", 500.0, 8, 100_000.0, "LM"));
+    jobs.push(job("g", 900.0, 12, 1_000.0, "LM"));
+    let trace = Trace { name: "a demoted job and a gang blocked together".into(), jobs, ..Trace::default() };
+    let r = run(SimPolicy::TesseraLas, &trace, 4, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (27, 0, 0), "{r:?}");
+    let rec = |name: &str| r.job_records.iter().find(|j| j.name == name).expect("in the records");
+    let freed = rec("f0").end_s.expect("the short jobs ended");
+    let g = rec("g").start_s.expect("g ran");
+    assert!((freed..freed + 1.0).contains(&g), "g starts when the short jobs end ({freed} s): at {g} s");
+    assert!(r.migrations >= 1, "g needed moves: {r:?}");
+    // `n`'s preemption of `d` only: no job was started on moves and then preempted.
+    assert_eq!(r.preemptions, 1, "{:?}", r.job_records);
+}

@@ -196,7 +196,9 @@ impl Sim<'_> {
         let interval = live.interval.map_or(0.0, |d| d.as_secs_f64());
         let min_wait = live.min_wait.as_secs_f64();
         self.local.catch_up(&self.view);
-        blocked.sort_by_cached_key(|&i| migration_task::plan_order(&self.jobs[i].spec, self.jobs[i].view_id));
+        blocked.sort_by_cached_key(|&i| {
+            migration_task::plan_order(self.view.job(self.jobs[i].view_id).expect("a blocked job is in the view"))
+        });
         let mut planned_for = 0;
         for &i in blocked.iter() {
             if planned_for == CANDIDATES_PER_INTERVAL {
