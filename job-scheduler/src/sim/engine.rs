@@ -43,7 +43,7 @@ use super::{SIZE_BUCKETS, Trace, size_bucket};
 use crate::SchedulerError;
 use crate::local_view::{LocalView, Overlay};
 use crate::locality_cost::{self, ReleaseStats};
-use crate::migration_task::{self, CANDIDATES_PER_INTERVAL, MigrationConfig, free_gpus};
+use crate::migration_task::{self, CANDIDATES_PER_INTERVAL, MigrationConfig};
 use crate::reservation::Reservations;
 use crate::runtime::{Action, Answer, Event as Look, PlaceMachine, Placed, RuntimeOptions};
 use crate::scheduler::{Context, RunningIndex};

@@ -228,16 +228,14 @@ impl Sim<'_> {
     }
 
     /// Whether the migration task plans for job `i` when it has waited long enough: still
-    /// waiting, of more than one GPU, its GPU type used at least `min_utilization`
-    /// ([`MigrationConfig::min_utilization`]) and with enough GPUs free in total (on the view
-    /// as of the last catch-up).
+    /// waiting, and a candidate by the live task's own rule ([`migration_task::may_plan_for`],
+    /// on the view as of the last catch-up).
     fn may_plan_for(&self, i: usize, min_utilization: f64) -> bool {
-        let rt = &self.jobs[i];
-        let ty = rt.spec.gpu_type.as_deref();
         self.pending.contains(&i)
-            && rt.gpus > 1
-            && self.local.utilization_of_type(ty) >= min_utilization
-            && free_gpus(&self.local, ty) >= u64::from(rt.gpus)
+            && self
+                .view
+                .job(self.jobs[i].view_id)
+                .is_some_and(|j| migration_task::may_plan_for(&self.local, j, min_utilization))
     }
 
     /// Shows job `i`'s machine the view at `now` and carries out what it asks, as the live
