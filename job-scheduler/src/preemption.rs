@@ -5,9 +5,11 @@
 //! everything (rank, the starvation bound, that each victim is needed); this only chooses well.
 //!
 //! The order of preference, as the issue states it: the fewest gangs, then the lowest rank
-//! (priority, then the highest attained-service queue), then the least work lost (time since
-//! the victim's last checkpoint). Victims are always whole gangs: releasing one frees every
-//! member it holds, and the search sees all of them free.
+//! (priority, then the highest attained-service queue), then the least work lost: first the
+//! fewest GPUs stopped that the preemptor does not take (they idle until a waiting job fits
+//! them, and the victims, re-queued, each need all they held), then the least time since the
+//! victims' last checkpoint. Victims are always whole gangs: releasing one frees every member
+//! it holds, and the search sees all of them free.
 //!
 //! Two searches:
 //! - **per server**, for a gang that one server can hold: on each server with candidates, free
@@ -119,7 +121,7 @@ fn choose_among(
             // withholds for a starved gang (`crate::reservation`).
             return;
         }
-        let score = Score::of(&set, candidates);
+        let score = Score::of(&set, candidates, &found);
         if best.as_ref().is_none_or(|(s, _)| score < *s) {
             let victims = set.iter().map(|&k| candidates[k].job).collect();
             best = Some((score, Choice { victims, members: found }));
@@ -209,25 +211,37 @@ fn give_back(rec: &mut ServerRecord, m: &MemberPlacement) {
     rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
 }
 
-/// The preference order of a victim set: fewer gangs, then lower rank, then less work lost.
+/// The preference order of a victim set: fewer gangs, then lower rank, then less work lost
+/// (GPUs stopped for nothing, then the time since the victims' checkpoints).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Score {
     gangs: usize,
     /// The highest rank among the victims (priority, then the lowest queue): lower is better.
     rank: (i32, std::cmp::Reverse<u8>),
+    /// The victims' GPUs the preemptor's gang does not use: they stop working and idle until a
+    /// waiting job fits them, which at a load that preempts is seldom the victims themselves
+    /// (each needs all it held). Fewer is better.
+    idled_gpus: u32,
     /// The victims' run starts summed (later starts, less work lost): higher is better.
     since_ms: std::cmp::Reverse<u128>,
 }
 
 impl Score {
-    fn of(set: &[usize], candidates: &[&Candidate]) -> Score {
+    fn of(set: &[usize], candidates: &[&Candidate], found: &[MemberPlacement]) -> Score {
         let rank = set
             .iter()
             .map(|&k| (candidates[k].priority, std::cmp::Reverse(candidates[k].service_queue)))
             .max()
             .unwrap_or((i32::MIN, std::cmp::Reverse(u8::MAX)));
+        let held = set.iter().flat_map(|&k| &candidates[k].members);
+        let idled_gpus = held
+            .map(|v| {
+                let taken: u64 = found.iter().filter(|m| m.server == v.server).fold(0, |a, m| a | m.gpus);
+                (v.gpus & !taken).count_ones()
+            })
+            .sum();
         let since_ms = set.iter().map(|&k| u128::from(candidates[k].since_ms)).sum();
-        Score { gangs: set.len(), rank, since_ms: std::cmp::Reverse(since_ms) }
+        Score { gangs: set.len(), rank, idled_gpus, since_ms: std::cmp::Reverse(since_ms) }
     }
 }
 
@@ -328,6 +342,19 @@ mod tests {
             .expect("a choice");
         assert_eq!(c.victims, vec![cands[0].job], "one victim, the one that loses least (the latest start)");
         assert!(needed(&cands[0], &c.members));
+    }
+
+    #[test]
+    fn of_victims_of_one_rank_the_one_that_leaves_the_fewest_gpus_idle_is_taken() {
+        // Server 0: an 8-GPU job, started last (the least work lost since a checkpoint). Server
+        // 1: a 2-GPU job of the same rank beside 6 GPUs of a job the preemptor does not outrank.
+        let (v, cands) = cluster(&[(8, 0, 0), (2, 1, 0), (6, 1, 9)]);
+        let spec = JobSpec { priority: 1, ..JobSpec::simple("small", 1, 2) };
+        let c = choose_victims(&LocalView::of_view(&v), &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands[..2])
+            .expect("a choice");
+        // Displacing the 8-GPU job would stop 6 GPUs the preemptor leaves idle.
+        assert_eq!(c.victims, vec![cands[1].job]);
+        assert!(c.members.iter().all(|m| m.server == ServerId(1)));
     }
 
     #[test]
