@@ -23,16 +23,23 @@
 //! and an 8-GPU job submitted together, the gang first; the host plans for the smaller job
 //! first, which runs after three moves, and the gang waits.
 //!
+//! `under_attained_service_order_the_host_moves_jobs_for_the_higher_queue_first`: a cluster
+//! that ranks by attained service. A long 8-GPU job runs on the fourth server until the view
+//! moves it to queue 1, and a new 8-GPU job preempts it there; the other three servers hold four
+//! 1-GPU jobs each (12 GPUs free, four per server). A 2 × 6 gang (queue 0) and the demoted job
+//! (queue 1, the smaller) are then both blocked, and moves can start either but not both: the
+//! host plans for the higher queue, so the gang runs and the demoted job keeps waiting.
+//!
 //! [`MigrationParams::moves_for`]: tessera_view::migration_planner::MigrationParams::moves_for
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
 use tessera_view::{
-    CoreMask, CpuDemand, Decision, Health, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal,
-    ProposalId, ServerId, ViewVersion,
+    CoreMask, CpuDemand, Decision, Health, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Preemption,
+    Proposal, ProposalId, ServerId, ViewSnapshot, ViewVersion,
 };
-use tessera_view_server::Tuning;
+use tessera_view_server::{Tuning, ViewClient};
 
 mod common;
 use common::*;
@@ -63,21 +70,86 @@ fn blocked_spec(name: &str, members: u32, per: u32, level: LocalityLevel) -> Job
 }
 
 /// What a scenario ended with: the small jobs moved (job, old server, new server), the
-/// servers the blocked job that ran is on, and the other blocked jobs' states then.
+/// servers the blocked job that ran is on, the other blocked jobs' states then, and the
+/// demoted job's record then (scenarios with one).
 struct Outcome {
     moves: Vec<(JobId, u32, u32)>,
     blocked_on: Vec<u32>,
     others: Vec<JobState>,
+    demoted: Option<tessera_view::Job>,
+}
+
+/// The attained-service threshold of the cluster a demoted job is made on, GPU-seconds: an
+/// 8-GPU job reaches it in 5 s, a 1-GPU job in 40 s, longer than the scenario's bound from the
+/// small jobs' start to the blocked job's, so they stay in queue 0 throughout.
+const DEMOTE_AT_GPU_S: u64 = 40;
+
+/// The command of a job that works until stopped, saving a "checkpoint" on the stop signal.
+fn long_command(name: &str) -> Vec<String> {
+    let script = format!(
+        "echo {name} gpus=$CUDA_VISIBLE_DEVICES; trap 'echo checkpointed; kill $!; exit 0' USR1 TERM; sleep 60 & wait"
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+/// A demoted job on `server` (free), made as a host would leave one: an 8-GPU job `demoted-8`
+/// placed there runs until the view moves it to queue 1, then a new 8-GPU job of the same
+/// priority, which outranks it, preempts it there in one `Preempt` command. Returns the demoted
+/// job, pending in queue 1, once the new one runs.
+async fn demote(c: &mut ViewClient, server: u32, deadline: Instant) -> JobId {
+    let mut specs = Vec::new();
+    for name in ["demoted-8", "new-8"] {
+        let mut s = blocked_spec(name, 1, 8, LocalityLevel::Server);
+        s.command = long_command(name);
+        specs.push(v1::JobSpec::from(&s));
+    }
+    let r = c.submit(specs).await.expect("submit");
+    assert!(r.iter().all(|r| r.error.is_empty()), "{r:?}");
+    let (demoted, new) = (JobId(r[0].job), JobId(r[1].job));
+    // The whole server: every GPU, with one core of each GPU's four.
+    let mut cores = CoreMask::default();
+    (0..8).for_each(|g| cores.insert(4 * g));
+    let member = MemberPlacement { server: ServerId(server), gpus: 0xff, cores, memory_mib: 8 * 1024 };
+    let p = Proposal { id: ProposalId(90), job: demoted, members: vec![member], based_on: ViewVersion(0) };
+    let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
+    assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+    let job = |s: &ViewSnapshot, id: JobId| s.jobs.iter().find(|j| j.id == id).cloned().expect("job kept");
+    wait_view(c, deadline, "the first 8-GPU job running in queue 1", |s| {
+        let j = job(s, demoted);
+        j.state == JobState::Running && j.service_queue == 1
+    })
+    .await;
+    let proposal = Proposal { id: ProposalId(91), job: new, members: vec![member], based_on: ViewVersion(0) };
+    let pre = Preemption { proposal, victims: vec![demoted], reason: "a new job outranks it".into() };
+    let d = c.preempt(v1::Preemption::from(&pre)).await.expect("preempt");
+    assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+    wait_view(c, deadline, "the new job running, the demoted one pending", |s| {
+        job(s, new).state == JobState::Running && job(s, demoted).state == JobState::Pending
+    })
+    .await;
+    demoted
 }
 
 /// Agents for `servers`, a 1-GPU job on each `(server, GPU)` of `layout`, a migrating scheduler
 /// host, then the jobs of `blocked` in one submission: waits for `blocked[runs]` to run and
-/// checks what every scenario must hold (module doc).
-fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: &[JobSpec], runs: usize) -> Outcome {
+/// checks what every scenario must hold (module doc). With `demote_on`, the cluster ranks by
+/// attained service and a demoted job is made on that server first ([`demote`]).
+fn scenario(
+    prefix: &str,
+    servers: &[&str],
+    layout: &[(u32, u32)],
+    blocked: &[JobSpec],
+    runs: usize,
+    demote_on: Option<u32>,
+) -> Outcome {
     let dir = test_dir(prefix);
     let d = dir.path();
     let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
-    let (view, addr, mut procs) = agent_cluster(d, tuning, servers);
+    let mut cluster_spec = spec(servers.len() as u32);
+    if demote_on.is_some() {
+        cluster_spec.priorities.attained_service_gpu_s = vec![DEMOTE_AT_GPU_S];
+    }
+    let (view, addr, mut procs) = agent_cluster_of(d, cluster_spec, tuning, servers);
 
     rt().block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -94,6 +166,10 @@ fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: &[Jo
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         wait_view(&mut c, deadline, "servers up", |s| s.servers.iter().all(|r| r.health == Health::Up)).await;
+        let demoted = match demote_on {
+            Some(server) => Some(demote(&mut c, server, deadline).await),
+            None => None,
+        };
 
         // Fragment on purpose: one 1-GPU job per (server, GPU) of the layout, on one core of
         // its GPU's four.
@@ -141,7 +217,7 @@ fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: &[Jo
         eprintln!("{} running after {} ms", blocked[runs].name, t0.elapsed().as_millis());
 
         // The moved jobs, never on the blocked job's servers, run again.
-        let (moves, blocked_on, others) = {
+        let (moves, blocked_on, others, demoted) = {
             let s = snapshot(&mut c).await;
             let placed = |id: JobId| {
                 let j = s.jobs.iter().find(|j| j.id == id).expect("job kept");
@@ -160,7 +236,8 @@ fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: &[Jo
                 }
             }
             let others: Vec<JobState> = others.iter().map(|&id| placed(id).0).collect();
-            (moves, blocked_on, others)
+            let demoted = demoted.map(|id| s.jobs.iter().find(|j| j.id == id).cloned().expect("job kept"));
+            (moves, blocked_on, others, demoted)
         };
         assert!(!moves.is_empty(), "no small job was moved\n{}", log());
         assert!(
@@ -204,7 +281,7 @@ fn scenario(prefix: &str, servers: &[&str], layout: &[(u32, u32)], blocked: &[Jo
             );
             assert!(h.placements[&job].len() >= 2, "job {job}'s placements: {:?}", h.placements[&job]);
         }
-        Outcome { moves, blocked_on, others }
+        Outcome { moves, blocked_on, others, demoted }
     })
 }
 
@@ -213,7 +290,7 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
     // GPUs 0, 2, 4 and 6 busy on both servers (one per PCIe switch): 4 free on each, 8 on none.
     let layout: Vec<(u32, u32)> = (0..2).flat_map(|s| [0, 2, 4, 6].map(|g| (s, g))).collect();
     let big = blocked_spec("big-8", 1, 8, LocalityLevel::Server);
-    let o = scenario("tessera-migration-", &["r0-s00", "r0-s01"], &layout, &[big], 0);
+    let o = scenario("tessera-migration-", &["r0-s00", "r0-s01"], &layout, &[big], 0, None);
     let [server] = o.blocked_on[..] else { panic!("one member: {:?}", o.blocked_on) };
     assert!(o.moves.iter().all(|&(_, was, now)| was == server && now != server), "moves: {:?}", o.moves);
 }
@@ -229,7 +306,7 @@ fn four_servers_sixteen_free() -> Vec<(u32, u32)> {
 fn blocked_two_server_gang_starts_after_six_small_jobs_move() {
     let layout = four_servers_sixteen_free();
     let gang = blocked_spec("gang-16", 2, 8, LocalityLevel::Rack);
-    let o = scenario("tessera-migration-gang-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, &[gang], 0);
+    let o = scenario("tessera-migration-gang-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, &[gang], 0, None);
     assert_eq!(o.blocked_on, vec![2, 3], "the gang runs on the two servers the fewest moves free");
     // Six moves: more than the 4 a plan could make in all before the bound was per member.
     assert_eq!(o.moves.len(), 6, "moves: {:?}", o.moves);
@@ -246,9 +323,30 @@ fn the_host_moves_jobs_for_the_smallest_blocked_job_first() {
     let layout = four_servers_sixteen_free();
     let blocked =
         [blocked_spec("gang-16", 2, 8, LocalityLevel::Rack), blocked_spec("big-8", 1, 8, LocalityLevel::Server)];
-    let o = scenario("tessera-migration-order-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, &blocked, 1);
+    let o = scenario("tessera-migration-order-", &["r0-s00", "r0-s01", "r0-s02", "r0-s03"], &layout, &blocked, 1, None);
     let [server] = o.blocked_on[..] else { panic!("one member: {:?}", o.blocked_on) };
     assert!(server >= 2, "the 8-GPU job runs where the fewest moves free a server: {server}");
     assert_eq!(o.moves.len(), 3, "moves: {:?}", o.moves);
     assert_eq!(o.others, vec![JobState::Pending], "the gang waits");
+}
+
+#[test]
+fn under_attained_service_order_the_host_moves_jobs_for_the_higher_queue_first() {
+    // Servers 0–2 with 1-GPU jobs on GPUs 0, 2, 4 and 6 (12 free, four on each, none whole); on
+    // server 3 a new 8-GPU job runs where it preempted `demoted-8`, now pending in queue 1.
+    // Moves can start the 8-GPU demoted job (the four jobs of one server onto the other two) or
+    // the 2 × 6 gang (two jobs from each of two servers onto the third), not both. The task
+    // plans for the higher queue first (`migration_task::plan_order`), though the demoted job is
+    // smaller: the gang runs, and nobody is preempted. With the queue left out of the order, the
+    // moves started the demoted job instead, and the gang then preempted it and the new job,
+    // both in queue 1 by then, and ran on their servers (0 and 3).
+    let layout: Vec<(u32, u32)> = (0..3).flat_map(|s| [0, 2, 4, 6].map(|g| (s, g))).collect();
+    let gang = blocked_spec("gang-12", 2, 6, LocalityLevel::Rack);
+    let servers = ["r0-s00", "r0-s01", "r0-s02", "r0-s03"];
+    let o = scenario("tessera-migration-las-", &servers, &layout, &[gang], 0, Some(3));
+    assert_eq!(o.blocked_on.len(), 2, "two members: {:?}", o.blocked_on);
+    assert!(o.blocked_on.iter().all(|&s| s < 3), "the gang runs beside the small jobs: {:?}", o.blocked_on);
+    assert_eq!(o.moves.len(), 4, "moves: {:?}", o.moves);
+    let d = o.demoted.expect("a demoted job");
+    assert_eq!((d.state, d.service_queue, d.preemptions), (JobState::Pending, 1, 1), "the demoted job waits: {d:?}");
 }

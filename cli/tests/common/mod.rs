@@ -96,7 +96,17 @@ pub fn two_agent_cluster(dir: &Path, tuning: Tuning) -> (ProcessCluster, String,
 /// `dir/view`, and a fake-GPU agent for each server named (`r0-s00`, `r0-s01`, … in the order
 /// of the spec): the cluster, its address, the processes.
 pub fn agent_cluster(dir: &Path, tuning: Tuning, servers: &[&str]) -> (ProcessCluster, String, Procs) {
-    let view = cluster(1, spec(servers.len() as u32), tuning, false, Some(&dir.join("view")));
+    agent_cluster_of(dir, spec(servers.len() as u32), tuning, servers)
+}
+
+/// [`agent_cluster`] over the cluster spec `spec` (its servers those of `servers`).
+pub fn agent_cluster_of(
+    dir: &Path,
+    spec: ClusterSpec,
+    tuning: Tuning,
+    servers: &[&str],
+) -> (ProcessCluster, String, Procs) {
+    let view = cluster(1, spec, tuning, false, Some(&dir.join("view")));
     let addr = view.addrs()[0].clone();
     let mut procs = Procs::default();
     for s in servers {
