@@ -10,13 +10,20 @@
 //! and that a watcher following the change stream from version 0 never saw a GPU or core held
 //! by two jobs (a victim's members are released in the same step the gang is placed, so a
 //! half-preempted gang would show as a double holding).
+//!
+//! `a_preemption_stops_the_victim_whose_gpus_it_takes`: of two best-effort victims of one rank,
+//! the host displaces the 2-GPU one a 2-GPU job takes whole, not the 8-GPU one that started
+//! last and would leave 6 GPUs idle.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
-use tessera_view::{CpuDemand, JobId, JobSpec, JobState, LocalityLevel};
+use tessera_view::{
+    CoreMask, CpuDemand, Decision, Health, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal,
+    ProposalId, ServerId, ViewVersion,
+};
 use tessera_view_server::{Tuning, ViewClient};
 
 mod common;
@@ -261,6 +268,82 @@ fn a_job_that_ran_long_goes_down_a_queue_and_a_new_job_of_its_class_preempts_it(
         let h = watcher.stop().await;
         assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
         assert_eq!(h.placements[&long].len(), 2, "placed, preempted, placed again: {:?}", h.placements[&long]);
+    });
+    drop(procs);
+}
+
+/// A best-effort job's GPUs `gpus` on `server`, with one core of each GPU's four, placed directly.
+async fn place(c: &mut ViewClient, job: JobId, server: u32, gpus: u64, id: u64) {
+    let mut cores = CoreMask::default();
+    (0..8).filter(|g| gpus >> g & 1 == 1).for_each(|g| cores.insert(4 * g));
+    let memory_mib = 1024 * gpus.count_ones();
+    let member = MemberPlacement { server: ServerId(server), gpus, cores, memory_mib };
+    let p = Proposal { id: ProposalId(id), job, members: vec![member], based_on: ViewVersion(0) };
+    let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
+    assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+}
+
+/// Two seed-8gpu servers as processes. Server 1 runs a 2-GPU best-effort job beside a 6-GPU
+/// production one; server 0 an 8-GPU best-effort job, started last (by run start, the victim
+/// that loses the least work). A 2-GPU batch job is then submitted: the host preempts the 2-GPU
+/// job, whose GPUs it takes, and leaves the 8-GPU one running, which would have left 6 GPUs
+/// idle (`preemption::Score`). Before stop 49 the 8-GPU job was the one stopped.
+#[test]
+fn a_preemption_stops_the_victim_whose_gpus_it_takes() {
+    let dir = test_dir("tessera-victim-");
+    let d = dir.path();
+    let tuning = Tuning { server_lease_ms: 3000, scheduler_lease_ms: 1000, ..tuning() };
+    let servers = ["r0-s00", "r0-s01"];
+    let (view, addr, mut procs) = agent_cluster(d, tuning, &servers);
+    rt().block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut c = admin_client(&view, vec![addr.clone()]);
+        c.wait_for_leader().await.expect("leader");
+        let watcher = Followed::start(c.clone());
+        while c.agents().await.map(|a| a.len()).unwrap_or(0) < servers.len() {
+            assert!(Instant::now() < deadline, "agents did not register");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        wait_view(&mut c, deadline, "servers up", |s| s.servers.iter().all(|r| r.health == Health::Up)).await;
+        let long = |name: &str| victim_command(&d.join(format!("{name}.ckpt")));
+        let specs = vec![
+            with_command(JobSpec::simple("small", 1, 2), "best-effort", long("small")),
+            with_command(JobSpec::simple("prod", 1, 6), "production", long("prod")),
+            with_command(JobSpec::simple("big", 1, 8), "best-effort", long("big")),
+        ];
+        let r = c.submit(specs).await.expect("submit");
+        assert!(r.iter().all(|r| r.error.is_empty()), "{r:?}");
+        let [small, prod, big] = [0, 1, 2].map(|i| JobId(r[i].job));
+        let job =
+            |s: &tessera_view::ViewSnapshot, id: JobId| s.jobs.iter().find(|j| j.id == id).cloned().expect("kept");
+        place(&mut c, small, 1, 0b0000_0011, 1).await;
+        place(&mut c, prod, 1, 0b1111_1100, 2).await;
+        wait_view(&mut c, deadline, "the first two running", |s| {
+            [small, prod].iter().all(|&id| job(s, id).state == JobState::Running)
+        })
+        .await;
+        place(&mut c, big, 0, 0xff, 3).await;
+        wait_view(&mut c, deadline, "the 8-GPU job running", |s| job(s, big).state == JobState::Running).await;
+
+        let host_tls = tls(&view, Role::Scheduler, "h1");
+        procs
+            .push("h1", tessera(d, "h1.log", &with(&["scheduler", "run", "--view", &addr, "--name", "h1"], &host_tls)));
+        let new = with_command(JobSpec::simple("new", 1, 2), "batch", "echo new; sleep 1".into());
+        let r = c.submit(vec![new]).await.expect("submit");
+        assert!(r[0].error.is_empty(), "{}", r[0].error);
+        let new = JobId(r[0].job);
+        wait_view(&mut c, deadline, "the new job running", |s| {
+            matches!(job(s, new).state, JobState::Running | JobState::Finished)
+        })
+        .await;
+        let s = snapshot(&mut c).await;
+        let placed_on = |id: JobId| job(&s, id).placement.map(|p| p.members[0].server.0);
+        assert_eq!(placed_on(new), Some(1), "the new job runs where the small one ran");
+        assert_eq!(job(&s, small).preemptions, 1, "{:?}", job(&s, small));
+        let b = job(&s, big);
+        assert_eq!((b.preemptions, b.state), (0, JobState::Running), "the 8-GPU job keeps running: {b:?}");
+        let h = watcher.stop().await;
+        assert!(h.violations.is_empty(), "double allocation or a gap in the history: {:?}", h.violations);
     });
     drop(procs);
 }
