@@ -107,12 +107,8 @@ async fn demote(c: &mut ViewClient, server: u32, deadline: Instant) -> JobId {
     assert!(r.iter().all(|r| r.error.is_empty()), "{r:?}");
     let (demoted, new) = (JobId(r[0].job), JobId(r[1].job));
     // The whole server: every GPU, with one core of each GPU's four.
-    let mut cores = CoreMask::default();
-    (0..8).for_each(|g| cores.insert(4 * g));
-    let member = MemberPlacement { server: ServerId(server), gpus: 0xff, cores, memory_mib: 8 * 1024 };
-    let p = Proposal { id: ProposalId(90), job: demoted, members: vec![member], based_on: ViewVersion(0) };
-    let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
-    assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+    let member = one_core_per_gpu(server, 0xff);
+    place(c, demoted, member, 90).await;
     let job = |s: &ViewSnapshot, id: JobId| s.jobs.iter().find(|j| j.id == id).cloned().expect("job kept");
     wait_view(c, deadline, "the first 8-GPU job running in queue 1", |s| {
         let j = job(s, demoted);

@@ -20,10 +20,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_proto::v1;
-use tessera_view::{
-    CoreMask, CpuDemand, Decision, Health, JobId, JobSpec, JobState, LocalityLevel, MemberPlacement, Proposal,
-    ProposalId, ServerId, ViewVersion,
-};
+use tessera_view::{CpuDemand, Health, JobId, JobSpec, JobState, LocalityLevel};
 use tessera_view_server::{Tuning, ViewClient};
 
 mod common;
@@ -272,17 +269,6 @@ fn a_job_that_ran_long_goes_down_a_queue_and_a_new_job_of_its_class_preempts_it(
     drop(procs);
 }
 
-/// A best-effort job's GPUs `gpus` on `server`, with one core of each GPU's four, placed directly.
-async fn place(c: &mut ViewClient, job: JobId, server: u32, gpus: u64, id: u64) {
-    let mut cores = CoreMask::default();
-    (0..8).filter(|g| gpus >> g & 1 == 1).for_each(|g| cores.insert(4 * g));
-    let memory_mib = 1024 * gpus.count_ones();
-    let member = MemberPlacement { server: ServerId(server), gpus, cores, memory_mib };
-    let p = Proposal { id: ProposalId(id), job, members: vec![member], based_on: ViewVersion(0) };
-    let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
-    assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
-}
-
 /// Two seed-8gpu servers as processes. Server 1 runs a 2-GPU best-effort job beside a 6-GPU
 /// production one; server 0 an 8-GPU best-effort job, started last (by run start, the victim
 /// that loses the least work). A 2-GPU batch job is then submitted: the host preempts the 2-GPU
@@ -316,13 +302,13 @@ fn a_preemption_stops_the_victim_whose_gpus_it_takes() {
         let [small, prod, big] = [0, 1, 2].map(|i| JobId(r[i].job));
         let job =
             |s: &tessera_view::ViewSnapshot, id: JobId| s.jobs.iter().find(|j| j.id == id).cloned().expect("kept");
-        place(&mut c, small, 1, 0b0000_0011, 1).await;
-        place(&mut c, prod, 1, 0b1111_1100, 2).await;
+        place(&mut c, small, one_core_per_gpu(1, 0b0000_0011), 1).await;
+        place(&mut c, prod, one_core_per_gpu(1, 0b1111_1100), 2).await;
         wait_view(&mut c, deadline, "the first two running", |s| {
             [small, prod].iter().all(|&id| job(s, id).state == JobState::Running)
         })
         .await;
-        place(&mut c, big, 0, 0xff, 3).await;
+        place(&mut c, big, one_core_per_gpu(0, 0xff), 3).await;
         wait_view(&mut c, deadline, "the 8-GPU job running", |s| job(s, big).state == JobState::Running).await;
 
         let host_tls = tls(&view, Role::Scheduler, "h1");

@@ -305,3 +305,23 @@ pub async fn wait_view(c: &mut ViewClient, deadline: Instant, what: &str, mut pr
 }
 
 pub use tessera_testkit::history::{Followed, History, follow};
+
+/// A member on `server` holding the GPUs of mask `gpus` of a seed-8gpu server, with one core of
+/// each GPU's four and 1 GiB per GPU: what the process tests' jobs ask for (1 core, 1 GiB per GPU).
+pub fn one_core_per_gpu(server: u32, gpus: u64) -> MemberPlacement {
+    let mut cores = CoreMask::default();
+    (0..8).filter(|g| gpus >> g & 1 == 1).for_each(|g| cores.insert(4 * g));
+    MemberPlacement { server: ServerId(server), gpus, cores, memory_mib: 1024 * gpus.count_ones() }
+}
+
+/// Places `job` as `member` directly (proposal `id`), as a scheduler would; asserts it was accepted.
+pub async fn place(c: &mut ViewClient, job: tessera_view::JobId, member: MemberPlacement, id: u64) {
+    let p = tessera_view::Proposal {
+        id: tessera_view::ProposalId(id),
+        job,
+        members: vec![member],
+        based_on: tessera_view::ViewVersion(0),
+    };
+    let d = c.propose(vec![v1::Proposal::from(&p)]).await.expect("propose");
+    assert!(matches!(decision(&d[0]), Some(Decision::Accepted { .. })), "{d:?}");
+}
