@@ -255,6 +255,7 @@ impl ClusterView {
         if let Some(d) = job.deadline_ms() {
             self.deadlines.insert((d, p.job));
         }
+        self.placed.insert(p.job);
         let (tenant, total, priority) = (job.spec.tenant.clone(), job.spec.total_gpus(), job.spec.priority);
         self.hold_rank(&tenant, priority, total);
         *self.tenant_used.entry(tenant).or_default() += total;

@@ -39,7 +39,8 @@ impl Report {
 /// exactly in the states that should; every server's free masks and memory equal its capacity
 /// minus what its jobs hold; a cordoned server takes no placements (it is draining or down); a
 /// job waiting for others is pending, never placed, and waits only for earlier jobs that have
-/// not ended, as the index of waiting jobs says; a removed server is held by no job and offers
+/// not ended, as the index of waiting jobs says; the index of placed jobs names exactly the jobs
+/// that hold a placement; a removed server is held by no job and offers
 /// nothing, and no live server belongs to a removed configuration set.
 pub fn check(view: &ClusterView) -> Report {
     let mut rep = Report::default();
@@ -48,6 +49,7 @@ pub fn check(view: &ClusterView) -> Report {
     let mut held_cores = vec![CoreMask::EMPTY; n];
     let mut held_mem = vec![0u64; n];
     let mut requests = std::collections::HashMap::new();
+    let mut placed = std::collections::BTreeSet::new();
     for job in view.jobs() {
         if let Some(r) = &job.request
             && let Some(other) = requests.insert(r, job.id)
@@ -67,6 +69,7 @@ pub fn check(view: &ClusterView) -> Report {
             _ => {}
         }
         let Some(p) = &job.placement else { continue };
+        placed.insert(job.id);
         if p.members.len() != job.spec.members as usize
             || p.members.iter().any(|m| m.gpus.count_ones() != job.spec.gpus_per_member)
         {
@@ -107,6 +110,13 @@ pub fn check(view: &ClusterView) -> Report {
                 job.id, job.preemptions, view.priorities.max_preemptions
             ));
         }
+    }
+    if placed != view.placed {
+        rep.violations.push(format!(
+            "the index of placed jobs ({} jobs) differs from the jobs holding a placement ({})",
+            view.placed.len(),
+            placed.len()
+        ));
     }
     for (i, r) in view.servers.iter().enumerate() {
         if r.health == crate::Health::Removed {

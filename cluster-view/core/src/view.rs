@@ -86,6 +86,9 @@ pub struct ClusterView {
     /// When placed jobs reach their next attained-service threshold (derived; see
     /// [`crate::attained`]).
     pub(crate) service_marks: BTreeSet<(u64, JobId)>,
+    /// The jobs that hold a placement, in id order (derived from [`Job::placement`]): what the
+    /// migration planner reads, without walking the waiting and ended jobs.
+    pub(crate) placed: BTreeSet<JobId>,
     pub(crate) jobs: HashMap<JobId, Job>,
     pub(crate) ended: VecDeque<JobId>,
     pub(crate) ended_kept: usize,
@@ -236,6 +239,7 @@ impl ClusterView {
             fit_memo: HashMap::new(),
             deadlines: BTreeSet::new(),
             service_marks: BTreeSet::new(),
+            placed: BTreeSet::new(),
         }
         .with_derived()
     }
@@ -244,6 +248,7 @@ impl ClusterView {
         self.count_servers();
         self.deadlines = self.jobs.values().filter_map(|j| j.deadline_ms().map(|d| (d, j.id))).collect();
         self.service_marks = self.derive_service_marks();
+        self.placed = self.jobs.values().filter(|j| j.placement.is_some()).map(|j| j.id).collect();
         self.dependents = crate::dependency::dependents_of(&self.jobs);
         self
     }
@@ -337,6 +342,11 @@ impl ClusterView {
     /// A job.
     pub fn job(&self, id: JobId) -> Option<&Job> {
         self.jobs.get(&id)
+    }
+
+    /// The jobs that hold a placement (placed, running, migrating or stopping), in id order.
+    pub fn placed_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.placed.iter().filter_map(|id| self.jobs.get(id))
     }
 
     /// All known jobs, in id order.
@@ -667,6 +677,7 @@ impl ClusterView {
             self.deadlines.remove(&(d, job));
         }
         let Some(p) = j.placement.take() else { return };
+        self.placed.remove(&job);
         j.tasks.clear();
         let total = j.spec.total_gpus();
         let (tenant, priority) = (j.spec.tenant.clone(), j.spec.priority);

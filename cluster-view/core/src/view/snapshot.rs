@@ -181,6 +181,7 @@ impl ClusterView {
             fit_memo: HashMap::new(),
             deadlines: BTreeSet::new(),
             service_marks: BTreeSet::new(),
+            placed: BTreeSet::new(),
         }
         .with_derived()
     }
