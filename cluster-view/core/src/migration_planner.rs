@@ -118,15 +118,13 @@ pub fn plan(
     let level = level.min(spec.tolerate);
     let holders = holders(view, job, spec.total_gpus(), remaining_s, params);
     let member_level = if spec.members == 1 { level.min(LocalityLevel::Server) } else { LocalityLevel::Server };
-    let mut options: Vec<Freeing> = (0..view.servers().len())
-        .filter_map(|s| freeing(view, ServerId(s as u32), spec, member_level, &holders, params))
-        .collect();
-    // Fewest moves, then fewest GPUs moved, then the lowest server: deterministic.
-    options.sort_by_key(|f| (f.movers.len(), f.moved_gpus, f.server));
     let max_moves = params.moves_for(spec.members);
     let candidates: Vec<Vec<Freeing>> = if spec.members == 1 {
-        options.into_iter().take(CANDIDATES_TRIED).map(|f| vec![f]).collect()
+        cheapest_servers(view, spec, member_level, &holders, params).into_iter().map(|f| vec![f]).collect()
     } else {
+        let options: Vec<Freeing> = (0..view.servers().len())
+            .filter_map(|s| freeing(view, ServerId(s as u32), spec, member_level, &holders, params.max_moves))
+            .collect();
         gang_candidates(view, options, spec.members as usize, level, max_moves)
     };
     for chosen in candidates {
@@ -137,6 +135,22 @@ pub fn plan(
     None
 }
 
+/// Every running member, by server: one list, sorted by server, and where each server's part
+/// starts (one allocation per plan instead of one per server).
+struct Holders {
+    all: Vec<Holder>,
+    start: Vec<usize>,
+}
+
+impl std::ops::Index<usize> for Holders {
+    type Output = [Holder];
+
+    /// The members on server `s`, in job id order.
+    fn index(&self, s: usize) -> &[Holder] {
+        &self.all[self.start[s]..self.start[s + 1]]
+    }
+}
+
 /// Every running member per server, with whether its job may be moved.
 fn holders(
     view: &ClusterView,
@@ -144,13 +158,10 @@ fn holders(
     blocked_gpus: u32,
     remaining_s: &BTreeMap<JobId, f64>,
     params: &MigrationParams,
-) -> Vec<Vec<Holder>> {
-    let mut out: Vec<Vec<Holder>> = vec![Vec::new(); view.servers().len()];
-    // Placed jobs only, in id order (pending ones may be many; the order makes plans
-    // deterministic).
-    let mut placed: Vec<&crate::job::Job> = view.jobs.values().filter(|j| j.placement.is_some()).collect();
-    placed.sort_unstable_by_key(|j| j.id);
-    for j in placed {
+) -> Holders {
+    let mut all: Vec<Holder> = Vec::new();
+    // Placed jobs only (pending ones may be many), in id order: plans are deterministic.
+    for j in view.placed_jobs() {
         let Some(p) = &j.placement else { continue };
         let total = j.spec.total_gpus();
         let movable = j.id != blocked
@@ -159,11 +170,19 @@ fn holders(
             && total <= params.small_job_max_gpus
             && total < blocked_gpus
             && remaining_s.get(&j.id).is_none_or(|r| *r >= params.min_remaining_s);
-        for m in &p.members {
-            out[m.server.index()].push(Holder { job: j.id, member: *m, movable });
-        }
+        all.extend(p.members.iter().map(|m| Holder { job: j.id, member: *m, movable }));
     }
-    out
+    // Stable: each server's members stay in job id order.
+    all.sort_by_key(|h| h.member.server);
+    let servers = view.servers().len();
+    let mut start = Vec::with_capacity(servers + 1);
+    let mut at = 0;
+    for s in 0..servers {
+        start.push(at);
+        at += all[at..].iter().take_while(|h| h.member.server.index() == s).count();
+    }
+    start.push(all.len());
+    Holders { all, start }
 }
 
 /// The record of a server with some members' resources given back.
@@ -177,15 +196,16 @@ fn released(view: &ClusterView, rec: &ServerRecord, server: ServerId, freed: &[&
     r
 }
 
-/// The cheapest way to make one member of `spec` fit on `server` at `level` by moving jobs
-/// off it, if any within the move bound.
+/// The cheapest way to make one member of `spec` fit on `server` at `level` by moving at most
+/// `max_movers` jobs off it (callers pass [`MigrationParams::max_moves`] or less), if any: of
+/// the groups that need the fewest moves, the first.
 fn freeing(
     view: &ClusterView,
     server: ServerId,
     spec: &JobSpec,
     level: LocalityLevel,
-    holders: &[Vec<Holder>],
-    params: &MigrationParams,
+    holders: &Holders,
+    max_movers: usize,
 ) -> Option<Freeing> {
     let rec = view.server(server)?;
     let topo = view.topology_of(rec.config_set);
@@ -197,6 +217,11 @@ fn freeing(
     }
     let req = fit::member_request(spec, topo);
     let here = &holders[server.index()];
+    // No group can reach more GPUs than the whole server: free ones plus the movable jobs'.
+    let movable_gpus: u32 = here.iter().filter(|h| h.movable).map(|h| h.member.gpus.count_ones()).sum();
+    if rec.free_gpus.count_ones() + movable_gpus < req.gpus {
+        return None;
+    }
     let mut best: Option<Freeing> = None;
     for group in topo.groups(level) {
         if group.count_ones() < req.gpus {
@@ -215,7 +240,7 @@ fn freeing(
         let mut rest: Vec<usize> = (0..here.len()).filter(|&i| here[i].movable && !order.contains(&i)).collect();
         rest.sort_by_key(|&i| (std::cmp::Reverse(here[i].member.cores.count()), here[i].job));
         order.extend(rest);
-        let bound = best.as_ref().map_or(params.max_moves, |b| b.movers.len().saturating_sub(1));
+        let bound = best.as_ref().map_or(max_movers, |b| b.movers.len().saturating_sub(1));
         let mut movers: Vec<usize> = Vec::new();
         for k in 0..=order.len().min(bound) {
             if k > 0 {
@@ -229,6 +254,35 @@ fn freeing(
                 best = Some(Freeing { server, movers: movers.clone(), target: vec![m], moved_gpus });
                 break;
             }
+        }
+    }
+    best
+}
+
+/// For a one-member job: the [`CANDIDATES_TRIED`] cheapest servers to free, cheapest first (fewest
+/// moves, then fewest GPUs moved, then the lowest server id), as sorting every server's
+/// [`freeing`] would give them. Once that many are found, a server is searched only for as many
+/// moves as the last of them needs: with more it could not rank above it. On a large busy
+/// cluster most servers are then tried with one or two moves instead of the whole bound.
+fn cheapest_servers(
+    view: &ClusterView,
+    spec: &JobSpec,
+    level: LocalityLevel,
+    holders: &Holders,
+    params: &MigrationParams,
+) -> Vec<Freeing> {
+    let key = |f: &Freeing| (f.movers.len(), f.moved_gpus, f.server);
+    let mut best: Vec<Freeing> = Vec::with_capacity(CANDIDATES_TRIED + 1);
+    for s in 0..view.servers().len() {
+        let cap = match best.get(CANDIDATES_TRIED - 1) {
+            Some(last) => last.movers.len(),
+            None => params.max_moves,
+        };
+        let Some(f) = freeing(view, ServerId(s as u32), spec, level, holders, cap) else { continue };
+        let at = best.partition_point(|b| key(b) < key(&f));
+        if at < CANDIDATES_TRIED {
+            best.insert(at, f);
+            best.truncate(CANDIDATES_TRIED);
         }
     }
     best
@@ -270,7 +324,7 @@ fn with_destinations(
     view: &ClusterView,
     job: JobId,
     chosen: &[Freeing],
-    holders: &[Vec<Holder>],
+    holders: &Holders,
     max_moves: usize,
     params: &MigrationParams,
 ) -> Option<MigrationPlan> {
@@ -342,6 +396,7 @@ mod tests {
     use crate::placement::{Decision, Proposal, Rejection};
     use crate::view::{Command, Outcome};
     use crate::{ClusterSpec, ProposalId, Topology, invariants};
+    use proptest::prelude::*;
 
     fn view(servers: u32) -> ClusterView {
         let topo = Topology::preset("seed-8gpu").expect("preset");
@@ -503,5 +558,80 @@ mod tests {
         let d = decide(&mut v, Command::Migrate(vec![mv(1, a, member(0, 0b1, 0))]));
         assert!(matches!(&d[0], Decision::Rejected { reason: Rejection::ProposalSpent, .. }), "{d:?}");
         let _ = b;
+    }
+
+    #[test]
+    fn the_index_of_placed_jobs_follows_placements_and_snapshots() {
+        let (mut v, a, b, big) = fragmented();
+        let ids = |v: &ClusterView| v.placed_jobs().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(ids(&v), vec![a, b], "placed jobs in id order; the pending one is not among them");
+        v.release(a, false).expect("release");
+        assert_eq!(ids(&v), vec![b]);
+        assert!(invariants::check(&v).is_clean());
+        let restored = ClusterView::from_snapshot(v.snapshot());
+        assert_eq!(ids(&restored), vec![b], "rebuilt from the jobs on restore");
+        // A stale index is a violation the checker names.
+        v.placed.insert(big);
+        let rep = invariants::check(&v);
+        assert!(rep.violations.iter().any(|m| m.contains("index of placed jobs")), "{rep:?}");
+    }
+
+    /// A cluster of `layout.len()` servers, each holding one small job per chunk of
+    /// `layout[s]` (GPUs from 0 up, one core per GPU, a gap of `gap` GPUs after each), and a
+    /// blocked one-member job of `blocked` GPUs, built by commands applied in order.
+    fn built(layout: &[Vec<(u32, u32)>], blocked: u32) -> (ClusterView, JobId) {
+        let mut v = view(layout.len() as u32);
+        let mut id = 1;
+        for (s, chunks) in layout.iter().enumerate() {
+            let mut at = 0u32;
+            for &(gpus, gap) in chunks {
+                if at + gpus > 8 {
+                    break;
+                }
+                let mask = ((1u64 << gpus) - 1) << at;
+                running(&mut v, member(s as u32, mask, at), id);
+                id += 1;
+                at += gpus + gap;
+            }
+        }
+        let job = v.submit(spec(blocked)).expect("submit");
+        (v, job)
+    }
+
+    fn summary(fs: &[Freeing], holders: &Holders) -> Vec<(ServerId, Vec<JobId>, u32)> {
+        fs.iter()
+            .map(|f| (f.server, f.movers.iter().map(|&i| holders[f.server.index()][i].job).collect(), f.moved_gpus))
+            .collect()
+    }
+
+    proptest! {
+        /// The pruned search for a one-member job finds the same cheapest servers, in the same
+        /// order, as searching every server with the whole move bound and sorting; and a plan
+        /// does not depend on the order the view's map yields its jobs in (a second view built
+        /// by the same commands hashes them differently).
+        #[test]
+        fn the_pruned_search_finds_what_the_exhaustive_one_does(
+            layout in prop::collection::vec(prop::collection::vec((1u32..=4, 0u32..=2), 0..5), 2..40),
+            blocked in prop::sample::select(vec![2u32, 4, 8]),
+            level in prop::sample::select(vec![LocalityLevel::PcieSwitch, LocalityLevel::Socket, LocalityLevel::Server]),
+        ) {
+            let (v, job) = built(&layout, blocked);
+            let params = MigrationParams::default();
+            let spec = &v.job(job).expect("job").spec;
+            let held = holders(&v, job, blocked, &BTreeMap::new(), &params);
+            let mut all: Vec<Freeing> = (0..v.servers().len())
+                .filter_map(|s| freeing(&v, ServerId(s as u32), spec, level, &held, params.max_moves))
+                .collect();
+            all.sort_by_key(|f| (f.movers.len(), f.moved_gpus, f.server));
+            all.truncate(CANDIDATES_TRIED);
+            let pruned = cheapest_servers(&v, spec, level, &held, &params);
+            prop_assert_eq!(summary(&pruned, &held), summary(&all, &held));
+            let (again, job2) = built(&layout, blocked);
+            prop_assert_eq!(job, job2);
+            prop_assert_eq!(
+                plan(&v, job, level, &BTreeMap::new(), &params),
+                plan(&again, job2, level, &BTreeMap::new(), &params)
+            );
+        }
     }
 }
