@@ -122,9 +122,11 @@ pub fn plan(
     let candidates: Vec<Vec<Freeing>> = if spec.members == 1 {
         cheapest_servers(view, spec, member_level, &holders, params).into_iter().map(|f| vec![f]).collect()
     } else {
-        let options: Vec<Freeing> = (0..view.servers().len())
+        let mut options: Vec<Freeing> = (0..view.servers().len())
             .filter_map(|s| freeing(view, ServerId(s as u32), spec, member_level, &holders, params.max_moves))
             .collect();
+        // Fewest moves, then fewest GPUs moved, then the lowest server: deterministic.
+        options.sort_by_key(|f| (f.movers.len(), f.moved_gpus, f.server));
         gang_candidates(view, options, spec.members as usize, level, max_moves)
     };
     for chosen in candidates {
@@ -531,6 +533,27 @@ mod tests {
     }
 
     #[test]
+    fn a_gang_frees_the_servers_that_take_the_fewest_moves() {
+        // Three servers in one rack: three 1-GPU jobs on server 0, one on each of 1 and 2.
+        let mut v = view(3);
+        let mut id = 1;
+        for (s, jobs) in [(0u32, 3u32), (1, 1), (2, 1)] {
+            for g in 0..jobs {
+                running(&mut v, member(s, 1 << g, g), id);
+                id += 1;
+            }
+        }
+        let mut gang = spec(8);
+        gang.members = 2;
+        let gang = v.submit(gang).expect("submit");
+        let p = plan(&v, gang, LocalityLevel::Rack, &BTreeMap::new(), &MigrationParams::default()).expect("a plan");
+        let mut freed: Vec<ServerId> = p.target.iter().map(|t| t.server).collect();
+        freed.sort();
+        assert_eq!(freed, vec![ServerId(1), ServerId(2)], "{p:?}");
+        assert_eq!(p.moves.len(), 2, "one move each, not three on server 0");
+    }
+
+    #[test]
     fn moves_are_validated_atomically() {
         let (mut v, a, b, big) = fragmented();
         let before = v.state_hash();
@@ -577,24 +600,38 @@ mod tests {
     }
 
     /// A cluster of `layout.len()` servers, each holding one small job per chunk of
-    /// `layout[s]` (GPUs from 0 up, one core per GPU, a gap of `gap` GPUs after each), and a
-    /// blocked one-member job of `blocked` GPUs, built by commands applied in order.
-    fn built(layout: &[Vec<(u32, u32)>], blocked: u32) -> (ClusterView, JobId) {
+    /// `layout[s]`: `(gpus, gap, cores per GPU)`, GPUs from 0 up with a gap of `gap` GPUs after
+    /// each, cores from 0 up; and a blocked one-member job of `blocked` GPUs wanting
+    /// `blocked_cores` cores per GPU; built by commands applied in order.
+    fn built(layout: &[Vec<(u32, u32, u32)>], blocked: u32, blocked_cores: u32) -> (ClusterView, JobId) {
         let mut v = view(layout.len() as u32);
         let mut id = 1;
         for (s, chunks) in layout.iter().enumerate() {
-            let mut at = 0u32;
-            for &(gpus, gap) in chunks {
-                if at + gpus > 8 {
+            let (mut at, mut core) = (0u32, 0u32);
+            for &(gpus, gap, cores_per_gpu) in chunks {
+                if at + gpus > 8 || core + gpus * cores_per_gpu > 32 {
                     break;
                 }
                 let mask = ((1u64 << gpus) - 1) << at;
-                running(&mut v, member(s as u32, mask, at), id);
+                let m = MemberPlacement {
+                    server: ServerId(s as u32),
+                    gpus: mask,
+                    cores: CoreMask::range(core, gpus * cores_per_gpu),
+                    memory_mib: 1024 * gpus,
+                };
+                let mut sp = spec(gpus);
+                sp.cpu = CpuDemand::Fixed { cores_per_gpu };
+                let job = v.submit(sp).expect("submit");
+                let p = Proposal { id: ProposalId(id), job, members: vec![m], based_on: v.version() };
+                assert!(decide(&mut v, Command::Propose(vec![p]))[0].is_placed());
                 id += 1;
                 at += gpus + gap;
+                core += gpus * cores_per_gpu;
             }
         }
-        let job = v.submit(spec(blocked)).expect("submit");
+        let mut sp = spec(blocked);
+        sp.cpu = CpuDemand::Fixed { cores_per_gpu: blocked_cores };
+        let job = v.submit(sp).expect("submit");
         (v, job)
     }
 
@@ -611,11 +648,12 @@ mod tests {
         /// by the same commands hashes them differently).
         #[test]
         fn the_pruned_search_finds_what_the_exhaustive_one_does(
-            layout in prop::collection::vec(prop::collection::vec((1u32..=4, 0u32..=2), 0..5), 2..40),
+            layout in prop::collection::vec(prop::collection::vec((1u32..=4, 0u32..=2, 1u32..=6), 0..5), 2..40),
             blocked in prop::sample::select(vec![2u32, 4, 8]),
+            blocked_cores in 1u32..=4,
             level in prop::sample::select(vec![LocalityLevel::PcieSwitch, LocalityLevel::Socket, LocalityLevel::Server]),
         ) {
-            let (v, job) = built(&layout, blocked);
+            let (v, job) = built(&layout, blocked, blocked_cores);
             let params = MigrationParams::default();
             let spec = &v.job(job).expect("job").spec;
             let held = holders(&v, job, blocked, &BTreeMap::new(), &params);
@@ -626,7 +664,7 @@ mod tests {
             all.truncate(CANDIDATES_TRIED);
             let pruned = cheapest_servers(&v, spec, level, &held, &params);
             prop_assert_eq!(summary(&pruned, &held), summary(&all, &held));
-            let (again, job2) = built(&layout, blocked);
+            let (again, job2) = built(&layout, blocked, blocked_cores);
             prop_assert_eq!(job, job2);
             prop_assert_eq!(
                 plan(&v, job, level, &BTreeMap::new(), &params),
