@@ -104,6 +104,14 @@ struct Freeing {
     moved_gpus: u32,
 }
 
+impl Freeing {
+    /// Cheapest first: fewest moves, then fewest GPUs moved, then the lowest server
+    /// (deterministic).
+    fn rank(&self) -> (usize, u32, ServerId) {
+        (self.movers.len(), self.moved_gpus, self.server)
+    }
+}
+
 /// Plans the fewest moves that let pending `job` be placed at `level` (or tighter), or `None`
 /// when no plan within the rules exists. `remaining_s` holds remaining-time estimates by job.
 pub fn plan(
@@ -125,8 +133,7 @@ pub fn plan(
         let mut options: Vec<Freeing> = (0..view.servers().len())
             .filter_map(|s| freeing(view, ServerId(s as u32), spec, member_level, &holders, params.max_moves))
             .collect();
-        // Fewest moves, then fewest GPUs moved, then the lowest server: deterministic.
-        options.sort_by_key(|f| (f.movers.len(), f.moved_gpus, f.server));
+        options.sort_by_key(Freeing::rank);
         gang_candidates(view, options, spec.members as usize, level, max_moves)
     };
     for chosen in candidates {
@@ -273,7 +280,6 @@ fn cheapest_servers(
     holders: &Holders,
     params: &MigrationParams,
 ) -> Vec<Freeing> {
-    let key = |f: &Freeing| (f.movers.len(), f.moved_gpus, f.server);
     let mut best: Vec<Freeing> = Vec::with_capacity(CANDIDATES_TRIED + 1);
     for s in 0..view.servers().len() {
         let cap = match best.get(CANDIDATES_TRIED - 1) {
@@ -281,7 +287,7 @@ fn cheapest_servers(
             None => params.max_moves,
         };
         let Some(f) = freeing(view, ServerId(s as u32), spec, level, holders, cap) else { continue };
-        let at = best.partition_point(|b| key(b) < key(&f));
+        let at = best.partition_point(|b| b.rank() < f.rank());
         if at < CANDIDATES_TRIED {
             best.insert(at, f);
             best.truncate(CANDIDATES_TRIED);
@@ -660,7 +666,7 @@ mod tests {
             let mut all: Vec<Freeing> = (0..v.servers().len())
                 .filter_map(|s| freeing(&v, ServerId(s as u32), spec, level, &held, params.max_moves))
                 .collect();
-            all.sort_by_key(|f| (f.movers.len(), f.moved_gpus, f.server));
+            all.sort_by_key(Freeing::rank);
             all.truncate(CANDIDATES_TRIED);
             let pruned = cheapest_servers(&v, spec, level, &held, &params);
             prop_assert_eq!(summary(&pruned, &held), summary(&all, &held));
