@@ -130,6 +130,32 @@ fn migration_lets_a_blocked_eight_gpu_job_start() {
 }
 
 #[test]
+fn under_the_ideal_model_a_job_starts_where_its_gpus_are_free_and_no_later_than_under_fifo() {
+    // The fragmented cluster of the test above, under `ideal`: the 8-GPU job loses nothing
+    // spread over both servers, so it starts on the 8 scattered GPUs at once, with no move and
+    // no wait for one, exactly when `fifo-firstfit` starts it. Under the built-in model the same
+    // job loses 28% across servers and stays one member on one server (the test above).
+    let mut jobs = half_short_fill();
+    jobs.push(job("big", 200.0, 8, 1_000.0, "LM"));
+    let trace = Trace { name: "fragmented".into(), jobs, ..Trace::default() };
+    let ideal = |policy: SimPolicy| {
+        let mut cfg = SimConfig::new(policy);
+        cfg.invariant_check_every = 1;
+        sim::simulate(&cluster(2), &trace, &SpeedModel::ideal(), &cfg, &mut |_, _| {}).expect("simulates")
+    };
+    let fifo = ideal(SimPolicy::FifoFirstFit);
+    for policy in [SimPolicy::Tessera, SimPolicy::TesseraNoMigration, SimPolicy::TesseraLas] {
+        let r = ideal(policy);
+        assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (17, 0, 0), "{policy}");
+        assert_eq!(waited(&r, "big"), 0.0, "{policy}: the 8 scattered GPUs were free on arrival");
+        assert_eq!(waited(&r, "big"), waited(&fifo, "big"), "{policy}");
+        assert_eq!(r.migrations, 0, "{policy}: nothing to move for a job that spreads freely");
+        let big = r.job_records.iter().find(|j| j.name == "big").expect("in the records");
+        assert!(big.level > Some(tessera_view::LocalityLevel::Server), "{policy}: spread over both servers");
+    }
+}
+
+#[test]
 fn the_simulated_planner_knows_no_remaining_times_and_moves_jobs_near_their_end() {
     // As above, but the long jobs end at about 1,500 s: when the 8-GPU job arrives at 200 s
     // each has about 1,300 s left, under the planner's 1,800 s floor for a job it may move. A

@@ -12,7 +12,7 @@
 //! | `fifo-firstfit` | [`FifoFirstFit`]: one-GPU members on the first servers with free GPUs | [`SpecStyle::OneGpuMembers`] | share per GPU | no |
 //! | `gandiva` | [`Gandiva`]: affinity to servers running same-size jobs, then empty ones | [`SpecStyle::Preferred`] | share per GPU | yes |
 //! | `hived` | [`Hived`]: buddy cells, the tightest level whose group holds the job, never relaxed | [`SpecStyle::Cell`] | share per GPU | no |
-//! | `tessera` | [`CpuAware`]: tightest level allowed now, a looser one when starting there now beats waiting ([`crate::locality_cost`]); load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`], CPU-aware | predicted: want θ, accept down to the proportional share | yes |
+//! | `tessera` | [`CpuAware`]: tightest level allowed now, a looser one when starting there now beats waiting ([`crate::locality_cost`]); load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`] (one-GPU members for a job that loses nothing anywhere), CPU-aware | predicted: want θ, accept down to the proportional share | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
 //! | `tessera-reserving` | as `tessera`, with bounded reservations ([`crate::reservation`]) | | | yes |
 //! | `tessera-gpu-proportional-cpu` | as `tessera` | [`SpecStyle::Relaxing`] | share per GPU | yes |
@@ -197,8 +197,11 @@ pub enum SpecStyle {
     /// One member per server-sized piece; prefer that level, declare the job's loss at each
     /// looser one (its speed class's `slowdown`) and no timer: levels it loses nothing at are
     /// taken at once, lossy ones when starting there now is expected to finish sooner than
-    /// waiting ([`crate::locality_cost`]). With `cpu_aware`, the job's predicted CPU demand
-    /// (want θ cores per GPU, accept down to the proportional share) and its memory.
+    /// waiting ([`crate::locality_cost`]). A job that loses nothing at any level, spread over
+    /// servers included ([`loses_nothing_anywhere`]: every job under `ideal`), is written as
+    /// one-GPU members instead: one process per server would only keep it waiting for a whole
+    /// group it gains nothing from. With `cpu_aware`, the job's predicted CPU demand (want θ
+    /// cores per GPU, accept down to the proportional share) and its memory.
     Relaxing {
         /// Whether the spec carries the predicted CPU demand and memory.
         cpu_aware: bool,
@@ -218,7 +221,11 @@ impl SpecStyle {
     ) -> JobSpec {
         let max_devices = topologies.iter().map(|t| t.devices).max().unwrap_or(1);
         let g = job.gpus;
-        let (members, per) = if self == SpecStyle::OneGpuMembers {
+        // A job that loses nothing anywhere, spread over servers included, gains nothing from
+        // keeping its GPUs in one process per server: its user runs one process per GPU (as
+        // data-parallel trainers do anyway), and it starts wherever that many GPUs are free.
+        let spreads_freely = matches!(self, SpecStyle::Relaxing { .. }) && loses_nothing_anywhere(slowdown);
+        let (members, per) = if self == SpecStyle::OneGpuMembers || spreads_freely {
             (g, 1)
         } else if g <= max_devices {
             (1, g)
@@ -363,6 +370,14 @@ impl fmt::Display for SimPolicy {
     }
 }
 
+/// Whether a job that declares `slowdown` loses nothing at any level, the loosest (`any`, gangs
+/// spread over servers and racks) included. Under the `ideal` speed model every job does
+/// ([`SpeedModel::slowdown_of`]); under the built-in one only a class measured as insensitive
+/// to its placement would.
+pub fn loses_nothing_anywhere(slowdown: &BTreeMap<LocalityLevel, f64>) -> bool {
+    slowdown.contains_key(&LocalityLevel::Any) && slowdown.values().all(|&s| s == 0.0)
+}
+
 /// The tightest level at which a job of `gpus` GPUs fits on some server model of the cluster
 /// (`rack` for jobs larger than any server): its preferred level, and HiveD's cell.
 pub fn preferred_level(gpus: u32, topologies: &[Topology]) -> LocalityLevel {
@@ -392,6 +407,41 @@ mod tests {
             memory_mib_per_gpu: None,
             gpu_type: None,
         }
+    }
+
+    #[test]
+    fn a_job_that_loses_nothing_anywhere_is_written_as_one_gpu_members_and_a_lossy_one_per_server() {
+        let topo = Topology::preset("seed-8gpu").expect("preset");
+        let topos = std::slice::from_ref(&topo);
+        let builtin = SpeedModel::builtin();
+        let ideal = SpeedModel::ideal();
+        let style = SpecStyle::Relaxing { cpu_aware: true };
+        // The shipped model's classes (deploy/sim/speed-model.toml).
+        let classes = ["cnn-imagenet", "cnn-small", "language", "default", "inception-like"];
+        for (gpus, lossy_shape) in [(1, (1, 1)), (4, (1, 4)), (8, (1, 8)), (16, (2, 8)), (24, (3, 8))] {
+            for class in classes.iter().map(|c| builtin.class_of_model(c)) {
+                let slowdown = builtin.slowdown_of(class);
+                let spec = style.spec(&job(gpus), 1.0, &slowdown, topos);
+                let expected = if loses_nothing_anywhere(&slowdown) { (gpus, 1) } else { lossy_shape };
+                assert_eq!((spec.members, spec.gpus_per_member), expected, "{gpus} GPUs, class {class}");
+            }
+            let spec = style.spec(&job(gpus), 1.0, &ideal.slowdown_of(0), topos);
+            assert_eq!((spec.members, spec.gpus_per_member), (gpus, 1), "{gpus} GPUs under ideal");
+            assert_eq!(spec.prefer, preferred_level(gpus, topos), "it still prefers its tightest group");
+        }
+        // The measured classes lose something across servers; only the insensitive one spreads.
+        let lossless: Vec<&str> = classes
+            .into_iter()
+            .filter(|c| loses_nothing_anywhere(&builtin.slowdown_of(builtin.class_of_model(c))))
+            .collect();
+        assert_eq!(lossless, ["inception-like"]);
+        // A spec that declares no losses at all says nothing about spreading: per server.
+        assert!(!loses_nothing_anywhere(&BTreeMap::new()));
+        let plain = style.spec(&job(8), 1.0, &BTreeMap::new(), topos);
+        assert_eq!((plain.members, plain.gpus_per_member), (1, 8));
+        // Other styles keep their shapes whatever the losses.
+        let cell = SpecStyle::Cell.spec(&job(8), 1.0, &ideal.slowdown_of(0), topos);
+        assert_eq!((cell.members, cell.gpus_per_member), (1, 8));
     }
 
     #[test]
