@@ -279,8 +279,10 @@ impl LocalClusterBuilder {
     }
 }
 
-/// View replicas running in this process. Dropping it stops them without waiting; prefer
-/// [`LocalCluster::stop`], which waits until every replica has closed its storage.
+/// View replicas running in this process. Dropping it signals them to stop without waiting (a
+/// replica whose runtime then goes away still stops and closes its storage as its task is
+/// dropped); prefer [`LocalCluster::stop`], which waits until every replica has closed its
+/// storage and reports how each ended.
 #[derive(Debug)]
 pub struct LocalCluster {
     addrs: Vec<ListenAddrs>,

@@ -169,9 +169,13 @@ pub async fn serve(
     }
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<tessera_replica::ReplicaError>();
     let stop_driver = driver.stopper();
-    let driver_thread = std::thread::Builder::new()
+    // Dropped by the thread when it ends, however it ends: what `DriverThread` waits for.
+    let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
         .name(format!("replica-{}", cfg.id))
         .spawn(move || {
+            // Dropped last, after `run` has dropped the driver and closed its RocksDB.
+            let _ended = ended_tx;
             // A panic drops `fail_tx` unsent, which the server also treats as a failure.
             if let Err(e) = driver.run() {
                 tracing::error!(error = %error::chain(&e), "replica failed");
@@ -179,6 +183,7 @@ pub async fn serve(
             }
         })
         .map_err(|source| ViewServerError::DriverThread { replica: cfg.id, source })?;
+    let mut driver_thread = DriverThread { replica: cfg.id, stop: stop_driver, ended, thread: Some(thread) };
 
     let audit = Arc::new(authz::AuditLog::new(cfg.data_dir.join("audit.jsonl")));
     let approvals = Arc::new(http::metrics::ApprovalMetrics::new());
@@ -295,17 +300,53 @@ pub async fn serve(
         r = server => r?,
         () = grace => tracing::info!("open streams did not close within 1 s; stopping"),
     }
-    // Stop the driver and wait for it, so RocksDB is closed before the process may exit (a
-    // process exiting under a live RocksDB thread can abort in its static destructors).
-    stop_driver.store(true, std::sync::atomic::Ordering::Relaxed);
-    let joined = tokio::task::spawn_blocking(move || driver_thread.join());
-    if tokio::time::timeout(Duration::from_secs(5), joined).await.is_err() {
-        tracing::warn!(replica = cfg.id, "the driver did not stop within 5 s");
-    }
+    // Stop the driver and wait for it, so RocksDB is closed before the process may exit. Off
+    // the runtime's threads: the wait blocks.
+    let _ = tokio::task::spawn_blocking(move || driver_thread.stop_and_wait()).await;
     if let Some(e) = failure.lock().ok().and_then(|mut f| f.take()) {
         return Err(e);
     }
     Ok(())
+}
+
+/// How long stopping waits for the driver thread to end (it checks its stop flag every tick).
+const DRIVER_STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// The replica's driver thread, which owns its RocksDB. Stopping it waits for the thread to end,
+/// so the database is closed before the process may exit: a process that exits under a live
+/// RocksDB can abort in its static destructors ("pthread lock: Invalid argument", SIGABRT).
+/// Dropping it stops it too, so the wait also happens when [`serve`]'s future is dropped before
+/// it ends (a runtime shut down under it, as at the end of a test that dropped its cluster).
+struct DriverThread {
+    replica: u64,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Disconnected once the thread has ended.
+    ended: std::sync::mpsc::Receiver<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DriverThread {
+    /// Stops the driver and waits for its thread, at most [`DRIVER_STOP_WAIT`]; a thread still
+    /// running then is left to the process (logged).
+    fn stop_and_wait(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match self.ended.recv_timeout(DRIVER_STOP_WAIT) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                tracing::warn!(replica = self.replica, wait_s = DRIVER_STOP_WAIT.as_secs(), "the driver did not stop");
+            }
+            // The thread has ended (nothing is ever sent): its join returns at once.
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Drop for DriverThread {
+    fn drop(&mut self) {
+        self.stop_and_wait();
+    }
 }
 
 /// A listener's connections: plain TCP, or TLS after a finished handshake.
