@@ -203,6 +203,21 @@ pub struct JobSpec {
     pub array: Option<u32>,
 }
 
+/// The loosest level reachable from `from` through levels that `slowdown` declares 0 at: how far
+/// a job that prefers `from` is accepted at once ([`JobSpec::allowed_level`]). A level it does
+/// not declare stops the walk (declaring nothing says nothing about what the job loses).
+pub fn free_level(from: LocalityLevel, slowdown: &BTreeMap<LocalityLevel, f64>) -> LocalityLevel {
+    let mut level = from;
+    while level < LocalityLevel::Any {
+        let next = level.relaxed_by(1);
+        if slowdown.get(&next) != Some(&0.0) {
+            break;
+        }
+        level = next;
+    }
+    level
+}
+
 /// The most environment variables a job sets.
 pub const MAX_ENV_VARS: usize = 128;
 /// The longest environment value or working directory, bytes.
@@ -611,15 +626,7 @@ impl JobSpec {
 
     /// The loosest level reachable from `prefer` through levels the job declares no slowdown at.
     fn free_level(&self) -> LocalityLevel {
-        let mut level = self.prefer;
-        while level < LocalityLevel::Any {
-            let next = level.relaxed_by(1);
-            if self.slowdown.get(&next) != Some(&0.0) {
-                break;
-            }
-            level = next;
-        }
-        level
+        free_level(self.prefer, &self.slowdown)
     }
 
     /// Parses and validates job TOML (a [`JobFile`], then [`JobFile::into_spec`]); `file` names

@@ -371,11 +371,12 @@ impl fmt::Display for SimPolicy {
 }
 
 /// Whether a job that declares `slowdown` loses nothing at any level, the loosest (`any`, gangs
-/// spread over servers and racks) included. Under the `ideal` speed model every job does
-/// ([`SpeedModel::slowdown_of`]); under the built-in one only a class measured as insensitive
-/// to its placement would.
+/// spread over servers and racks) included: the view's own rule for the levels a job accepts at
+/// once ([`tessera_view::job::free_level`]) reaches `any` from the tightest. Under the `ideal`
+/// speed model every job does ([`SpeedModel::slowdown_of`]); under the built-in one only a
+/// class measured as insensitive to its placement would.
 pub fn loses_nothing_anywhere(slowdown: &BTreeMap<LocalityLevel, f64>) -> bool {
-    slowdown.contains_key(&LocalityLevel::Any) && slowdown.values().all(|&s| s == 0.0)
+    tessera_view::job::free_level(LocalityLevel::PcieSwitch, slowdown) == LocalityLevel::Any
 }
 
 /// The tightest level at which a job of `gpus` GPUs fits on some server model of the cluster
