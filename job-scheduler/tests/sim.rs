@@ -322,6 +322,31 @@ fn two_long_jobs_take_turns_at_each_decade_of_gpu_time_they_attain() {
 }
 
 #[test]
+fn of_two_preempted_jobs_in_one_queue_the_one_that_attained_less_resumes_first() {
+    // One 8-GPU server, 8-GPU jobs. `old` starts at 0 s and passes 1 GPU-hour at 450 s; `young`
+    // arrives at 1,500 s and preempts it (`old`: 12,000 GPU-s), then passes 1 GPU-hour itself at
+    // 1,950 s; `short` arrives at 2,000 s and preempts `young` (4,000 GPU-s). When `short` ends,
+    // both wait in queue 1. Least-attained-service resumes `young`, which ends about 600 s
+    // later; in arrival order `old` would resume and keep the GPUs until it passes 10 GPU-hours
+    // (3,000 s more), and only then would `young` preempt it back.
+    let trace = Trace {
+        name: "two preempted".into(),
+        jobs: vec![
+            job("old", 0.0, 8, 1_000_000.0, "LM"),
+            job("young", 1_500.0, 8, 1_000.0, "LM"),
+            job("short", 2_000.0, 8, 300.0, "LM"),
+        ],
+        ..Trace::default()
+    };
+    let r = run(SimPolicy::TesseraLas, &trace, 1, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (3, 0, 0), "{r:?}");
+    assert_eq!(r.preemptions, 2, "{:?}", r.job_records);
+    let end = |name: &str| r.job_records.iter().find(|j| j.name == name).and_then(|j| j.end_s).expect("it ended");
+    assert!(end("short") < 2_500.0, "short ran on arrival: {} s", end("short"));
+    assert!(end("young") < 3_500.0, "young resumed when short ended: {} s", end("young"));
+}
+
+#[test]
 fn a_long_job_may_be_preempted_once_per_queue_it_falls_to() {
     // One 8-GPU server. A long 8-GPU job `a` starts at 0 s and passes its first threshold
     // (1 GPU-hour: 450 s on 8 GPUs); four short 8-GPU jobs then arrive 1,000 s apart, each in

@@ -13,10 +13,22 @@
 //! placement's mark is dropped. A job's queue never goes down: what it attained stays attained,
 //! and a job placed again continues from it.
 
+//!
+//! The same service orders the waiting jobs within a queue ([`ClusterView::queue_key`]): the
+//! queues are coarse so that jobs of about the same service do not preempt each other back and
+//! forth, but offering a waiting job costs no preemption, so among the waiting jobs of one
+//! queue the one that attained the least GPU time comes first, as in undiscretized
+//! least-attained-service.
+
 use crate::ids::JobId;
 use crate::job::Job;
 use crate::view::ClusterView;
+use std::cmp::Reverse;
 use std::collections::BTreeSet;
+
+/// Where a job stands in the order a host offers waiting jobs in ([`ClusterView::queue_key`]):
+/// lower first.
+pub type QueueKey = (Reverse<i32>, u8, u64, JobId);
 
 impl Job {
     /// GPU-milliseconds it has held over every placement, the current one up to `now_ms`.
@@ -26,6 +38,17 @@ impl Job {
 }
 
 impl ClusterView {
+    /// The order in which waiting jobs are offered (adopted by hosts, placed by them, and
+    /// explained by `tessera why`): a higher priority first, then a lower attained-service
+    /// queue, then, on a cluster with queues, the less GPU time attained over earlier runs,
+    /// then the earlier admitted. Without queues the attained service is left out, so a job
+    /// re-queued after a failure or a priority preemption keeps its place in arrival order.
+    pub fn queue_key(&self, job: &Job) -> QueueKey {
+        let attained =
+            if self.priorities.attained_service_gpu_s.is_empty() { 0 } else { job.attained_gpu_ms(self.now_ms) };
+        (Reverse(job.spec.priority), job.service_queue, attained, job.id)
+    }
+
     /// When `job`'s current placement brings it to its next threshold (Unix ms on the view's
     /// clock): none without thresholds left, a placement, or a placement time.
     fn service_mark(&self, job: &Job) -> Option<u64> {
@@ -202,6 +225,46 @@ mod tests {
             assert_eq!(v.state_hash(), copy.state_hash(), "at {at}");
         }
         assert_eq!((queue(&v, a), queue(&v, b)), (2, 2));
+    }
+
+    #[test]
+    fn waiting_jobs_of_one_queue_are_offered_least_attained_first_and_without_queues_oldest_first() {
+        let mut v = view();
+        let old = v.submit(JobSpec::simple("old", 1, 2)).expect("admitted");
+        let young = v.submit(JobSpec::simple("young", 1, 2)).expect("admitted");
+        let new = v.submit(JobSpec::simple("new", 1, 2)).expect("admitted");
+        // `old` holds 2 GPUs for 40 s (80 GPU-s), `young` for 10 s (20 GPU-s): both in queue 1.
+        place(&mut v, old, 1, 0, 2);
+        v.advance_clock(T0 + 40_000);
+        v.requeue(old, "preempted".into());
+        place(&mut v, young, 2, 0, 2);
+        v.advance_clock(T0 + 50_000);
+        v.requeue(young, "preempted".into());
+        assert_eq!((queue(&v, old), queue(&v, young), queue(&v, new)), (1, 1, 0));
+        let order = |v: &ClusterView, jobs: [JobId; 3]| {
+            let mut q: Vec<_> = jobs.iter().map(|&j| v.queue_key(v.job(j).expect("job"))).collect();
+            q.sort();
+            q.into_iter().map(|k| k.3).collect::<Vec<_>>()
+        };
+        assert_eq!(order(&v, [old, young, new]), vec![new, young, old], "queue 0 first; in queue 1 the less attained");
+        assert_eq!(crate::Explainer::new(&v).queue().iter().map(|j| j.id).collect::<Vec<_>>(), vec![new, young, old]);
+        // A higher priority still comes before every queue.
+        let urgent = v.submit(JobSpec { priority: 10, ..JobSpec::simple("urgent", 1, 2) }).expect("admitted");
+        assert_eq!(crate::Explainer::new(&v).queue()[0].id, urgent);
+        // Without queues a job re-queued after running keeps its place in arrival order.
+        let mut spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 1, 1, 1);
+        spec.priorities.attained_service_gpu_s.clear();
+        let mut fifo = ClusterView::from_spec(&spec);
+        fifo.advance_clock(T0);
+        let (old, young, new) = (
+            fifo.submit(JobSpec::simple("old", 1, 2)).expect("admitted"),
+            fifo.submit(JobSpec::simple("young", 1, 2)).expect("admitted"),
+            fifo.submit(JobSpec::simple("new", 1, 2)).expect("admitted"),
+        );
+        place(&mut fifo, old, 1, 0, 2);
+        fifo.advance_clock(T0 + 40_000);
+        fifo.requeue(old, "failed".into());
+        assert_eq!(order(&fifo, [old, young, new]), vec![old, young, new]);
     }
 
     #[test]

@@ -12,9 +12,11 @@
 //! durations. [`Priorities::attained_service_gpu_s`] lists the thresholds; a job that has held
 //! GPUs for at least the `k`-th one (GPU-seconds over all its runs) is in queue `k`, and a job
 //! of a lower queue ranks above it ([`crate::Job::rank`]): it is offered first and may preempt
-//! it. The view moves running jobs down the queues itself as its clock passes each threshold
-//! (see [`crate::attained`]), on every replica alike. Without thresholds (the default) every
-//! job stays in queue 0: arrival order within a priority.
+//! it. Within a queue, waiting jobs are offered least GPU time attained first, and only a lower
+//! queue preempts ([`crate::ClusterView::queue_key`]). The view moves running jobs down the
+//! queues itself as its clock passes each threshold (see [`crate::attained`]), on every replica
+//! alike. Without thresholds (the default) every job stays in queue 0: arrival order within a
+//! priority.
 //!
 //! ```toml
 //! [priorities]                   # in the cluster spec; optional, these are the defaults

@@ -24,7 +24,6 @@ use crate::ids::{JobId, ServerId};
 use crate::job::{Job, JobSpec, JobState};
 use crate::locality::LocalityLevel;
 use crate::view::ClusterView;
-use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -165,8 +164,10 @@ pub struct WaitExplanation {
     pub job: JobId,
     /// Why it waits.
     pub waiting: Waiting,
-    /// Its place in the queue (0: first): pending jobs of a higher priority, then of a lower
-    /// attained-service queue, then submitted earlier, come first.
+    /// Its place in the queue (0: first), in the view's queue order
+    /// ([`ClusterView::queue_key`]): pending jobs of a higher priority, then of a lower
+    /// attained-service queue, then (on a cluster with queues) of less GPU time attained, then
+    /// submitted earlier, come first.
     pub position: u32,
     /// How long it has waited, ms (view clock since submission).
     pub waited_ms: u64,
@@ -201,11 +202,12 @@ impl<'a> Explainer<'a> {
         Explainer { view, rooms: HashMap::new() }
     }
 
-    /// The pending jobs in queue order: a higher priority first, then a lower attained-service
-    /// queue, then submitted earlier.
+    /// The pending jobs in the view's queue order ([`ClusterView::queue_key`]): a higher
+    /// priority first, then a lower attained-service queue, then (on a cluster with queues)
+    /// less GPU time attained, then submitted earlier.
     pub fn queue(&self) -> Vec<&'a Job> {
         let mut q: Vec<&Job> = self.view.jobs().into_iter().filter(|j| j.state == JobState::Pending).collect();
-        q.sort_by_key(|j| (Reverse(j.spec.priority), j.service_queue, j.id));
+        q.sort_by_key(|j| self.view.queue_key(j));
         q
     }
 
@@ -213,12 +215,12 @@ impl<'a> Explainer<'a> {
     /// position costs a pass over the pending jobs.
     pub fn explain(&mut self, id: JobId) -> Option<WaitExplanation> {
         let job = self.view.job(id).filter(|j| j.state == JobState::Pending)?;
-        let key = (Reverse(job.spec.priority), job.service_queue, job.id);
+        let key = self.view.queue_key(job);
         let position = self
             .view
             .jobs()
             .into_iter()
-            .filter(|j| j.state == JobState::Pending && (Reverse(j.spec.priority), j.service_queue, j.id) < key)
+            .filter(|j| j.state == JobState::Pending && self.view.queue_key(j) < key)
             .count() as u32;
         Some(self.explain_at(job, position))
     }

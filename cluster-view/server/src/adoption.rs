@@ -117,9 +117,10 @@ impl Adoptions {
     }
 
     /// Renews `host`'s hold on `held` and hands it up to `want` more pending jobs that wait for
-    /// no other job, highest priority first, then the least attained-service queue, then
-    /// oldest (the view's queue order). Jobs that are no longer pending are
-    /// dropped from the table.
+    /// no other job, in the view's queue order ([`ClusterView::queue_key`]: highest priority
+    /// first, then the least attained-service queue, then the least GPU time attained on a
+    /// cluster with queues, then oldest). Jobs that are no longer pending are dropped from the
+    /// table.
     pub fn adopt(&mut self, view: &ClusterView, host: &str, held: &[JobId], want: usize, now: Instant) -> Adopted {
         let until = now + self.lease;
         // Forget jobs that are placed, running or over: nobody schedules them now.
@@ -139,16 +140,16 @@ impl Adoptions {
         if want == 0 || now < self.grants_from {
             return out;
         }
-        let mut free: Vec<(std::cmp::Reverse<i32>, u8, JobId)> = view
+        let mut free: Vec<tessera_view::attained::QueueKey> = view
             .jobs()
             .into_iter()
             // A job still waiting for others is nobody's yet: it would hold a host's slot doing
             // nothing (and a large array waiting could starve the jobs it waits for).
             .filter(|j| j.state == JobState::Pending && j.waiting_for.is_empty() && self.owner(j.id, now).is_none())
-            .map(|j| (std::cmp::Reverse(j.spec.priority), j.service_queue, j.id))
+            .map(|j| view.queue_key(j))
             .collect();
         free.sort();
-        for (_, _, j) in free.into_iter().take(want) {
+        for (_, _, _, j) in free.into_iter().take(want) {
             self.owners.insert(j, (host.to_string(), until));
             out.adopted.push(j);
         }

@@ -57,7 +57,8 @@ pub enum QueueOrder {
     /// offers them.
     Fifo,
     /// Priority, then the attained-service queue (GPU-seconds run so far against `thresholds`,
-    /// ascending: queue `k` holds jobs that attained at least `thresholds[k-1]`), then arrival:
+    /// ascending: queue `k` holds jobs that attained at least `thresholds[k-1]`), then the GPU
+    /// time attained in earlier runs (waiting jobs only: no preemption within a queue), then arrival:
     /// Tiresias' discretized two-dimensional least-attained-service, which needs no duration
     /// estimate. The thresholds become the simulated cluster's
     /// ([`tessera_view::Priorities::attained_service_gpu_s`]), so the view moves a running job

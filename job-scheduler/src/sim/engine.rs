@@ -52,6 +52,7 @@ use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
+use tessera_view::attained::QueueKey;
 use tessera_view::fit::FitMode;
 use tessera_view::migration_planner::{self, MigrationParams};
 use tessera_view::view::DEFAULT_CHANGE_LOG;

@@ -312,10 +312,10 @@ impl Sim<'_> {
         u64::from(self.reservations.free_on_withheld(self.view.servers()))
     }
 
-    /// Where job `i` stands in attained-service order: priority, then the least attained
-    /// service, then arrival (the index).
-    pub(super) fn rank_key(&self, i: usize) -> (Reverse<i32>, u8, usize) {
-        (Reverse(self.jobs[i].spec.priority), self.queue_of(i), i)
+    /// Where job `i` stands in the order the host offers waiting jobs in: the view's
+    /// ([`tessera_view::ClusterView::queue_key`]), then arrival (the index).
+    pub(super) fn rank_key(&self, i: usize) -> (Option<QueueKey>, usize) {
+        (self.view.job(self.jobs[i].view_id).map(|j| self.view.queue_key(j)), i)
     }
 
     /// Brings the host's reservation up to `now` ([`Reservations::update`]) over the waiting
