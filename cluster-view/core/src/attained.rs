@@ -12,7 +12,6 @@
 //! As the clock passes a mark the job's queue is set and its next mark taken; a released
 //! placement's mark is dropped. A job's queue never goes down: what it attained stays attained,
 //! and a job placed again continues from it.
-
 //!
 //! The same service orders the waiting jobs within a queue ([`ClusterView::queue_key`]): the
 //! queues are coarse so that jobs of about the same service do not preempt each other back and
