@@ -207,7 +207,8 @@ impl<'a> Explainer<'a> {
     /// less GPU time attained, then submitted earlier.
     pub fn queue(&self) -> Vec<&'a Job> {
         let mut q: Vec<&Job> = self.view.jobs().into_iter().filter(|j| j.state == JobState::Pending).collect();
-        q.sort_by_key(|j| self.view.queue_key(j));
+        // The key sums a job's earlier runs on a cluster with queues: computed once per job.
+        q.sort_by_cached_key(|j| self.view.queue_key(j));
         q
     }
 
