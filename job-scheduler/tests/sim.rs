@@ -49,6 +49,11 @@ fn half_short_fill() -> Vec<SimJob> {
     (0..16).map(|i| job(&format!("s{i}"), 0.0, 1, if i % 2 == 0 { 100.0 } else { 100_000.0 }, "LM")).collect()
 }
 
+/// When the job named `name` ended in `r`.
+fn ended(r: &sim::PolicyReport, name: &str) -> f64 {
+    r.job_records.iter().find(|j| j.name == name).and_then(|j| j.end_s).expect("it ended")
+}
+
 /// Seconds the job named `name` waited for its first start in `r`.
 fn waited(r: &sim::PolicyReport, name: &str) -> f64 {
     let j = r.job_records.iter().find(|j| j.name == name).expect("in the records");
@@ -316,7 +321,7 @@ fn two_long_jobs_take_turns_at_each_decade_of_gpu_time_they_attain() {
     let r = run(SimPolicy::TesseraLas, &trace, 1, 1);
     assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (2, 0, 0), "{r:?}");
     assert_eq!(r.preemptions, 3, "{:?}", r.job_records);
-    let end = |name: &str| r.job_records.iter().find(|j| j.name == name).and_then(|j| j.end_s).expect("it ended");
+    let end = |name: &str| ended(&r, name);
     assert!(end("b") < 400_000.0, "b ran to its end once past 100 GPU-hours, at {} s", end("b"));
     assert!(end("a") > end("b"), "a ends last: {} s", end("a"));
 }
@@ -341,7 +346,7 @@ fn of_two_preempted_jobs_in_one_queue_the_one_that_attained_less_resumes_first()
     let r = run(SimPolicy::TesseraLas, &trace, 1, 1);
     assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (3, 0, 0), "{r:?}");
     assert_eq!(r.preemptions, 2, "{:?}", r.job_records);
-    let end = |name: &str| r.job_records.iter().find(|j| j.name == name).and_then(|j| j.end_s).expect("it ended");
+    let end = |name: &str| ended(&r, name);
     assert!(end("short") < 2_500.0, "short ran on arrival: {} s", end("short"));
     assert!(end("young") < 3_500.0, "young resumed when short ended: {} s", end("young"));
 }
