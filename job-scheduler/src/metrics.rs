@@ -12,6 +12,7 @@
 //! | `tessera_host_proposals_total` | counter | `host`, `call` (`propose`, `preempt`), `outcome` (`accepted`, `already_applied`, `conflict`, `refused`, `unknown`, `failed`) |
 //! | `tessera_host_proposal_duration_seconds` | histogram | `host`, `call`: the round trip to the leader's decision, as this host saw it |
 //! | `tessera_host_migrations_total` | counter | `host`, `result` (`moved`, `refused`: moves of the host's plans) |
+//! | `tessera_host_migration_plans_total` | counter | `host`, `result` (`moves`: a plan for a blocked job was sent; `none`: no moves within the planner's bounds free a group for it) |
 //! | `tessera_host_adopt_calls_total` | counter | `host`, `result` (`ok`, `failed`) |
 //! | `tessera_host_reservations_total` | counter | `host`, `result` (`made`, `given_up`: bounded reservations for starved gangs, `--reservations`) |
 //! | `tessera_host_reservation_held_back_seconds_total` | counter | `host` (job-seconds its reservations held other jobs back, whole seconds) |
@@ -47,6 +48,10 @@ impl HostMetrics {
                 "Round trip of a proposal or preemption to the leader's decision."
             );
             describe_counter!("tessera_host_migrations_total", "Moves of this host's migration plans, by result.");
+            describe_counter!(
+                "tessera_host_migration_plans_total",
+                "Plans for fragmentation-blocked jobs: sent (moves) or none within the planner's bounds."
+            );
             describe_counter!("tessera_host_adopt_calls_total", "AdoptJobs calls (lease renewals), by result.");
             describe_counter!("tessera_host_reservations_total", "Bounded reservations for starved gangs, by result.");
             describe_counter!(
@@ -59,6 +64,7 @@ impl HostMetrics {
         let m = HostMetrics { metrics, host: host.to_string() };
         // Every series a dashboard reads exists from the start (at 0).
         m.migrated(0, 0);
+        m.planned(0, 0);
         m.adopted(0);
         m
     }
@@ -107,6 +113,14 @@ impl HostMetrics {
         self.add("tessera_host_migrations_total", Some(("result", "refused")), refused as u64);
     }
 
+    /// One round's plans for blocked jobs: `sent` plans whose moves went to the leader, and
+    /// `none` candidates for which no moves within the planner's bounds free a group (moves
+    /// cannot help them: what frees their group is jobs ending).
+    pub fn planned(&self, sent: usize, none: usize) {
+        self.add("tessera_host_migration_plans_total", Some(("result", "moves")), sent as u64);
+        self.add("tessera_host_migration_plans_total", Some(("result", "none")), none as u64);
+    }
+
     /// An AdoptJobs call: `ok` or `failed`.
     pub fn adopt_call(&self, result: &'static str) {
         self.add("tessera_host_adopt_calls_total", Some(("result", result)), 1);
@@ -150,6 +164,7 @@ mod tests {
         h.proposal("propose", "conflict", Duration::from_millis(2));
         h.proposal("propose", "accepted", Duration::from_millis(40));
         h.migrated(2, 1);
+        h.planned(1, 3);
         h.held(2);
         let stats = ReservationStats { made: 3, abandoned: 1, held_back_s: 41.7, idled_gpu_s: 9.0 };
         h.reservations(stats, 2);
@@ -173,6 +188,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("tessera_host_migrations_total{host=\"h0\",result=\"refused\"} 1"), "{text}");
+        assert!(text.contains("tessera_host_migration_plans_total{host=\"h0\",result=\"moves\"} 1"), "{text}");
+        assert!(text.contains("tessera_host_migration_plans_total{host=\"h0\",result=\"none\"} 3"), "{text}");
         assert!(text.contains("tessera_host_jobs_held{host=\"h0\"} 2"), "{text}");
         assert!(text.contains("tessera_host_reservations_total{host=\"h0\",result=\"made\"} 3"), "{text}");
         assert!(text.contains("tessera_host_reservations_total{host=\"h0\",result=\"given_up\"} 1"), "{text}");

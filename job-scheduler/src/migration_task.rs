@@ -112,7 +112,16 @@ pub(crate) async fn run(
         let reserved =
             if reserve { cache.read(|s| (s.reservations.clone(), s.now_s())) } else { (Reservations::new(), 0.0) };
         match step(&cfg, &mut client, &mut rng, &candidates, &moved_at, &reserved).await {
-            Ok(Some((plan, accepted))) => {
+            Ok(Round { unplanned, sent }) => {
+                metrics.planned(usize::from(sent.is_some()), unplanned);
+                if unplanned > 0 {
+                    tracing::debug!(
+                        host = %host,
+                        jobs = unplanned,
+                        "migration: no moves within the planner's bounds free a group for these blocked jobs"
+                    );
+                }
+                let Some((plan, accepted)) = sent else { continue };
                 let now = Instant::now();
                 for job in &accepted {
                     moved_at.insert(*job, now);
@@ -127,7 +136,6 @@ pub(crate) async fn run(
                     "migration: moved jobs to free a group for a blocked job"
                 );
             }
-            Ok(None) => {}
             Err(e) => tracing::warn!(host = %host, error = %crate::host::chain(&e), "migration step failed"),
         }
     }
@@ -219,8 +227,18 @@ pub(crate) fn planner_estimates(cooled: impl IntoIterator<Item = JobId>) -> BTre
     cooled.into_iter().map(|j| (j, f64::NEG_INFINITY)).collect()
 }
 
-/// Plans for the first candidate that needs moves and submits them; the plan and the jobs
-/// whose move the approver accepted, or `None` when no candidate needs (or has) a plan.
+/// What one round of [`step`] did.
+#[derive(Debug, Default)]
+struct Round {
+    /// Candidates for which the planner found no moves within its bounds.
+    unplanned: usize,
+    /// The plan sent and the jobs whose move the approver accepted, if any.
+    sent: Option<(MigrationPlan, Vec<JobId>)>,
+}
+
+/// Plans for the first candidate that needs moves and submits them ([`Round::sent`], `None`
+/// when no candidate needs or has a plan), counting the candidates before it that no moves
+/// could help ([`Round::unplanned`]).
 async fn step(
     cfg: &MigrationConfig,
     client: &mut ViewClient,
@@ -228,18 +246,22 @@ async fn step(
     candidates: &[(JobId, u64)],
     moved_at: &HashMap<JobId, Instant>,
     reserved: &(Reservations, f64),
-) -> Result<Option<(MigrationPlan, Vec<JobId>)>, SchedulerError> {
+) -> Result<Round, SchedulerError> {
     let wire = client.snapshot(true).await.map_err(|source| SchedulerError::Call { call: "snapshot", source })?;
     let snap = wire.snapshot.ok_or(SchedulerError::NoSnapshot)?;
     let view = ClusterView::from_snapshot(ViewSnapshot::try_from(snap).map_err(SchedulerError::MalformedSnapshot)?);
     let remaining_s = planner_estimates(moved_at.keys().copied());
+    let mut round = Round::default();
     for &(job, waited_s) in candidates {
         let Some(level) =
             view.job(job).filter(|j| j.state == JobState::Pending).map(|j| j.spec.allowed_level(waited_s))
         else {
             continue;
         };
-        let Some(plan) = migration_planner::plan(&view, job, level, &remaining_s, &cfg.params) else { continue };
+        let Some(plan) = migration_planner::plan(&view, job, level, &remaining_s, &cfg.params) else {
+            round.unplanned += 1;
+            continue;
+        };
         let members = view.job(job).map_or(1, |j| j.spec.members);
         if plan.moves.is_empty() || plan.moves.len() > cfg.params.moves_for(members) {
             // Not blocked: a group is free and its scheduler will take it.
@@ -277,9 +299,10 @@ async fn step(
             })
             .map(|(m, _)| m.job)
             .collect();
-        return Ok(Some((plan, accepted)));
+        round.sent = Some((plan, accepted));
+        return Ok(round);
     }
-    Ok(None)
+    Ok(round)
 }
 
 #[cfg(test)]

@@ -135,6 +135,31 @@ fn migration_lets_a_blocked_eight_gpu_job_start() {
 }
 
 #[test]
+fn a_blocked_job_no_move_can_help_is_counted_as_unplanned_and_nothing_moves() {
+    // Three 8-GPU servers, each holding a long 5-GPU job (too large to move) and three short
+    // 1-GPU jobs: once the short ones end, 9 GPUs are free, 3 on each server, and 15 of 24 busy.
+    // An 8-GPU job then arrives. The migration task plans for it (enough GPUs free in all, the
+    // cluster busy), but no moves free a server: the report counts those attempts, and the
+    // job waits for a long job to end. In the fragmented cluster of the test above the first
+    // plan frees a server, and nothing is counted.
+    let mut jobs: Vec<SimJob> = (0..3).map(|i| job(&format!("long{i}"), 0.0, 5, 100_000.0, "LM")).collect();
+    jobs.extend((0..9).map(|i| job(&format!("short{i}"), 0.0, 1, 100.0, "LM")));
+    jobs.push(job("big", 200.0, 8, 1_000.0, "LM"));
+    let trace = Trace { name: "unmovable".into(), jobs, ..Trace::default() };
+    let r = run(SimPolicy::Tessera, &trace, 3, 1);
+    assert_eq!((r.finished, r.invariant_violations, r.rejected_proposals), (13, 0, 0), "{r:?}");
+    assert_eq!(r.migrations, 0, "{r:?}");
+    assert!(r.migration_no_plan >= 1, "{r:?}");
+    assert!(waited(&r, "big") > 90_000.0, "it waits for a long job to end: {} s", waited(&r, "big"));
+    let mut fragmented = half_short_fill();
+    fragmented.push(job("big", 200.0, 8, 1_000.0, "LM"));
+    let moved =
+        run(SimPolicy::Tessera, &Trace { name: "fragmented".into(), jobs: fragmented, ..Trace::default() }, 2, 1);
+    assert!(moved.migrations >= 1, "{moved:?}");
+    assert_eq!(moved.migration_no_plan, 0, "{moved:?}");
+}
+
+#[test]
 fn under_the_ideal_model_a_job_starts_where_its_gpus_are_free_and_no_later_than_under_fifo() {
     // The fragmented cluster of the test above, under `ideal`: the 8-GPU job loses nothing
     // spread over both servers, so it starts on the 8 scattered GPUs at once, with no move and

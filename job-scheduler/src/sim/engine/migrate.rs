@@ -16,6 +16,7 @@ impl Sim<'_> {
         let remaining = migration_task::planner_estimates(self.recent_moves.iter().map(|&(_, job)| job));
         let job = self.jobs[i].view_id;
         let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
+            self.rep.migration_no_plan += 1;
             return false;
         };
         // Neither the job nor the jobs moved for it may land on servers withheld from it.

@@ -46,6 +46,13 @@ pub struct PolicyReport {
     pub migrations: u64,
     /// GPU-seconds lost to checkpoint-restart of moved jobs.
     pub migration_cost_gpu_s: f64,
+    /// Times the migration task planned for a blocked job and no moves within the planner's
+    /// bounds freed a group for it (the live host's `tessera_host_migration_plans_total`
+    /// with `result="none"`): fragmentation moves cannot fix, only jobs ending. The simulator
+    /// plans when something changes, the live task every interval, so counts compare within
+    /// the simulator, not with a live host's. Left out of the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub migration_no_plan: u64,
     /// Gangs preempted (each released whole, re-queued, resumed later from a checkpoint taken
     /// when it was stopped). Left out of the JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
