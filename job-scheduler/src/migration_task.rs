@@ -23,7 +23,9 @@
 //! blocked job ([`MigrationParams::moves_for`]: a gang of `k` servers needs `k` freed), and a job moved
 //! less than [`MigrationConfig::cooldown`] ago is never moved again. Live jobs carry no
 //! remaining-time estimate, so the planner treats every job as far from its end; the cooldown
-//! reaches the planner as a remaining time of −∞ (never moved).
+//! reaches the planner as a remaining time of −∞ (never moved). Each round counts its plans
+//! (`tessera_host_migration_plans_total`): `moves` for the one sent, `none` for each candidate
+//! no moves within those bounds could help.
 //!
 //! Hosts migrate only for the jobs they hold (each `Migrate` call names the job its moves make
 //! room for, and the leader refuses a host that does not hold it), so no job is planned for by

@@ -48,7 +48,7 @@ pub struct PolicyReport {
     pub migration_cost_gpu_s: f64,
     /// Times the migration task planned for a blocked job and no moves within the planner's
     /// bounds freed a group for it (the live host's `tessera_host_migration_plans_total`
-    /// with `result="none"`): fragmentation moves cannot fix, only jobs ending. The simulator
+    /// with `result="none"`): fragmentation such moves cannot fix, only jobs ending. The simulator
     /// plans when something changes, the live task every interval, so counts compare within
     /// the simulator, not with a live host's. Left out of the JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
