@@ -11,7 +11,8 @@
 //! - it fits once the moves are applied (each moved job's current members freed, its new ones
 //!   taken), and
 //! - every move is needed: its job now holds devices, cores or memory that a target member
-//!   needs on the same server.
+//!   needs on the same server, or that a needed move's new member needs (a chain: one job
+//!   makes room for a job moved off the target).
 //!
 //! Pure: resource arithmetic over the view, no copy of it. The approver still decides each move
 //! and the later proposal for the job; this check only refuses moves made for no reason.
@@ -84,18 +85,44 @@ pub fn moves_help(
         check_member_free(&after[&m.server], m)
             .map_err(|r| format!("target member {i} does not fit after the moves: {r}"))?;
     }
-    for (i, (p, members)) in moves.iter().zip(&held).enumerate() {
-        let needed = members.iter().any(|h| {
-            target.iter().filter(|m| m.server == h.server).any(|m| {
-                let r = &after[&m.server];
-                h.gpus & m.gpus != 0
-                    || h.cores.intersects(m.cores)
-                    || m.memory_mib > r.free_memory_mib.saturating_sub(h.memory_mib)
+    let mut needed: Vec<bool> = held
+        .iter()
+        .map(|members| {
+            members.iter().any(|h| {
+                target.iter().filter(|m| m.server == h.server).any(|m| {
+                    let r = &after[&m.server];
+                    h.gpus & m.gpus != 0
+                        || h.cores.intersects(m.cores)
+                        || m.memory_mib > r.free_memory_mib.saturating_sub(h.memory_mib)
+                })
             })
-        });
-        if !needed {
-            return Err(format!("move {i} (job {}) frees nothing the target needs", p.job));
+        })
+        .collect();
+    // A move that makes room for a needed move (holds devices or cores its new member takes, or
+    // memory the server lacks for it) is needed too: a chain
+    // ([`crate::migration_planner::MigrationParams::chained_moves`]). Each pass adds one or ends.
+    for _ in 0..moves.len() {
+        let before = needed.iter().filter(|n| **n).count();
+        for i in 0..moves.len() {
+            if needed[i] {
+                continue;
+            }
+            let lands = moves.iter().zip(&needed).filter(|(_, n)| **n).flat_map(|(p, _)| &p.members);
+            needed[i] = lands.into_iter().any(|d| {
+                held[i].iter().any(|h| {
+                    h.server == d.server
+                        && (h.gpus & d.gpus != 0
+                            || h.cores.intersects(d.cores)
+                            || records.get(d.server.0 as usize).is_some_and(|r| d.memory_mib > r.free_memory_mib))
+                })
+            });
         }
+        if needed.iter().filter(|n| **n).count() == before {
+            break;
+        }
+    }
+    if let Some(i) = needed.iter().position(|n| !n) {
+        return Err(format!("move {i} (job {}) frees nothing the target or another move needs", moves[i].job));
     }
     Ok(())
 }
@@ -167,6 +194,20 @@ mod tests {
             [mv(a, member(1, 1 << 1, 4), 10), mv(c, member(1, 1 << 2, 8), 11), mv(b, member(1, 1 << 3, 12), 12)];
         let e = moves_help(&v, big, &target, &moves).expect_err("b's move is for nothing");
         assert!(e.contains("move 2"), "{e}");
+    }
+
+    #[test]
+    fn a_move_that_makes_room_for_a_needed_move_helps_too() {
+        let (v, [a, b, c], big) = fragmented();
+        let target = [member(0, 0xff, 0)];
+        // b makes room on server 1 (GPU 0 to GPU 5) for a, which takes GPU 0 and its cores:
+        // a chain, in the order the approver applies it.
+        let chain = [mv(b, member(1, 1 << 5, 20), 10), mv(a, member(1, 1, 0), 11), mv(c, member(1, 1 << 2, 8), 12)];
+        assert_eq!(moves_help(&v, big, &target, &chain), Ok(()));
+        // Moved where nothing needed lands, b's move helps nothing.
+        let idle = [mv(b, member(1, 1 << 5, 20), 10), mv(a, member(1, 1 << 1, 4), 11), mv(c, member(1, 1 << 2, 8), 12)];
+        let e = moves_help(&v, big, &target, &idle).expect_err("b's move is for nothing");
+        assert!(e.contains("move 0"), "{e}");
     }
 
     #[test]

@@ -17,16 +17,21 @@
 //! added while cores or memory are still short. A multi-server gang takes the cheapest servers
 //! of one rack, IB domain or the cluster, as its level allows. Destinations are planned on the
 //! current records with the target's resources withheld and the moved jobs' old resources still
-//! held, so a moved job can land neither on the freed group nor where it was.
+//! held, so a moved job can land neither on the freed group nor where it was. A moved job lands
+//! where it keeps the cores it holds if it can, then on the fullest server. One that fits
+//! nowhere may have a home made for it by one more move (a chain, [`MigrationParams::chained_moves`]):
+//! a smaller movable job on another server moves to a free home of its own, and the two moves
+//! count against the plan's bound like any others. Moves are applied in the plan's order, so the
+//! job making room moves first.
 
 use crate::fit::{self, FitMode};
 use crate::ids::{JobId, ServerId};
-use crate::job::{JobSpec, JobState};
+use crate::job::{Job, JobSpec, JobState};
 use crate::locality::LocalityLevel;
 use crate::placement::MemberPlacement;
 use crate::server::{Health, ServerRecord};
 use crate::view::ClusterView;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Candidate targets (servers, or domains for multi-server gangs) tried for destinations
 /// before the planner gives up; bounds the work of one call.
@@ -43,11 +48,21 @@ pub struct MigrationParams {
     pub small_job_max_gpus: u32,
     /// Checkpoint-restart time of one move: the moved job makes no progress for this long.
     pub checkpoint_restart_s: f64,
+    /// Whether a moved job that fits nowhere as things are may get a home by first moving one
+    /// other movable job out of its way (a chain of two moves, both within
+    /// [`MigrationParams::moves_for`]). Without it, a plan needs a free home for every moved job.
+    pub chained_moves: bool,
 }
 
 impl Default for MigrationParams {
     fn default() -> Self {
-        MigrationParams { max_moves: 4, min_remaining_s: 1800.0, small_job_max_gpus: 4, checkpoint_restart_s: 60.0 }
+        MigrationParams {
+            max_moves: 4,
+            min_remaining_s: 1800.0,
+            small_job_max_gpus: 4,
+            checkpoint_restart_s: 60.0,
+            chained_moves: true,
+        }
     }
 }
 
@@ -136,8 +151,9 @@ pub fn plan(
         options.sort_by_key(Freeing::rank);
         gang_candidates(view, options, spec.members as usize, level, max_moves)
     };
+    let mut memo = ChainMemo::default();
     for chosen in candidates {
-        if let Some(p) = with_destinations(view, job, &chosen, &holders, max_moves, params) {
+        if let Some(p) = with_destinations(view, job, &chosen, &holders, max_moves, params, &mut memo) {
             return Some(p);
         }
     }
@@ -328,13 +344,14 @@ fn gang_candidates(
 
 /// Completes a choice of freed servers with a destination for every moved job, or `None`; at
 /// most `max_moves` moves ([`MigrationParams::moves_for`] the blocked job).
-fn with_destinations(
-    view: &ClusterView,
+fn with_destinations<'a>(
+    view: &'a ClusterView,
     job: JobId,
     chosen: &[Freeing],
     holders: &Holders,
     max_moves: usize,
     params: &MigrationParams,
+    memo: &mut ChainMemo<'a>,
 ) -> Option<MigrationPlan> {
     let movers: Vec<&Holder> =
         chosen.iter().flat_map(|f| f.movers.iter().map(move |&i| &holders[f.server.index()][i])).collect();
@@ -354,15 +371,31 @@ fn with_destinations(
             r.free_memory_mib = r.free_memory_mib.saturating_sub(from_free);
         }
     }
+    // A mover with no free home may have one made by moving one more job (a chain), while the
+    // plan stays within its bound.
+    let mut chains = 0;
     let mut moves = Vec::with_capacity(movers.len());
-    for h in movers {
+    for h in &movers {
         let j = view.job(h.job)?;
-        let keep = j.placement.as_ref().map_or(LocalityLevel::Server, |p| p.level).min(LocalityLevel::Server);
-        let to = destination(view, &dest, &j.spec, keep)?;
-        let r = &mut dest[to.server.index()];
-        r.free_gpus &= !to.gpus;
-        r.free_cores = r.free_cores.without(to.cores);
-        r.free_memory_mib -= to.memory_mib;
+        let to = match destination(view, &dest, &j.spec, home_level(j), h.member.cores.count()) {
+            Some(to) => to,
+            None if params.chained_moves && movers.len() + chains < max_moves => {
+                let skip: Vec<JobId> = std::iter::once(job)
+                    .chain(movers.iter().map(|m| m.job))
+                    .chain(moves.iter().map(|m: &Move| m.job))
+                    .collect();
+                let freed: Vec<ServerId> = chosen.iter().map(|f| f.server).collect();
+                let (first, to) = chained(view, &dest, h, holders, &skip, &freed, memo)?;
+                let y = first.from[0].server;
+                dest[y.index()] = released(view, &dest[y.index()], y, &[&first.from[0]]);
+                take(&mut dest, &first.to[0]);
+                moves.push(first);
+                chains += 1;
+                to
+            }
+            None => return None,
+        };
+        take(&mut dest, &to);
         moves.push(Move { job: h.job, from: vec![h.member], to: vec![to] });
     }
     let target: Vec<MemberPlacement> = chosen.iter().flat_map(|f| f.target.iter().copied()).collect();
@@ -371,26 +404,248 @@ fn with_destinations(
     Some(MigrationPlan { job, target, level, moves, cost_gpu_s: f64::from(moved_gpus) * params.checkpoint_restart_s })
 }
 
-/// A new home for a single-member job at `keep` or tighter: the fullest server where it fits
-/// (best fit, so moves do not fragment other servers).
+/// The level a moved job keeps: the one it runs at, or its server (a single-member job).
+fn home_level(j: &Job) -> LocalityLevel {
+    j.placement.as_ref().map_or(LocalityLevel::Server, |p| p.level).min(LocalityLevel::Server)
+}
+
+/// Takes a planned member's resources out of the destination records.
+fn take(dest: &mut [ServerRecord], to: &MemberPlacement) {
+    let r = &mut dest[to.server.index()];
+    r.free_gpus &= !to.gpus;
+    r.free_cores = r.free_cores.without(to.cores);
+    r.free_memory_mib -= to.memory_mib;
+}
+
+/// A home for `mover`, which fits nowhere on `dest` as things are, made by first moving one
+/// other movable job (not in `skip`, not on the `freed` servers) to a free home of its own:
+/// `(that move, the mover's new member)`. Of the ways found, the one that leaves the mover its
+/// cores, then moves the fewest GPUs, then lands it on the fullest server (best fit, as
+/// [`destination`]), then the lowest server id.
+///
+/// The ways are tried in that order but for the cores, which only a fit tells: the first found
+/// that keeps the mover's cores is the best, so the search stops there; the other job's home is
+/// looked for only while the way could still rank first, and searched over every server once
+/// per shape of job ([`two_homes`]).
+fn chained<'a>(
+    view: &'a ClusterView,
+    dest: &[ServerRecord],
+    mover: &Holder,
+    holders: &Holders,
+    skip: &[JobId],
+    freed: &[ServerId],
+    memo: &mut ChainMemo<'a>,
+) -> Option<(Move, MemberPlacement)> {
+    let spec = &view.job(mover.job)?.spec;
+    let keep = home_level(view.job(mover.job)?);
+    let cores = mover.member.cores.count();
+    // Every way by the best it could rank: (GPUs moved, free GPUs where the mover lands, server).
+    let mut ways: Vec<(u32, u32, ServerId, &Holder)> = Vec::new();
+    for (y, rec) in dest.iter().enumerate() {
+        let server = ServerId(y as u32);
+        let topo = view.topology_of(rec.config_set);
+        let free = rec.free_gpus.count_ones();
+        if rec.health != Health::Up
+            || freed.contains(&server)
+            || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type)
+        {
+            continue;
+        }
+        // No way here if the mover's GPUs or memory do not fit with every movable job gone.
+        let here = || holders[y].iter().filter(|h| h.movable && !skip.contains(&h.job));
+        let all_gpus = rec.free_gpus | (here().fold(0, |g, h| g | h.member.gpus) & !view.unhealthy_devices(server));
+        let all_mem = here().fold(u64::from(rec.free_memory_mib), |m, h| m + u64::from(h.member.memory_mib));
+        let req = fit::member_request(spec, topo);
+        if u64::from(req.memory_mib) > all_mem
+            || fit::pick_gpus(topo, all_gpus, req.gpus, keep, FitMode::Pack).is_none()
+        {
+            continue;
+        }
+        for h in here() {
+            let gpus = h.member.gpus.count_ones();
+            if free + gpus >= spec.gpus_per_member {
+                ways.push((gpus, free, server, h));
+            }
+        }
+    }
+    ways.sort_by_key(|w| (w.0, w.1, w.2)); // stable: a server's jobs stay in id order
+    // The other job's home is searched on `dest` once per shape: `dest` changes only on the
+    // server it leaves, so its best home is the best of the two best elsewhere and that server.
+    let mut shapes: Vec<(Shape, [Option<Home>; 2])> = Vec::new();
+    let mut short: Option<(Move, MemberPlacement)> = None;
+    let mover_shape = memo.shape(Shape::of(spec, keep, 0));
+    for (_, _, server, h) in ways {
+        let rec = &dest[server.index()];
+        let topo = view.topology_of(rec.config_set);
+        let left = || released(view, rec, server, &[&h.member]);
+        let fit = || {
+            let req = fit::member_request(spec, topo);
+            fit::plan_member(topo, &left(), server, &req, keep, FitMode::Pack).map(|(m, _)| m)
+        };
+        // Another candidate's search may have tried this already, on the same record.
+        let to = if view.server(server) == Some(rec) {
+            *memo.fits.entry((mover_shape, server, h.job)).or_insert_with(fit)
+        } else {
+            fit()
+        };
+        let Some(to) = to else { continue };
+        let keeps_cores = to.cores.count() >= cores;
+        if !keeps_cores && short.is_some() {
+            continue; // ranks below the short way already found
+        }
+        let Some(other) = view.job(h.job) else { continue };
+        let shape = Shape::of(&other.spec, home_level(other), h.member.cores.count());
+        let at = match shapes.iter().position(|(s, _)| *s == shape) {
+            Some(at) => at,
+            None => {
+                shapes.push((shape, two_homes(view, dest, &other.spec, shape.keep, shape.cores)));
+                shapes.len() - 1
+            }
+        };
+        let elsewhere = shapes[at].1.iter().flatten().find(|(r, _)| r.2 != server);
+        let mut there = left();
+        there.free_gpus &= !to.gpus;
+        there.free_cores = there.free_cores.without(to.cores);
+        there.free_memory_mib -= to.memory_mib;
+        let here = home_on(view, &there, server, &other.spec, shape.keep, shape.cores);
+        let home = match (elsewhere, here) {
+            (Some(e), Some(h)) => Some(if h.0 < e.0 { h.1 } else { e.1 }),
+            (Some(e), None) => Some(e.1),
+            (None, h) => h.map(|h| h.1),
+        };
+        let Some(home) = home else { continue };
+        let way = (Move { job: h.job, from: vec![h.member], to: vec![home] }, to);
+        if keeps_cores {
+            return Some(way);
+        }
+        short = Some(way);
+    }
+    short
+}
+
+/// What the chain searches of one plan share ([`chained`]), over the candidates it tries:
+/// whether a mover's shape fits on a server once one job there is released, kept for servers
+/// whose records are still the view's (the others change from candidate to candidate).
+#[derive(Default)]
+struct ChainMemo<'a> {
+    shapes: Vec<Shape<'a>>,
+    fits: HashMap<(usize, ServerId, JobId), Option<MemberPlacement>>,
+}
+
+impl<'a> ChainMemo<'a> {
+    /// The index of `shape`, added if new.
+    fn shape(&mut self, shape: Shape<'a>) -> usize {
+        match self.shapes.iter().position(|s| *s == shape) {
+            Some(at) => at,
+            None => {
+                self.shapes.push(shape);
+                self.shapes.len() - 1
+            }
+        }
+    }
+}
+
+/// What a moved job's home depends on: its request's fields, the level it keeps, the cores it
+/// holds.
+#[derive(Clone, Copy, PartialEq)]
+struct Shape<'a> {
+    gpus: u32,
+    cpu: crate::job::CpuDemand,
+    memory_mib_per_gpu: Option<u32>,
+    gpu_type: Option<&'a str>,
+    keep: LocalityLevel,
+    cores: u32,
+}
+
+impl<'a> Shape<'a> {
+    fn of(spec: &'a JobSpec, keep: LocalityLevel, cores: u32) -> Shape<'a> {
+        Shape {
+            gpus: spec.gpus_per_member,
+            cpu: spec.cpu,
+            memory_mib_per_gpu: spec.memory_mib_per_gpu,
+            gpu_type: spec.gpu_type.as_deref(),
+            keep,
+            cores,
+        }
+    }
+}
+
+/// How [`destination`] ranks a home, lowest first: short of the job's cores, the server's free
+/// GPUs, the server.
+type Home = ((bool, u32, ServerId), MemberPlacement);
+
+/// A home for a job of `spec` on server `server` as `rec` has it, ranked as [`destination`] does.
+fn home_on(
+    view: &ClusterView,
+    rec: &ServerRecord,
+    server: ServerId,
+    spec: &JobSpec,
+    keep: LocalityLevel,
+    cores: u32,
+) -> Option<Home> {
+    let topo = view.topology_of(rec.config_set);
+    let free = rec.free_gpus.count_ones();
+    if free < spec.gpus_per_member || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
+        return None;
+    }
+    let (m, _) = fit::plan_member(topo, rec, server, &fit::member_request(spec, topo), keep, FitMode::Pack)?;
+    Some(((m.cores.count() < cores, free, server), m))
+}
+
+/// The two best homes on `dest` for a job of `spec`, on two servers, as [`destination`] ranks
+/// them: the best home on every server but one is one of them.
+fn two_homes(
+    view: &ClusterView,
+    dest: &[ServerRecord],
+    spec: &JobSpec,
+    keep: LocalityLevel,
+    cores: u32,
+) -> [Option<Home>; 2] {
+    let mut top: [Option<Home>; 2] = [None, None];
+    for (i, rec) in dest.iter().enumerate() {
+        let server = ServerId(i as u32);
+        // The best this server could rank; skip it if that cannot beat the second.
+        if top[1].as_ref().is_some_and(|(r, _)| (false, rec.free_gpus.count_ones(), server) >= *r) {
+            continue;
+        }
+        let Some(h) = home_on(view, rec, server, spec, keep, cores) else { continue };
+        if top[0].as_ref().is_none_or(|(r, _)| h.0 < *r) {
+            top[1] = top[0].take();
+            top[0] = Some(h);
+        } else if top[1].as_ref().is_none_or(|(r, _)| h.0 < *r) {
+            top[1] = Some(h);
+        }
+    }
+    top
+}
+
+/// A new home for a single-member job at `keep` or tighter: where it keeps the `cores` it holds
+/// if any server allows (a CPU-aware grant lost in a move would slow the job for the rest of its
+/// run), then the fullest server where it fits (best fit, so moves do not fragment other
+/// servers).
 fn destination(
     view: &ClusterView,
     dest: &[ServerRecord],
     spec: &JobSpec,
     keep: LocalityLevel,
+    cores: u32,
 ) -> Option<MemberPlacement> {
-    let mut best: Option<(u32, MemberPlacement)> = None;
+    let mut best: Option<((bool, u32), MemberPlacement)> = None;
     for (i, rec) in dest.iter().enumerate() {
         let topo = view.topology_of(rec.config_set);
-        if rec.free_gpus.count_ones() < spec.gpus_per_member
+        let free = rec.free_gpus.count_ones();
+        if free < spec.gpus_per_member
             || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type)
-            || best.as_ref().is_some_and(|(free, _)| rec.free_gpus.count_ones() >= *free)
+            || best.as_ref().is_some_and(|((short, bfree), _)| !*short && free >= *bfree)
         {
             continue;
         }
         let req = fit::member_request(spec, topo);
         if let Some((m, _)) = fit::plan_member(topo, rec, ServerId(i as u32), &req, keep, FitMode::Pack) {
-            best = Some((rec.free_gpus.count_ones(), m));
+            let k = (m.cores.count() < cores, free);
+            if best.as_ref().is_none_or(|(bk, _)| k < *bk) {
+                best = Some((k, m));
+            }
         }
     }
     best.map(|(_, m)| m)
@@ -431,6 +686,18 @@ mod tests {
     }
 
     /// Submits a job of `gpus` GPUs and places it as `m` under proposal id `id`.
+    /// A plan's moves as proposals, ids from 100 on, in the plan's order.
+    fn proposals(view: &ClusterView, p: &MigrationPlan) -> Vec<Proposal> {
+        let at = view.version();
+        let to = |(i, m): (usize, &Move)| Proposal {
+            id: ProposalId(100 + i as u64),
+            job: m.job,
+            members: m.to.clone(),
+            based_on: at,
+        };
+        p.moves.iter().enumerate().map(to).collect()
+    }
+
     fn running(view: &mut ClusterView, m: MemberPlacement, id: u64) -> JobId {
         let job = view.submit(spec(m.gpus.count_ones())).expect("submit");
         let p = Proposal { id: ProposalId(id), job, members: vec![m], based_on: view.version() };
@@ -457,17 +724,7 @@ mod tests {
         assert_eq!(p.target[0].gpus, 0xff);
         assert_ne!(p.moves[0].to[0].server, p.target[0].server, "the moved job leaves the freed server");
         assert_eq!(p.cost_gpu_s, 60.0);
-        let moves: Vec<Proposal> = p
-            .moves
-            .iter()
-            .enumerate()
-            .map(|(i, m)| Proposal {
-                id: ProposalId(100 + i as u64),
-                job: m.job,
-                members: m.to.clone(),
-                based_on: v.version(),
-            })
-            .collect();
+        let moves = proposals(&v, &p);
         assert!(decide(&mut v, Command::Migrate(moves.clone())).iter().all(Decision::is_placed));
         assert!(invariants::check(&v).is_clean(), "{:?}", invariants::check(&v));
         assert_eq!(v.job(moved).map(|j| j.state), Some(JobState::Migrating));
@@ -488,6 +745,97 @@ mod tests {
         let h = v.state_hash();
         assert!(matches!(decide(&mut v, Command::Migrate(moves))[0], Decision::AlreadyApplied { .. }));
         assert_eq!(v.state_hash(), h);
+    }
+
+    #[test]
+    fn a_moved_job_with_no_free_home_gets_one_made_by_a_chained_move() {
+        // Server 0: a 2-GPU job on one PCIe switch. Server 1: five 1-GPU jobs, one GPU free
+        // under three of its switches and none whole. Server 2: a 4-GPU and a 3-GPU job, GPU 7
+        // free. Freeing server 0 for an 8-GPU job moves the pair, which fits nowhere on a switch
+        // as things are; freeing server 1 takes 5 moves and server 2's jobs find no homes.
+        let mut v = view(3);
+        let pair = running(&mut v, member(0, 0b11, 0), 1);
+        let mut ones = Vec::new();
+        for (i, g) in [0u32, 2, 4, 6, 7].into_iter().enumerate() {
+            ones.push(running(&mut v, member(1, 1 << g, 4 * g), 2 + i as u64));
+        }
+        running(&mut v, member(2, 0b1111, 0), 10);
+        running(&mut v, member(2, 0b111_0000, 16), 11);
+        let big = v.submit(spec(8)).expect("submit");
+        let single = MigrationParams { chained_moves: false, ..MigrationParams::default() };
+        assert!(plan(&v, big, LocalityLevel::Server, &BTreeMap::new(), &single).is_none(), "no plan of single moves");
+        let p = plan(&v, big, LocalityLevel::Server, &BTreeMap::new(), &MigrationParams::default()).expect("a plan");
+        // A 1-GPU job of server 1 makes room (to server 2's free GPU, the fullest home), then the
+        // pair takes the switch it left, keeping its level.
+        assert_eq!(p.moves.len(), 2, "{p:?}");
+        assert!(ones.contains(&p.moves[0].job), "{p:?}");
+        assert_eq!(p.moves[0].to[0].server, ServerId(2));
+        assert_eq!(p.moves[1].job, pair);
+        assert_eq!(p.moves[1].to[0].server, ServerId(1));
+        assert_eq!(p.moves[1].to[0].gpus & p.moves[0].from[0].gpus, p.moves[0].from[0].gpus);
+        assert_eq!(p.target[0].server, ServerId(0));
+        assert_eq!(p.cost_gpu_s, 3.0 * 60.0);
+        // The chain counts against the bound: one move is not enough.
+        let one = MigrationParams { max_moves: 1, ..MigrationParams::default() };
+        assert!(plan(&v, big, LocalityLevel::Server, &BTreeMap::new(), &one).is_none());
+        // Applied in order through the approver, the moves and then the target are accepted.
+        let moves = proposals(&v, &p);
+        // The leader lets a host make them: the first move frees what the second takes.
+        assert_eq!(crate::migration_check::moves_help(&v, big, &p.target, &moves), Ok(()));
+        assert!(decide(&mut v, Command::Migrate(moves)).iter().all(Decision::is_placed));
+        assert!(v.job(pair).and_then(|j| j.placement.as_ref()).is_some_and(|pl| pl.level == LocalityLevel::PcieSwitch));
+        let target = Proposal { id: ProposalId(200), job: big, members: p.target.clone(), based_on: v.version() };
+        assert!(decide(&mut v, Command::Propose(vec![target]))[0].is_placed());
+        assert!(invariants::check(&v).is_clean(), "{:?}", invariants::check(&v));
+    }
+
+    #[test]
+    fn a_moved_job_lands_where_it_keeps_its_cores_before_the_fullest_server() {
+        // A 1-GPU job holding 8 cores on server 0. Server 1 has one GPU free beside the share of
+        // 4 cores, server 2 two GPUs and cores to spare. Best fit alone picks server 1 and halves
+        // the job's cores; it goes to server 2 with its 8.
+        let mut v = view(3);
+        let mut id = 0;
+        let mut place = |v: &mut ClusterView, s: JobSpec, server: u32| {
+            let job = v.submit(s.clone()).expect("submit");
+            let rec = v.servers()[server as usize];
+            let topo = v.topology_of(rec.config_set);
+            let req = fit::member_request(&s, topo);
+            let (m, _) = fit::plan_member(topo, &rec, ServerId(server), &req, LocalityLevel::Server, FitMode::Pack)
+                .expect("fits");
+            id += 1;
+            let p = Proposal { id: ProposalId(id), job, members: vec![m], based_on: v.version() };
+            assert!(decide(v, Command::Propose(vec![p]))[0].is_placed());
+            (job, m)
+        };
+        let mut wide = spec(1);
+        let predictor = crate::Predictor { p0: 1.0, p1: 0.0, p2: 2.0, theta: 8.0 };
+        wide.cpu = CpuDemand::Predicted { predictor, min_cores_per_gpu: 1 };
+        // Its 8 cores were spared while a 6-GPU job shared its server (the reserve keeps the
+        // share beside each free GPU); that job has ended.
+        let (first, _) = place(&mut v, spec(6), 0);
+        let (mover, m) = place(&mut v, wide, 0);
+        assert_eq!(m.cores.count(), 8);
+        v.apply(&Command::Release { job: first, failed: false });
+        let mut seven = spec(7);
+        seven.cpu = CpuDemand::Fixed { cores_per_gpu: 4 };
+        place(&mut v, seven, 1);
+        place(&mut v, spec(6), 2);
+        let blocked = v.submit(spec(8)).expect("submit");
+        let p =
+            plan(&v, blocked, LocalityLevel::Server, &BTreeMap::new(), &MigrationParams::default()).expect("a plan");
+        assert_eq!(p.moves.len(), 1, "{p:?}");
+        assert_eq!(p.moves[0].job, mover);
+        assert_eq!(p.moves[0].to[0].server, ServerId(2), "{p:?}");
+        assert_eq!(p.moves[0].to[0].cores.count(), 8);
+        // Where no home grants its cores, the fullest is taken though it grants fewer.
+        let mut hungry = spec(1);
+        hungry.cpu = CpuDemand::Fixed { cores_per_gpu: 22 };
+        place(&mut v, hungry, 2);
+        let p =
+            plan(&v, blocked, LocalityLevel::Server, &BTreeMap::new(), &MigrationParams::default()).expect("a plan");
+        assert_eq!(p.moves[0].to[0].server, ServerId(1), "{p:?}");
+        assert!(p.moves[0].to[0].cores.count() < 8);
     }
 
     #[test]
