@@ -10,7 +10,7 @@
 //! | preset | scheduler | spec style | CPU | migration |
 //! |---|---|---|---|---|
 //! | `fifo-firstfit` | [`FifoFirstFit`]: one-GPU members on the first servers with free GPUs | [`SpecStyle::OneGpuMembers`] | share per GPU | no |
-//! | `gandiva` | [`Gandiva`]: affinity to servers running same-size jobs, then empty ones | [`SpecStyle::Preferred`] | share per GPU | yes |
+//! | `gandiva` | [`Gandiva`]: affinity to servers running same-size jobs, then empty ones | [`SpecStyle::Preferred`] | share per GPU | yes, single moves ([`SimPolicy::chains_moves`]) |
 //! | `hived` | [`Hived`]: buddy cells, the tightest level whose group holds the job, never relaxed | [`SpecStyle::Cell`] | share per GPU | no |
 //! | `tessera` | [`CpuAware`]: tightest level allowed now, a looser one when starting there now beats waiting ([`crate::locality_cost`]); load-adaptive spread/pack; θ cores where a server spares them | [`SpecStyle::Relaxing`] (one-GPU members for a job that loses nothing anywhere), CPU-aware | predicted: want θ, accept down to the proportional share | yes |
 //! | `tessera-no-migration` | as `tessera` | | | no |
@@ -143,6 +143,14 @@ impl SimPolicy {
                 | SimPolicy::TesseraGpuProportionalCpu
                 | SimPolicy::TesseraLas
         )
+    }
+
+    /// Whether its moves may chain ([`Contender::chained_moves`]): every preset that migrates
+    /// but `gandiva`. Gandiva (OSDI 2018) migrates a job to where GPUs are free, to pack or to
+    /// de-fragment; making room for a moved job by moving another is the Tessera planner's, so
+    /// the baseline keeps single moves, as it was measured before chains existed.
+    pub fn chains_moves(self) -> bool {
+        self.migrates() && self != SimPolicy::Gandiva
     }
 
     /// The scheduler it runs.
@@ -278,6 +286,10 @@ pub struct Contender {
     pub style: SpecStyle,
     /// Whether the host migrates jobs to let blocked ones start.
     pub migrates: bool,
+    /// Whether its moves may chain, one job making room for a moved one
+    /// ([`tessera_view::migration_planner::MigrationParams::chained_moves`], as a live host's
+    /// planner does); off, every moved job needs a free home.
+    pub chained_moves: bool,
     /// The order waiting jobs are offered in.
     pub order: QueueOrder,
     /// Whether a waiting job that does not fit may preempt jobs it outranks
@@ -297,6 +309,7 @@ impl Contender {
             scheduler,
             style,
             migrates: false,
+            chained_moves: true,
             order: QueueOrder::Fifo,
             preempts: false,
             reserves: false,
@@ -319,6 +332,12 @@ impl Contender {
     /// The same contender with migration on or off.
     pub fn migrating(mut self, on: bool) -> Contender {
         self.migrates = on;
+        self
+    }
+
+    /// The same contender with chained moves on or off ([`Contender::chained_moves`]).
+    pub fn chaining(mut self, on: bool) -> Contender {
+        self.chained_moves = on;
         self
     }
 
@@ -351,7 +370,10 @@ impl Contender {
 
 impl From<SimPolicy> for Contender {
     fn from(p: SimPolicy) -> Contender {
-        let c = Contender::new(p.name(), p.scheduler(), p.style()).migrating(p.migrates()).reserving(p.reserves());
+        let c = Contender::new(p.name(), p.scheduler(), p.style())
+            .migrating(p.migrates())
+            .chaining(p.chains_moves())
+            .reserving(p.reserves());
         match p {
             SimPolicy::TesseraLas => {
                 let order = QueueOrder::AttainedService {

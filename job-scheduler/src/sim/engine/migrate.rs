@@ -1,4 +1,5 @@
-//! The simulator's migration: a plan from [`migration_planner::plan`] for a blocked job, its
+//! The simulator's migration: a plan from [`migration_planner::plan`] for a blocked job, checked
+//! as the leader checks a live host's ([`tessera_view::migration_check::moves_help`]), its
 //! moves applied through the approver and the moved jobs paused for the move's cost.
 
 use super::*;
@@ -15,7 +16,11 @@ impl Sim<'_> {
         }
         let remaining = migration_task::planner_estimates(self.recent_moves.iter().map(|&(_, job)| job));
         let job = self.jobs[i].view_id;
-        let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &self.cfg.migration) else {
+        let params = MigrationParams {
+            chained_moves: self.cfg.migration.chained_moves && self.cfg.contender.chained_moves,
+            ..self.cfg.migration
+        };
+        let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &params) else {
             self.rep.migration_no_plan += 1;
             return false;
         };
@@ -34,6 +39,14 @@ impl Sim<'_> {
                 based_on: self.view.version(),
             })
             .collect();
+        // The leader's check of a live host's moves: each frees what the target, or another
+        // needed move, takes.
+        if !moves.is_empty()
+            && tessera_view::migration_check::moves_help(&self.view, job, &plan.target, &moves).is_err()
+        {
+            self.rep.rejected_proposals += moves.len() as u64;
+            return false;
+        }
         if !moves.is_empty() {
             let Outcome::Decided(ds) = self.view.apply(&Command::Migrate(moves.clone())) else { return false };
             for (p, d) in moves.iter().zip(&ds) {
