@@ -30,6 +30,11 @@
 //! (queue 1, the smaller) are then both blocked, and moves can start either but not both: the
 //! host plans for the higher queue, so the gang runs and the demoted job keeps waiting.
 //!
+//! `a_moved_job_with_no_free_home_gets_one_made_by_a_chained_move`: three servers where the
+//! one small job to move off a server has no free home of its own shape (a 2-GPU job on one
+//! PCIe switch, no switch free elsewhere): a 1-GPU job moves first to make it one, and the leader
+//! lets the host's chain of two moves through.
+//!
 //! [`MigrationParams::moves_for`]: tessera_view::migration_planner::MigrationParams::moves_for
 
 use std::path::PathBuf;
@@ -50,8 +55,8 @@ use common::*;
 const SMALL: &str = "echo started gpus=$CUDA_VISIBLE_DEVICES; trap 'echo checkpointed; kill $!; exit 0' USR1 TERM; \
                      sleep 60 & wait";
 
-fn small_spec(i: usize) -> v1::JobSpec {
-    let mut s = JobSpec::simple(&format!("small-{i}"), 1, 1);
+fn small_spec(i: usize, gpus: u32) -> v1::JobSpec {
+    let mut s = JobSpec::simple(&format!("small-{i}"), 1, gpus);
     s.tolerate = LocalityLevel::Any;
     s.memory_mib_per_gpu = Some(1024);
     s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
@@ -126,14 +131,14 @@ async fn demote(c: &mut ViewClient, server: u32, deadline: Instant) -> JobId {
     demoted
 }
 
-/// Agents for `servers`, a 1-GPU job on each `(server, GPU)` of `layout`, a migrating scheduler
+/// Agents for `servers`, a small job on each `(server, GPU mask)` of `layout`, a migrating scheduler
 /// host, then the jobs of `blocked` in one submission: waits for `blocked[runs]` to run and
 /// checks what every scenario must hold (module doc). With `demote_on`, the cluster ranks by
 /// attained service and a demoted job is made on that server first ([`demote`]).
 fn scenario(
     prefix: &str,
     servers: &[&str],
-    layout: &[(u32, u32)],
+    layout: &[(u32, u64)],
     blocked: &[JobSpec],
     runs: usize,
     demote_on: Option<u32>,
@@ -167,21 +172,21 @@ fn scenario(
             None => None,
         };
 
-        // Fragment on purpose: one 1-GPU job per (server, GPU) of the layout, on one core of
-        // its GPU's four.
-        let specs: Vec<v1::JobSpec> = (0..layout.len()).map(small_spec).collect();
+        // Fragment on purpose: one small job per (server, GPU mask) of the layout, on one core
+        // per GPU from its first GPU's four on.
+        let specs: Vec<v1::JobSpec> = layout.iter().enumerate().map(|(i, l)| small_spec(i, l.1.count_ones())).collect();
         let r = c.submit(specs).await.expect("submit");
         let mut small = Vec::new();
         let mut proposals = Vec::new();
-        for (i, (r, &(server, gpu))) in r.iter().zip(layout).enumerate() {
+        for (i, (r, &(server, gpus))) in r.iter().zip(layout).enumerate() {
             assert!(r.error.is_empty(), "{}", r.error);
             let job = JobId(r.job);
             small.push((job, server));
             let member = MemberPlacement {
                 server: ServerId(server),
-                gpus: 1 << gpu,
-                cores: CoreMask::range(4 * gpu, 1),
-                memory_mib: 1024,
+                gpus,
+                cores: CoreMask::range(4 * gpus.trailing_zeros(), gpus.count_ones()),
+                memory_mib: 1024 * gpus.count_ones(),
             };
             let p = Proposal { id: ProposalId(100 + i as u64), job, members: vec![member], based_on: ViewVersion(0) };
             proposals.push(v1::Proposal::from(&p));
@@ -284,7 +289,7 @@ fn scenario(
 #[test]
 fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
     // GPUs 0, 2, 4 and 6 busy on both servers (one per PCIe switch): 4 free on each, 8 on none.
-    let layout: Vec<(u32, u32)> = (0..2).flat_map(|s| [0, 2, 4, 6].map(|g| (s, g))).collect();
+    let layout: Vec<(u32, u64)> = (0..2).flat_map(|s| [0, 2, 4, 6].map(|g| (s, 1 << g))).collect();
     let big = blocked_spec("big-8", 1, 8, LocalityLevel::Server);
     let o = scenario("tessera-migration-", &["r0-s00", "r0-s01"], &layout, &[big], 0, None);
     let [server] = o.blocked_on[..] else { panic!("one member: {:?}", o.blocked_on) };
@@ -293,9 +298,27 @@ fn blocked_eight_gpu_job_starts_after_small_jobs_move() {
 
 /// 5, 5, 3 and 3 busy GPUs on four servers: 16 free (3, 3, 5, 5), no server wholly free, half
 /// the GPUs busy (the host plans moves only from that use on).
-fn four_servers_sixteen_free() -> Vec<(u32, u32)> {
+fn four_servers_sixteen_free() -> Vec<(u32, u64)> {
     let busy: [&[u32]; 4] = [&[0, 1, 2, 4, 6], &[0, 1, 2, 4, 6], &[0, 2, 4], &[0, 2, 4]];
-    busy.iter().enumerate().flat_map(|(s, gpus)| gpus.iter().map(move |&g| (s as u32, g))).collect()
+    busy.iter().enumerate().flat_map(|(s, gpus)| gpus.iter().map(move |&g| (s as u32, 1 << g))).collect()
+}
+
+#[test]
+fn a_moved_job_with_no_free_home_gets_one_made_by_a_chained_move() {
+    // Server 0: a 2-GPU job on one PCIe switch (GPUs 0 and 1). Server 1: 1-GPU jobs on GPUs 0,
+    // 2, 4, 6 and 7: no switch whole. Server 2: a 4-GPU and a 3-GPU job, GPU 7 free. Freeing
+    // server 0 for the 8-GPU job moves the pair, which has no free switch anywhere; a 1-GPU job
+    // of server 1 moves to server 2's free GPU first, and the pair takes the switch it left.
+    // The leader lets the host make the chain (the first move frees what the second takes).
+    let mut layout: Vec<(u32, u64)> = vec![(0, 0b11)];
+    layout.extend([0, 2, 4, 6, 7].map(|g| (1, 1 << g)));
+    layout.extend([(2, 0b1111), (2, 0b111_0000)]);
+    let big = blocked_spec("big-8", 1, 8, LocalityLevel::Server);
+    let o = scenario("tessera-migration-chain-", &["r0-s00", "r0-s01", "r0-s02"], &layout, &[big], 0, None);
+    assert_eq!(o.blocked_on, vec![0], "the 8-GPU job runs where the pair was");
+    let mut hops: Vec<(u32, u32)> = o.moves.iter().map(|&(_, was, now)| (was, now)).collect();
+    hops.sort_unstable();
+    assert_eq!(hops, vec![(0, 1), (1, 2)], "moves: {:?}", o.moves);
 }
 
 #[test]
@@ -336,7 +359,7 @@ fn under_attained_service_order_the_host_moves_jobs_for_the_higher_queue_first()
     // smaller: the gang runs, and nobody is preempted. With the queue left out of the order, the
     // moves started the demoted job instead, and the gang then preempted it and the new job,
     // both in queue 1 by then, and ran on their servers (0 and 3).
-    let layout: Vec<(u32, u32)> = (0..3).flat_map(|s| [0, 2, 4, 6].map(|g| (s, g))).collect();
+    let layout: Vec<(u32, u64)> = (0..3).flat_map(|s| [0, 2, 4, 6].map(|g| (s, 1 << g))).collect();
     let gang = blocked_spec("gang-12", 2, 6, LocalityLevel::Rack);
     let servers = ["r0-s00", "r0-s01", "r0-s02", "r0-s03"];
     let o = scenario("tessera-migration-las-", &servers, &layout, &[gang], 0, Some(3));

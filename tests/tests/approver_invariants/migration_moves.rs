@@ -1,11 +1,13 @@
 //! Migration: atomic moves through the approver.
 //!
-//! Random fragmentation, then plans from `migration_planner::plan` applied as `Command::Migrate`, mixed
+//! Random fragmentation, then plans from `migration_planner::plan`, which the leader's check
+//! (`migration_check::moves_help`) lets through, applied as `Command::Migrate`, mixed
 //! with corrupted moves (onto busy devices, of pending jobs) and retries. After every command
 //! the invariant checker is clean and a refused move changes nothing; at the end, replaying the
 //! log gives the same state hash, and so does a snapshot.
 
 use super::*;
+use tessera_view::migration_check;
 use tessera_view::migration_planner::{self, MigrationParams};
 
 fn apply_checked(view: &mut ClusterView, log: &mut Vec<Command>, cmd: Command) -> Outcome {
@@ -91,6 +93,11 @@ fn scenario(seed: u64) {
                 Proposal { id: ProposalId(next_id), job: m.job, members: m.to.clone(), based_on: view.version() }
             })
             .collect();
+        if !moves.is_empty() {
+            // The leader lets a host make them: each frees what the target or a needed move takes.
+            let helps = migration_check::moves_help(&view, big, &plan.target, &moves);
+            assert_eq!(helps, Ok(()), "{plan:?}");
+        }
         let out = apply_checked(&mut view, &mut log, Command::Migrate(moves.clone()));
         assert!(matches!(&out, Outcome::Decided(ds) if ds.iter().all(Decision::is_placed)), "{out:?}");
         for m in &moves {
