@@ -388,14 +388,14 @@ fn with_destinations<'a>(
                 let (first, to) = chained(view, &dest, h, holders, &skip, &freed, memo)?;
                 let y = first.from[0].server;
                 dest[y.index()] = released(view, &dest[y.index()], y, &[&first.from[0]]);
-                take(&mut dest, &first.to[0]);
+                take(&mut dest[first.to[0].server.index()], &first.to[0]);
                 moves.push(first);
                 chains += 1;
                 to
             }
             None => return None,
         };
-        take(&mut dest, &to);
+        take(&mut dest[to.server.index()], &to);
         moves.push(Move { job: h.job, from: vec![h.member], to: vec![to] });
     }
     let target: Vec<MemberPlacement> = chosen.iter().flat_map(|f| f.target.iter().copied()).collect();
@@ -409,9 +409,8 @@ fn home_level(j: &Job) -> LocalityLevel {
     j.placement.as_ref().map_or(LocalityLevel::Server, |p| p.level).min(LocalityLevel::Server)
 }
 
-/// Takes a planned member's resources out of the destination records.
-fn take(dest: &mut [ServerRecord], to: &MemberPlacement) {
-    let r = &mut dest[to.server.index()];
+/// Takes a planned member's resources out of its server's record.
+fn take(r: &mut ServerRecord, to: &MemberPlacement) {
     r.free_gpus &= !to.gpus;
     r.free_cores = r.free_cores.without(to.cores);
     r.free_memory_mib -= to.memory_mib;
@@ -451,17 +450,7 @@ fn chained<'a>(
         {
             continue;
         }
-        // No way here if the mover's GPUs or memory do not fit with every movable job gone.
-        let here = || holders[y].iter().filter(|h| h.movable && !skip.contains(&h.job));
-        let all_gpus = rec.free_gpus | (here().fold(0, |g, h| g | h.member.gpus) & !view.unhealthy_devices(server));
-        let all_mem = here().fold(u64::from(rec.free_memory_mib), |m, h| m + u64::from(h.member.memory_mib));
-        let req = fit::member_request(spec, topo);
-        if u64::from(req.memory_mib) > all_mem
-            || fit::pick_gpus(topo, all_gpus, req.gpus, keep, FitMode::Pack).is_none()
-        {
-            continue;
-        }
-        for h in here() {
+        for h in holders[y].iter().filter(|h| h.movable && !skip.contains(&h.job)) {
             let gpus = h.member.gpus.count_ones();
             if free + gpus >= spec.gpus_per_member {
                 ways.push((gpus, free, server, h));
@@ -504,9 +493,7 @@ fn chained<'a>(
         };
         let elsewhere = shapes[at].1.iter().flatten().find(|(r, _)| r.2 != server);
         let mut there = left();
-        there.free_gpus &= !to.gpus;
-        there.free_cores = there.free_cores.without(to.cores);
-        there.free_memory_mib -= to.memory_mib;
+        take(&mut there, &to);
         let here = home_on(view, &there, server, &other.spec, shape.keep, shape.cores);
         let home = match (elsewhere, here) {
             (Some(e), Some(h)) => Some(if h.0 < e.0 { h.1 } else { e.1 }),
@@ -630,22 +617,17 @@ fn destination(
     keep: LocalityLevel,
     cores: u32,
 ) -> Option<MemberPlacement> {
-    let mut best: Option<((bool, u32), MemberPlacement)> = None;
+    let mut best: Option<Home> = None;
     for (i, rec) in dest.iter().enumerate() {
-        let topo = view.topology_of(rec.config_set);
-        let free = rec.free_gpus.count_ones();
-        if free < spec.gpus_per_member
-            || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type)
-            || best.as_ref().is_some_and(|((short, bfree), _)| !*short && free >= *bfree)
-        {
+        let server = ServerId(i as u32);
+        // The best this server could rank; skip it if that cannot beat the best found.
+        if best.as_ref().is_some_and(|(r, _)| (false, rec.free_gpus.count_ones(), server) >= *r) {
             continue;
         }
-        let req = fit::member_request(spec, topo);
-        if let Some((m, _)) = fit::plan_member(topo, rec, ServerId(i as u32), &req, keep, FitMode::Pack) {
-            let k = (m.cores.count() < cores, free);
-            if best.as_ref().is_none_or(|(bk, _)| k < *bk) {
-                best = Some((k, m));
-            }
+        if let Some(h) = home_on(view, rec, server, spec, keep, cores)
+            && best.as_ref().is_none_or(|(r, _)| h.0 < *r)
+        {
+            best = Some(h);
         }
     }
     best.map(|(_, m)| m)
