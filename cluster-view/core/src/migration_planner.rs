@@ -104,10 +104,14 @@ pub struct MigrationPlan {
 
 /// A running job's member on one server, as the planner sees it.
 #[derive(Clone, Copy, Debug)]
-struct Holder {
+struct Holder<'a> {
     job: JobId,
+    /// The job, as the view has it.
+    of: &'a Job,
     member: MemberPlacement,
     movable: bool,
+    /// A movable job's [`Shape`], as an index into [`Holders::shapes`].
+    shape: Option<usize>,
 }
 
 /// What freeing a target on one server takes.
@@ -130,6 +134,112 @@ impl Freeing {
 /// Plans the fewest moves that let pending `job` be placed at `level` (or tighter), or `None`
 /// when no plan within the rules exists. `remaining_s` holds remaining-time estimates by job.
 pub fn plan(
+    view: &ClusterView,
+    job: JobId,
+    level: LocalityLevel,
+    remaining_s: &BTreeMap<JobId, f64>,
+    params: &MigrationParams,
+) -> Option<MigrationPlan> {
+    search(view, job, level, remaining_s, params)
+}
+
+/// [`plan`], for a caller that plans for the same blocked jobs again and again (the live
+/// migration task every interval, the simulator after passes): a job and level it found no plan
+/// for on the same cluster, as the planner reads it ([`FailedPlans`]), get `None` again without
+/// the search. The answer is always [`plan`]'s.
+pub fn plan_remembering(
+    view: &ClusterView,
+    job: JobId,
+    level: LocalityLevel,
+    remaining_s: &BTreeMap<JobId, f64>,
+    params: &MigrationParams,
+    failed: &mut FailedPlans,
+) -> Option<MigrationPlan> {
+    // Only a pending job's failure is kept: another has no plan for a reason of its own.
+    view.job(job).filter(|j| j.state == JobState::Pending)?;
+    if failed.basis.refresh(view, remaining_s, params) {
+        failed.jobs.clear();
+    } else if failed.jobs.contains(&(job, level)) {
+        failed.remembered += 1;
+        return None;
+    }
+    let found = search(view, job, level, remaining_s, params);
+    if found.is_none() {
+        failed.jobs.insert((job, level));
+    }
+    found
+}
+
+/// The plans [`plan_remembering`] found none for, and what it found none on: every server's
+/// record and unhealthy devices, every placed job's members, level and whether the rules let it
+/// move (its remaining time included), and the rules. A plan reads nothing else that changes:
+/// a job's spec is fixed once admitted, and a configuration set's topology and domains once
+/// registered. When any of it changes, the failures are forgotten.
+///
+/// Planning fails far more often than it succeeds on a busy cluster (24,967 failed plans to 809
+/// moves in the Philly speed run of docs/BENCHMARKS.md), and from one round to the next most
+/// find the cluster as it was: a job that arrives and waits changes nothing here. Memory: one
+/// copy of what the planner reads, and a (job, level) per failure on it.
+#[derive(Debug, Default)]
+pub struct FailedPlans {
+    basis: Basis,
+    jobs: std::collections::BTreeSet<(JobId, LocalityLevel)>,
+    remembered: u64,
+}
+
+impl FailedPlans {
+    /// Plans answered `None` from memory, without a search.
+    pub fn remembered(&self) -> u64 {
+        self.remembered
+    }
+}
+
+/// What a plan reads of a cluster ([`FailedPlans`]).
+#[derive(Debug, Default, PartialEq)]
+struct Basis {
+    records: Vec<ServerRecord>,
+    unhealthy: Vec<u64>,
+    /// Per placed job in the view's order: (id, may move by the rules but for the blocked job's
+    /// size, total GPUs, level), and its members in `members`.
+    placed: Vec<(JobId, bool, u32, Option<LocalityLevel>)>,
+    members: Vec<MemberPlacement>,
+    params: Option<MigrationParams>,
+}
+
+impl Basis {
+    /// Reads `view`: true if anything differs from what was read before.
+    fn refresh(&mut self, view: &ClusterView, remaining_s: &BTreeMap<JobId, f64>, params: &MigrationParams) -> bool {
+        let mut now = Basis {
+            records: view.servers().to_vec(),
+            unhealthy: (0..view.servers().len()).map(|s| view.unhealthy_devices(ServerId(s as u32))).collect(),
+            placed: Vec::with_capacity(self.placed.len()),
+            members: Vec::with_capacity(self.members.len()),
+            params: Some(*params),
+        };
+        for j in view.placed_jobs() {
+            let Some(p) = &j.placement else { continue };
+            let total = j.spec.total_gpus();
+            now.placed.push((j.id, may_move(j, total, remaining_s, params), total, Some(p.level)));
+            now.members.extend(p.members.iter().copied());
+        }
+        let changed = now != *self;
+        if changed {
+            *self = now;
+        }
+        changed
+    }
+}
+
+/// Whether the rules let placed job `j` (of `total` GPUs) move, but for the blocked job's size.
+fn may_move(j: &Job, total: u32, remaining_s: &BTreeMap<JobId, f64>, params: &MigrationParams) -> bool {
+    matches!(j.state, JobState::Placed | JobState::Running)
+        && j.spec.members == 1
+        && total <= params.small_job_max_gpus
+        && remaining_s.get(&j.id).is_none_or(|r| *r >= params.min_remaining_s)
+}
+
+/// The search behind [`plan`].
+fn search(
     view: &ClusterView,
     job: JobId,
     level: LocalityLevel,
@@ -162,40 +272,47 @@ pub fn plan(
 
 /// Every running member, by server: one list, sorted by server, and where each server's part
 /// starts (one allocation per plan instead of one per server).
-struct Holders {
-    all: Vec<Holder>,
+struct Holders<'a> {
+    all: Vec<Holder<'a>>,
+    /// The movable jobs' shapes, each once.
+    shapes: Vec<Shape<'a>>,
     start: Vec<usize>,
 }
 
-impl std::ops::Index<usize> for Holders {
-    type Output = [Holder];
+impl<'a> std::ops::Index<usize> for Holders<'a> {
+    type Output = [Holder<'a>];
 
     /// The members on server `s`, in job id order.
-    fn index(&self, s: usize) -> &[Holder] {
+    fn index(&self, s: usize) -> &[Holder<'a>] {
         &self.all[self.start[s]..self.start[s + 1]]
     }
 }
 
 /// Every running member per server, with whether its job may be moved.
-fn holders(
-    view: &ClusterView,
+fn holders<'a>(
+    view: &'a ClusterView,
     blocked: JobId,
     blocked_gpus: u32,
     remaining_s: &BTreeMap<JobId, f64>,
     params: &MigrationParams,
-) -> Holders {
+) -> Holders<'a> {
     let mut all: Vec<Holder> = Vec::new();
+    let mut shapes: Vec<Shape> = Vec::new();
     // Placed jobs only (pending ones may be many), in id order: plans are deterministic.
     for j in view.placed_jobs() {
         let Some(p) = &j.placement else { continue };
         let total = j.spec.total_gpus();
-        let movable = j.id != blocked
-            && matches!(j.state, JobState::Placed | JobState::Running)
-            && j.spec.members == 1
-            && total <= params.small_job_max_gpus
-            && total < blocked_gpus
-            && remaining_s.get(&j.id).is_none_or(|r| *r >= params.min_remaining_s);
-        all.extend(p.members.iter().map(|m| Holder { job: j.id, member: *m, movable }));
+        let movable = j.id != blocked && total < blocked_gpus && may_move(j, total, remaining_s, params);
+        for m in &p.members {
+            let shape = movable.then(|| {
+                let shape = Shape::of(&j.spec, home_level(j), m.cores.count());
+                shapes.iter().position(|s| *s == shape).unwrap_or_else(|| {
+                    shapes.push(shape);
+                    shapes.len() - 1
+                })
+            });
+            all.push(Holder { job: j.id, of: j, member: *m, movable, shape });
+        }
     }
     // Stable: each server's members stay in job id order.
     all.sort_by_key(|h| h.member.server);
@@ -207,7 +324,7 @@ fn holders(
         at += all[at..].iter().take_while(|h| h.member.server.index() == s).count();
     }
     start.push(all.len());
-    Holders { all, start }
+    Holders { all, shapes, start }
 }
 
 /// The record of a server with some members' resources given back.
@@ -348,7 +465,7 @@ fn with_destinations<'a>(
     view: &'a ClusterView,
     job: JobId,
     chosen: &[Freeing],
-    holders: &Holders,
+    holders: &Holders<'a>,
     max_moves: usize,
     params: &MigrationParams,
     memo: &mut ChainMemo<'a>,
@@ -376,7 +493,7 @@ fn with_destinations<'a>(
     let mut chains = 0;
     let mut moves = Vec::with_capacity(movers.len());
     for h in &movers {
-        let j = view.job(h.job)?;
+        let j = h.of;
         let to = match destination(view, &dest, &j.spec, home_level(j), h.member.cores.count()) {
             Some(to) => to,
             None if params.chained_moves && movers.len() + chains < max_moves => {
@@ -429,17 +546,24 @@ fn take(r: &mut ServerRecord, to: &MemberPlacement) {
 fn chained<'a>(
     view: &'a ClusterView,
     dest: &[ServerRecord],
-    mover: &Holder,
+    mover: &Holder<'a>,
     holders: &Holders,
     skip: &[JobId],
     freed: &[ServerId],
     memo: &mut ChainMemo<'a>,
 ) -> Option<(Move, MemberPlacement)> {
-    let spec = &view.job(mover.job)?.spec;
-    let keep = home_level(view.job(mover.job)?);
+    let spec = &mover.of.spec;
+    let keep = home_level(mover.of);
     let cores = mover.member.cores.count();
-    // Every way by the best it could rank: (GPUs moved, free GPUs where the mover lands, server).
-    let mut ways: Vec<(u32, u32, ServerId, &Holder)> = Vec::new();
+    // The other job's best homes, per shape, searched on `dest` once: `dest` changes only on the
+    // server it leaves, so its best home is the best of the two best elsewhere and that server.
+    let mut homes: Vec<Option<[Option<Home>; 2]>> = vec![None; holders.shapes.len()];
+    // Every way by the best it could rank: (GPUs moved, free GPUs where the mover lands, server),
+    // with whether it could keep the mover's cores, the other job's shape and its best home
+    // elsewhere. A way is listed only if what the mover's fit needs of counts is there once the
+    // other job is released (GPUs, memory, the fewest cores), and the other job has a home
+    // elsewhere or, by the counts, room beside the mover: on a busy cluster most have neither.
+    let mut ways: Vec<Way> = Vec::new();
     for (y, rec) in dest.iter().enumerate() {
         let server = ServerId(y as u32);
         let topo = view.topology_of(rec.config_set);
@@ -450,27 +574,42 @@ fn chained<'a>(
         {
             continue;
         }
+        let req = fit::member_request(spec, topo);
         for h in holders[y].iter().filter(|h| h.movable && !skip.contains(&h.job)) {
+            let Some(shape) = h.shape else { continue };
             let gpus = h.member.gpus.count_ones();
-            if free + gpus >= spec.gpus_per_member {
-                ways.push((gpus, free, server, h));
+            let free_cores = rec.free_cores.or(h.member.cores).count();
+            if free + gpus < req.gpus
+                || rec.free_memory_mib.saturating_add(h.member.memory_mib) < req.memory_mib
+                || free_cores < req.min_cores
+            {
+                continue;
             }
+            let two = homes[shape].get_or_insert_with(|| {
+                let s = holders.shapes[shape];
+                two_homes(view, dest, &h.of.spec, s.keep, s.cores)
+            });
+            let elsewhere = two.iter().flatten().find(|(r, _)| r.2 != server).copied();
+            if elsewhere.is_none() && !room_for_both(rec, &h.member, &req, &fit::member_request(&h.of.spec, topo)) {
+                continue;
+            }
+            // A fit grants at most the cores wanted or free, and at least the fewest.
+            let could_keep = req.min_cores.max(req.want_cores.min(free_cores)) >= cores;
+            ways.push(Way { gpus, free, server, other: h, could_keep, elsewhere });
         }
     }
-    ways.sort_by_key(|w| (w.0, w.1, w.2)); // stable: a server's jobs stay in id order
-    // The other job's home is searched on `dest` once per shape: `dest` changes only on the
-    // server it leaves, so its best home is the best of the two best elsewhere and that server.
-    let mut shapes: Vec<(Shape, [Option<Home>; 2])> = Vec::new();
+    ways.sort_by_key(|w| (w.gpus, w.free, w.server)); // stable: a server's jobs stay in id order
     let mut short: Option<(Move, MemberPlacement)> = None;
     let mover_shape = memo.shape(Shape::of(spec, keep, 0));
-    for (_, _, server, h) in ways {
+    for Way { server, other: h, could_keep, elsewhere, .. } in ways {
+        if !could_keep && short.is_some() {
+            continue; // ranks below the short way already found
+        }
         let rec = &dest[server.index()];
         let topo = view.topology_of(rec.config_set);
+        let req = fit::member_request(spec, topo);
         let left = || released(view, rec, server, &[&h.member]);
-        let fit = || {
-            let req = fit::member_request(spec, topo);
-            fit::plan_member(topo, &left(), server, &req, keep, FitMode::Pack).map(|(m, _)| m)
-        };
+        let fit = || fit::plan_member(topo, &left(), server, &req, keep, FitMode::Pack).map(|(m, _)| m);
         // Another candidate's search may have tried this already, on the same record.
         let to = if view.server(server) == Some(rec) {
             *memo.fits.entry((mover_shape, server, h.job)).or_insert_with(fit)
@@ -482,19 +621,10 @@ fn chained<'a>(
         if !keeps_cores && short.is_some() {
             continue; // ranks below the short way already found
         }
-        let Some(other) = view.job(h.job) else { continue };
-        let shape = Shape::of(&other.spec, home_level(other), h.member.cores.count());
-        let at = match shapes.iter().position(|(s, _)| *s == shape) {
-            Some(at) => at,
-            None => {
-                shapes.push((shape, two_homes(view, dest, &other.spec, shape.keep, shape.cores)));
-                shapes.len() - 1
-            }
-        };
-        let elsewhere = shapes[at].1.iter().flatten().find(|(r, _)| r.2 != server);
         let mut there = left();
         take(&mut there, &to);
-        let here = home_on(view, &there, server, &other.spec, shape.keep, shape.cores);
+        let Some(shape) = h.shape.map(|s| holders.shapes[s]) else { continue };
+        let here = home_on(view, &there, server, &h.of.spec, shape.keep, shape.cores);
         let home = match (elsewhere, here) {
             (Some(e), Some(h)) => Some(if h.0 < e.0 { h.1 } else { e.1 }),
             (Some(e), None) => Some(e.1),
@@ -508,6 +638,30 @@ fn chained<'a>(
         short = Some(way);
     }
     short
+}
+
+/// One way [`chained`] may make a home for a mover: release `other`, on `server`, and move it.
+struct Way<'h, 'a> {
+    /// The other job's GPUs.
+    gpus: u32,
+    /// The server's free GPUs.
+    free: u32,
+    server: ServerId,
+    other: &'h Holder<'a>,
+    /// Whether the mover could keep its cores there, by the counts.
+    could_keep: bool,
+    /// The other job's best home on another server, if any.
+    elsewhere: Option<Home>,
+}
+
+/// Whether `rec`, with `held` released, has the counts two members of requests `a` and `b`
+/// need side by side: GPUs, memory and the fewest cores of each. [`fit::plan_member`] for `a`,
+/// then for `b` on what `a` leaves, fails if this is false.
+fn room_for_both(rec: &ServerRecord, held: &MemberPlacement, a: &fit::MemberRequest, b: &fit::MemberRequest) -> bool {
+    (rec.free_gpus | held.gpus).count_ones() >= a.gpus + b.gpus
+        && u64::from(rec.free_memory_mib) + u64::from(held.memory_mib)
+            >= u64::from(a.memory_mib) + u64::from(b.memory_mib)
+        && rec.free_cores.or(held.cores).count() >= a.min_cores + b.min_cores
 }
 
 /// What the chain searches of one plan share ([`chained`]), over the candidates it tries:
@@ -667,7 +821,6 @@ mod tests {
         }
     }
 
-    /// Submits a job of `gpus` GPUs and places it as `m` under proposal id `id`.
     /// A plan's moves as proposals, ids from 100 on, in the plan's order.
     fn proposals(view: &ClusterView, p: &MigrationPlan) -> Vec<Proposal> {
         let at = view.version();
@@ -680,6 +833,7 @@ mod tests {
         p.moves.iter().enumerate().map(to).collect()
     }
 
+    /// Submits a job of `m`'s GPUs and places it as `m` under proposal id `id`.
     fn running(view: &mut ClusterView, m: MemberPlacement, id: u64) -> JobId {
         let job = view.submit(spec(m.gpus.count_ones())).expect("submit");
         let p = Proposal { id: ProposalId(id), job, members: vec![m], based_on: view.version() };
@@ -727,6 +881,44 @@ mod tests {
         let h = v.state_hash();
         assert!(matches!(decide(&mut v, Command::Migrate(moves))[0], Decision::AlreadyApplied { .. }));
         assert_eq!(v.state_hash(), h);
+    }
+
+    #[test]
+    fn a_failed_plan_is_remembered_until_what_the_planner_reads_changes() {
+        let (mut v, a, b, big) = fragmented();
+        let params = MigrationParams::default();
+        let near_end = BTreeMap::from([(a, 60.0), (b, 60.0)]);
+        let mut failed = FailedPlans::default();
+        let remembering = |v: &ClusterView, remaining: &BTreeMap<JobId, f64>, failed: &mut FailedPlans| {
+            let found = plan_remembering(v, big, LocalityLevel::Server, remaining, &params, failed);
+            assert_eq!(found, plan(v, big, LocalityLevel::Server, remaining, &params), "the planner's answer");
+            found
+        };
+        assert_eq!(remembering(&v, &near_end, &mut failed), None, "both jobs are near their end");
+        assert_eq!(failed.remembered(), 0);
+        assert_eq!(remembering(&v, &near_end, &mut failed), None);
+        assert_eq!(failed.remembered(), 1, "nothing changed: no second search");
+        // A job that arrives and waits changes nothing the planner reads.
+        v.submit(spec(2)).expect("submit");
+        assert_eq!(remembering(&v, &near_end, &mut failed), None);
+        assert_eq!(failed.remembered(), 2);
+        // Another level is another question.
+        assert_eq!(plan_remembering(&v, big, LocalityLevel::Socket, &near_end, &params, &mut failed), None);
+        assert_eq!(failed.remembered(), 2);
+        // A remaining time is read: with `a` far from its end, moving it frees server 0.
+        let a_far = BTreeMap::from([(b, 60.0)]);
+        let p = remembering(&v, &a_far, &mut failed).expect("a plan once a may move");
+        assert_eq!(p.moves.iter().map(|m| m.job).collect::<Vec<_>>(), vec![a]);
+        assert_eq!(failed.remembered(), 2);
+        // So are the rules, and the jobs placed: b's release frees server 1 without moves.
+        assert_eq!(remembering(&v, &near_end, &mut failed), None);
+        let stricter = MigrationParams { max_moves: 0, ..params };
+        assert_eq!(plan_remembering(&v, big, LocalityLevel::Server, &a_far, &stricter, &mut failed), None);
+        assert_eq!(failed.remembered(), 2, "other rules: searched again");
+        assert_eq!(v.apply(&Command::Release { job: b, failed: false }), Outcome::Ended(Ok(())));
+        let p = remembering(&v, &near_end, &mut failed).expect("server 1 is free");
+        assert!(p.moves.is_empty(), "{p:?}");
+        assert_eq!(failed.remembered(), 2);
     }
 
     #[test]
