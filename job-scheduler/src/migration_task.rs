@@ -10,8 +10,9 @@
 //! (a job that declares its loss per level and waits for a tighter one waits by choice:
 //! [`crate::locality_cost::can_start_looser`]). For the first candidates it reads a linearizable
 //! snapshot, rebuilds the [`ClusterView`] from it and asks the pure planner
-//! ([`tessera_view::migration_planner::plan`]) for the fewest moves that free a group at the job's
-//! allowed level. A plan with no moves means the job is not blocked (its scheduler task will
+//! ([`tessera_view::migration_planner::plan_remembering`]) for the fewest moves that free a group
+//! at the job's allowed level; a job the planner found no moves for is not searched for again
+//! until something it reads changes. A plan with no moves means the job is not blocked (its scheduler task will
 //! place it); otherwise the moves go to the leader in one `Migrate` call, each decided
 //! atomically on its own by the approver (release old + take new). The blocked job itself is
 //! then placed by its own scheduler task, which wakes on the view change like after any
@@ -43,7 +44,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::backoff::seeded_rng;
 use tessera_proto::client::ViewClient;
 use tessera_proto::{RemoteDecision, v1};
-use tessera_view::migration_planner::{self, MigrationParams, MigrationPlan};
+use tessera_view::migration_planner::{self, FailedPlans, MigrationParams, MigrationPlan};
 use tessera_view::{ClusterView, Health, JobId, JobState, Proposal, ProposalId, ViewSnapshot};
 use tokio::sync::watch;
 
@@ -94,6 +95,9 @@ pub(crate) async fn run(
 ) {
     let Some(interval) = cfg.interval else { return };
     let mut moved_at: HashMap<JobId, Instant> = HashMap::new();
+    // Failed plans, until what the planner reads changes: most rounds find the cluster as the
+    // last one did, and plan for the same blocked jobs.
+    let mut failed = FailedPlans::default();
     // Proposal ids only need to differ from every other id; the clock and the host's name
     // make this host's sequence its own.
     let mut rng = seeded_rng(crate::host::fnv(&host));
@@ -113,7 +117,7 @@ pub(crate) async fn run(
         // The host's reservation as it stands now (none where the host makes none).
         let reserved =
             if reserve { cache.read(|s| (s.reservations.clone(), s.now_s())) } else { (Reservations::new(), 0.0) };
-        match step(&cfg, &mut client, &mut rng, &candidates, &moved_at, &reserved).await {
+        match step(&cfg, &mut client, &mut rng, &candidates, &moved_at, &reserved, &mut failed).await {
             Ok(Round { unplanned, sent }) => {
                 metrics.planned(usize::from(sent.is_some()), unplanned);
                 if unplanned > 0 {
@@ -248,6 +252,7 @@ async fn step(
     candidates: &[(JobId, u64)],
     moved_at: &HashMap<JobId, Instant>,
     reserved: &(Reservations, f64),
+    failed: &mut FailedPlans,
 ) -> Result<Round, SchedulerError> {
     let wire = client.snapshot(true).await.map_err(|source| SchedulerError::Call { call: "snapshot", source })?;
     let snap = wire.snapshot.ok_or(SchedulerError::NoSnapshot)?;
@@ -260,7 +265,8 @@ async fn step(
         else {
             continue;
         };
-        let Some(plan) = migration_planner::plan(&view, job, level, &remaining_s, &cfg.params) else {
+        let Some(plan) = migration_planner::plan_remembering(&view, job, level, &remaining_s, &cfg.params, failed)
+        else {
             round.unplanned += 1;
             continue;
         };

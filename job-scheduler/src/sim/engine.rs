@@ -192,6 +192,8 @@ struct Sim<'a> {
     /// Moves of the last [`MigrationConfig::cooldown`] (at least; older ones are dropped when
     /// the next plan is made), oldest first: a live host does not move these jobs again yet.
     recent_moves: VecDeque<(f64, JobId)>,
+    /// Plans found impossible on the cluster as it still is, as the live task keeps them.
+    failed_plans: migration_planner::FailedPlans,
     /// The same jobs by view id, as schedulers see them ([`Context::running`]).
     running: RunningIndex,
     /// Releases and run times so far, as a live host observes them ([`Context::releases`]).
@@ -263,6 +265,7 @@ pub fn simulate(
         model,
         server_jobs: vec![Vec::new(); view.servers().len()],
         recent_moves: VecDeque::new(),
+        failed_plans: migration_planner::FailedPlans::default(),
         running: RunningIndex::new().with_preemption_bound(max_preemptions),
         view,
         local,

@@ -1,6 +1,7 @@
-//! The simulator's migration: a plan from [`migration_planner::plan`] for a blocked job, checked
-//! as the leader checks a live host's ([`tessera_view::migration_check::moves_help`]), its
-//! moves applied through the approver and the moved jobs paused for the move's cost.
+//! The simulator's migration: a plan from [`migration_planner::plan_remembering`] for a blocked
+//! job, checked as the leader checks a live host's
+//! ([`tessera_view::migration_check::moves_help`]), its moves applied through the approver and
+//! the moved jobs paused for the move's cost.
 
 use super::*;
 
@@ -20,7 +21,9 @@ impl Sim<'_> {
             chained_moves: self.cfg.migration.chained_moves && self.cfg.contender.chained_moves,
             ..self.cfg.migration
         };
-        let Some(plan) = migration_planner::plan(&self.view, job, level, &remaining, &params) else {
+        let Some(plan) =
+            migration_planner::plan_remembering(&self.view, job, level, &remaining, &params, &mut self.failed_plans)
+        else {
             self.rep.migration_no_plan += 1;
             return false;
         };
