@@ -4,7 +4,8 @@
 //! (`migration_check::moves_help`) lets through, applied as `Command::Migrate`, mixed
 //! with corrupted moves (onto busy devices, of pending jobs) and retries. After every command
 //! the invariant checker is clean and a refused move changes nothing; at the end, replaying the
-//! log gives the same state hash, and so does a snapshot.
+//! log gives the same state hash, and so does a snapshot. A failed plan the planner remembers
+//! is, through random changes, the answer its search gives.
 
 use super::*;
 use tessera_view::migration_check;
@@ -24,6 +25,37 @@ fn apply_checked(view: &mut ClusterView, log: &mut Vec<Command>, cmd: Command) -
     out
 }
 
+/// Submits a small job and places it on the first server of a random order where it fits,
+/// packed or spread at random: the job if placed.
+fn submit_small(
+    rng: &mut SmallRng,
+    view: &mut ClusterView,
+    log: &mut Vec<Command>,
+    next_id: &mut u64,
+) -> Option<JobId> {
+    let gpus = *[1u32, 1, 1, 2, 4].choose(rng).expect("sizes");
+    let mut s = JobSpec::simple("small", 1, gpus);
+    s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+    let Outcome::Submitted(Ok(job)) = apply_checked(view, log, Command::submit(s.clone())) else {
+        return None;
+    };
+    let mode = if rng.random_bool(0.5) { FitMode::Spread } else { FitMode::Pack };
+    let mut order: Vec<u32> = (0..view.servers().len() as u32).collect();
+    order.shuffle(rng);
+    let m = order.iter().find_map(|&k| {
+        let rec = view.servers()[k as usize];
+        let t = view.topology_of(rec.config_set);
+        let req = fit::member_request(&s, t);
+        fit::plan_member(t, &rec, ServerId(k), &req, LocalityLevel::Server, mode).map(|(m, _)| m)
+    })?;
+    *next_id += 1;
+    let p = Proposal { id: ProposalId(*next_id), job, members: vec![m], based_on: view.version() };
+    match apply_checked(view, log, Command::Propose(vec![p])) {
+        Outcome::Decided(ds) if ds[0].is_placed() => Some(job),
+        _ => None,
+    }
+}
+
 fn scenario(seed: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let topo = Topology::preset(PRESETS[rng.random_range(0..PRESETS.len())]).expect("preset");
@@ -34,29 +66,8 @@ fn scenario(seed: u64) {
     let mut next_id = 1u64;
     let mut placed: Vec<JobId> = Vec::new();
     for _ in 0..rng.random_range(4..40) {
-        let gpus = *[1u32, 1, 1, 2, 4].choose(&mut rng).expect("sizes");
-        let mut s = JobSpec::simple("small", 1, gpus);
-        s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
-        let Outcome::Submitted(Ok(job)) = apply_checked(&mut view, &mut log, Command::submit(s.clone())) else {
-            continue;
-        };
-        let mode = if rng.random_bool(0.5) { FitMode::Spread } else { FitMode::Pack };
-        let mut order: Vec<u32> = (0..servers).collect();
-        order.shuffle(&mut rng);
-        let member = order.iter().find_map(|&k| {
-            let rec = view.servers()[k as usize];
-            let t = view.topology_of(rec.config_set);
-            let req = fit::member_request(&s, t);
-            fit::plan_member(t, &rec, ServerId(k), &req, LocalityLevel::Server, mode).map(|(m, _)| m)
-        });
-        if let Some(m) = member {
-            next_id += 1;
-            let p = Proposal { id: ProposalId(next_id), job, members: vec![m], based_on: view.version() };
-            if let Outcome::Decided(ds) = apply_checked(&mut view, &mut log, Command::Propose(vec![p]))
-                && ds[0].is_placed()
-            {
-                placed.push(job);
-            }
+        if let Some(job) = submit_small(&mut rng, &mut view, &mut log, &mut next_id) {
+            placed.push(job);
         }
         if !placed.is_empty() && rng.random_bool(0.3) {
             let j = placed.swap_remove(rng.random_range(0..placed.len()));
@@ -124,6 +135,74 @@ fn scenario(seed: u64) {
     }
     assert_eq!(replay.state_hash(), view.state_hash(), "replaying the log gives the same state");
     assert_eq!(ClusterView::from_snapshot(view.snapshot()).state_hash(), view.state_hash());
+}
+
+/// A failure the planner remembers (`migration_planner::FailedPlans`) is the answer its search
+/// gives: through random changes to jobs, remaining times and rules (or none), one memory kept
+/// across them, `plan_remembering` answers as `plan` does for two blocked jobs at two levels.
+fn remembered_scenario(seed: u64) {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let topo = Topology::preset(PRESETS[rng.random_range(0..PRESETS.len())]).expect("preset");
+    let devices = topo.devices;
+    let spec = ClusterSpec::uniform(topo, rng.random_range(2..5u32), 2, 2);
+    let mut view = ClusterView::from_spec(&spec);
+    let mut log: Vec<Command> = Vec::new();
+    let mut next_id = 1u64;
+    let mut placed: Vec<JobId> = Vec::new();
+    for _ in 0..rng.random_range(4..30) {
+        placed.extend(submit_small(&mut rng, &mut view, &mut log, &mut next_id));
+    }
+    let mut blocked = Vec::new();
+    for gpus in [devices, (devices / 2).max(2)] {
+        let mut s = JobSpec::simple("blocked", 1, gpus);
+        s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+        let Outcome::Submitted(Ok(job)) = apply_checked(&mut view, &mut log, Command::submit(s)) else {
+            panic!("a one-server job fits")
+        };
+        blocked.push(job);
+    }
+    let mut remaining: BTreeMap<JobId, f64> = BTreeMap::new();
+    let mut params = MigrationParams { max_moves: rng.random_range(0..4), ..MigrationParams::default() };
+    let mut failed = migration_planner::FailedPlans::default();
+    let mut searched = 0;
+    for _ in 0..rng.random_range(10..40) {
+        match rng.random_range(0..7) {
+            0 if !placed.is_empty() => {
+                let j = placed.swap_remove(rng.random_range(0..placed.len()));
+                apply_checked(&mut view, &mut log, Command::Release { job: j, failed: false });
+            }
+            1 => placed.extend(submit_small(&mut rng, &mut view, &mut log, &mut next_id)),
+            2 => {
+                // A job that arrives and waits.
+                apply_checked(&mut view, &mut log, Command::submit(JobSpec::simple("waits", 1, devices)));
+            }
+            3 if !placed.is_empty() => {
+                let j = placed[rng.random_range(0..placed.len())];
+                remaining.insert(j, if rng.random_bool(0.5) { 1.0 } else { 1e9 });
+            }
+            4 => params.max_moves = rng.random_range(0..4),
+            5 => params.chained_moves = !params.chained_moves,
+            _ => {}
+        }
+        for &job in &blocked {
+            for level in [LocalityLevel::Server, LocalityLevel::Socket] {
+                let p = migration_planner::plan(&view, job, level, &remaining, &params);
+                let before = failed.remembered();
+                let r = migration_planner::plan_remembering(&view, job, level, &remaining, &params, &mut failed);
+                assert_eq!(r, p, "job {job:?} at {level:?}");
+                searched += usize::from(failed.remembered() == before);
+            }
+        }
+    }
+    assert!(searched > 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #[test]
+    fn a_remembered_failed_plan_is_the_planners_answer(seed in any::<u64>()) {
+        remembered_scenario(seed);
+    }
 }
 
 proptest! {
