@@ -1,0 +1,266 @@
+//! Homes for the jobs a plan moves: a free one ([`destination`]), or one made by moving one
+//! more job out of the way (a chain, [`chained`]), both ranked alike ([`home_on`]).
+
+use super::{Holder, Holders, Move, home_level, released, take};
+use crate::fit::{self, FitMode};
+use crate::ids::{JobId, ServerId};
+use crate::job::JobSpec;
+use crate::locality::LocalityLevel;
+use crate::placement::MemberPlacement;
+use crate::server::{Health, ServerRecord};
+use crate::view::ClusterView;
+use std::collections::HashMap;
+
+/// A home for `mover`, which fits nowhere on `dest` as things are, made by first moving one
+/// other movable job (not in `skip`, not on the `freed` servers) to a free home of its own:
+/// `(that move, the mover's new member)`. Of the ways found, the one that leaves the mover its
+/// cores, then moves the fewest GPUs, then lands it on the fullest server (best fit, as
+/// [`destination`]), then the lowest server id.
+///
+/// The ways are tried in that order but for the cores, which only a fit tells: the first found
+/// that keeps the mover's cores is the best, so the search stops there; the other job's home is
+/// looked for only while the way could still rank first, and searched over every server once
+/// per shape of job ([`two_homes`]).
+pub(super) fn chained<'a>(
+    view: &'a ClusterView,
+    dest: &[ServerRecord],
+    mover: &Holder<'a>,
+    holders: &Holders,
+    skip: &[JobId],
+    freed: &[ServerId],
+    memo: &mut ChainMemo<'a>,
+) -> Option<(Move, MemberPlacement)> {
+    let spec = &mover.of.spec;
+    let keep = home_level(mover.of);
+    let cores = mover.member.cores.count();
+    // The other job's best homes, per shape, searched on `dest` once: `dest` changes only on the
+    // server it leaves, so its best home is the best of the two best elsewhere and that server.
+    let mut homes: Vec<Option<[Option<Home>; 2]>> = vec![None; holders.shapes.len()];
+    // Every way by the best it could rank: (GPUs moved, free GPUs where the mover lands, server),
+    // with whether it could keep the mover's cores, the other job's shape and its best home
+    // elsewhere. A way is listed only if what the mover's fit needs of counts is there once the
+    // other job is released (GPUs, memory, the fewest cores), and the other job has a home
+    // elsewhere or, by the counts, room beside the mover: on a busy cluster most have neither.
+    let mut ways: Vec<Way> = Vec::new();
+    for (y, rec) in dest.iter().enumerate() {
+        let server = ServerId(y as u32);
+        let topo = view.topology_of(rec.config_set);
+        let free = rec.free_gpus.count_ones();
+        if rec.health != Health::Up
+            || freed.contains(&server)
+            || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type)
+        {
+            continue;
+        }
+        let req = fit::member_request(spec, topo);
+        for h in holders[y].iter().filter(|h| h.movable && !skip.contains(&h.job)) {
+            let Some(shape) = h.shape else { continue };
+            let gpus = h.member.gpus.count_ones();
+            let free_cores = rec.free_cores.or(h.member.cores).count();
+            if free + gpus < req.gpus
+                || rec.free_memory_mib.saturating_add(h.member.memory_mib) < req.memory_mib
+                || free_cores < req.min_cores
+            {
+                continue;
+            }
+            let two = homes[shape].get_or_insert_with(|| {
+                let s = holders.shapes[shape];
+                two_homes(view, dest, &h.of.spec, s.keep, s.cores)
+            });
+            let elsewhere = two.iter().flatten().find(|(r, _)| r.2 != server).copied();
+            if elsewhere.is_none() && !room_for_both(rec, &h.member, &req, &fit::member_request(&h.of.spec, topo)) {
+                continue;
+            }
+            // A fit grants at most the cores wanted or free, and at least the fewest.
+            let could_keep = req.min_cores.max(req.want_cores.min(free_cores)) >= cores;
+            ways.push(Way { gpus, free, server, other: h, could_keep, elsewhere });
+        }
+    }
+    ways.sort_by_key(|w| (w.gpus, w.free, w.server)); // stable: a server's jobs stay in id order
+    let mut short: Option<(Move, MemberPlacement)> = None;
+    let mover_shape = memo.shape(Shape::of(spec, keep, 0));
+    for Way { server, other: h, could_keep, elsewhere, .. } in ways {
+        if !could_keep && short.is_some() {
+            continue; // ranks below the short way already found
+        }
+        let rec = &dest[server.index()];
+        let topo = view.topology_of(rec.config_set);
+        let req = fit::member_request(spec, topo);
+        let left = || released(view, rec, server, &[&h.member]);
+        let fit = || fit::plan_member(topo, &left(), server, &req, keep, FitMode::Pack).map(|(m, _)| m);
+        // Another candidate's search may have tried this already, on the same record.
+        let to = if view.server(server) == Some(rec) {
+            *memo.fits.entry((mover_shape, server, h.job)).or_insert_with(fit)
+        } else {
+            fit()
+        };
+        let Some(to) = to else { continue };
+        let keeps_cores = to.cores.count() >= cores;
+        if !keeps_cores && short.is_some() {
+            continue; // ranks below the short way already found
+        }
+        let mut there = left();
+        take(&mut there, &to);
+        let Some(shape) = h.shape.map(|s| holders.shapes[s]) else { continue };
+        let here = home_on(view, &there, server, &h.of.spec, shape.keep, shape.cores);
+        let home = match (elsewhere, here) {
+            (Some(e), Some(h)) => Some(if h.0 < e.0 { h.1 } else { e.1 }),
+            (Some(e), None) => Some(e.1),
+            (None, h) => h.map(|h| h.1),
+        };
+        let Some(home) = home else { continue };
+        let way = (Move { job: h.job, from: vec![h.member], to: vec![home] }, to);
+        if keeps_cores {
+            return Some(way);
+        }
+        short = Some(way);
+    }
+    short
+}
+
+/// One way [`chained`] may make a home for a mover: release `other`, on `server`, and move it.
+struct Way<'h, 'a> {
+    /// The other job's GPUs.
+    gpus: u32,
+    /// The server's free GPUs.
+    free: u32,
+    server: ServerId,
+    other: &'h Holder<'a>,
+    /// Whether the mover could keep its cores there, by the counts.
+    could_keep: bool,
+    /// The other job's best home on another server, if any.
+    elsewhere: Option<Home>,
+}
+
+/// Whether `rec`, with `held` released, has the counts two members of requests `a` and `b`
+/// need side by side: GPUs, memory and the fewest cores of each. [`fit::plan_member`] for `a`,
+/// then for `b` on what `a` leaves, fails if this is false.
+fn room_for_both(rec: &ServerRecord, held: &MemberPlacement, a: &fit::MemberRequest, b: &fit::MemberRequest) -> bool {
+    (rec.free_gpus | held.gpus).count_ones() >= a.gpus + b.gpus
+        && u64::from(rec.free_memory_mib) + u64::from(held.memory_mib)
+            >= u64::from(a.memory_mib) + u64::from(b.memory_mib)
+        && rec.free_cores.or(held.cores).count() >= a.min_cores + b.min_cores
+}
+
+/// What the chain searches of one plan share ([`chained`]), over the candidates it tries:
+/// whether a mover's shape fits on a server once one job there is released, kept for servers
+/// whose records are still the view's (the others change from candidate to candidate).
+#[derive(Default)]
+pub(super) struct ChainMemo<'a> {
+    shapes: Vec<Shape<'a>>,
+    fits: HashMap<(usize, ServerId, JobId), Option<MemberPlacement>>,
+}
+
+impl<'a> ChainMemo<'a> {
+    /// The index of `shape`, added if new.
+    pub(super) fn shape(&mut self, shape: Shape<'a>) -> usize {
+        match self.shapes.iter().position(|s| *s == shape) {
+            Some(at) => at,
+            None => {
+                self.shapes.push(shape);
+                self.shapes.len() - 1
+            }
+        }
+    }
+}
+
+/// What a moved job's home depends on: its request's fields, the level it keeps, the cores it
+/// holds.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) struct Shape<'a> {
+    gpus: u32,
+    cpu: crate::job::CpuDemand,
+    memory_mib_per_gpu: Option<u32>,
+    gpu_type: Option<&'a str>,
+    keep: LocalityLevel,
+    cores: u32,
+}
+
+impl<'a> Shape<'a> {
+    pub(super) fn of(spec: &'a JobSpec, keep: LocalityLevel, cores: u32) -> Shape<'a> {
+        Shape {
+            gpus: spec.gpus_per_member,
+            cpu: spec.cpu,
+            memory_mib_per_gpu: spec.memory_mib_per_gpu,
+            gpu_type: spec.gpu_type.as_deref(),
+            keep,
+            cores,
+        }
+    }
+}
+
+/// How [`destination`] ranks a home, lowest first: short of the job's cores, the server's free
+/// GPUs, the server.
+type Home = ((bool, u32, ServerId), MemberPlacement);
+
+/// A home for a job of `spec` on server `server` as `rec` has it, ranked as [`destination`] does.
+fn home_on(
+    view: &ClusterView,
+    rec: &ServerRecord,
+    server: ServerId,
+    spec: &JobSpec,
+    keep: LocalityLevel,
+    cores: u32,
+) -> Option<Home> {
+    let topo = view.topology_of(rec.config_set);
+    let free = rec.free_gpus.count_ones();
+    if free < spec.gpus_per_member || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
+        return None;
+    }
+    let (m, _) = fit::plan_member(topo, rec, server, &fit::member_request(spec, topo), keep, FitMode::Pack)?;
+    Some(((m.cores.count() < cores, free, server), m))
+}
+
+/// The two best homes on `dest` for a job of `spec`, on two servers, as [`destination`] ranks
+/// them: the best home on every server but one is one of them.
+fn two_homes(
+    view: &ClusterView,
+    dest: &[ServerRecord],
+    spec: &JobSpec,
+    keep: LocalityLevel,
+    cores: u32,
+) -> [Option<Home>; 2] {
+    let mut top: [Option<Home>; 2] = [None, None];
+    for (i, rec) in dest.iter().enumerate() {
+        let server = ServerId(i as u32);
+        // The best this server could rank; skip it if that cannot beat the second.
+        if top[1].as_ref().is_some_and(|(r, _)| (false, rec.free_gpus.count_ones(), server) >= *r) {
+            continue;
+        }
+        let Some(h) = home_on(view, rec, server, spec, keep, cores) else { continue };
+        if top[0].as_ref().is_none_or(|(r, _)| h.0 < *r) {
+            top[1] = top[0].take();
+            top[0] = Some(h);
+        } else if top[1].as_ref().is_none_or(|(r, _)| h.0 < *r) {
+            top[1] = Some(h);
+        }
+    }
+    top
+}
+
+/// A new home for a single-member job at `keep` or tighter: where it keeps the `cores` it holds
+/// if any server allows (a CPU-aware grant lost in a move would slow the job for the rest of its
+/// run), then the fullest server where it fits (best fit, so moves do not fragment other
+/// servers).
+pub(super) fn destination(
+    view: &ClusterView,
+    dest: &[ServerRecord],
+    spec: &JobSpec,
+    keep: LocalityLevel,
+    cores: u32,
+) -> Option<MemberPlacement> {
+    let mut best: Option<Home> = None;
+    for (i, rec) in dest.iter().enumerate() {
+        let server = ServerId(i as u32);
+        // The best this server could rank; skip it if that cannot beat the best found.
+        if best.as_ref().is_some_and(|(r, _)| (false, rec.free_gpus.count_ones(), server) >= *r) {
+            continue;
+        }
+        if let Some(h) = home_on(view, rec, server, spec, keep, cores)
+            && best.as_ref().is_none_or(|(r, _)| h.0 < *r)
+        {
+            best = Some(h);
+        }
+    }
+    best.map(|(_, m)| m)
+}
