@@ -108,7 +108,6 @@ pub struct MigrationPlan {
 /// A running job's member on one server, as the planner sees it.
 #[derive(Clone, Copy, Debug)]
 struct Holder<'a> {
-    job: JobId,
     /// The job, as the view has it.
     of: &'a Job,
     member: MemberPlacement,
@@ -143,7 +142,28 @@ pub fn plan(
     remaining_s: &BTreeMap<JobId, f64>,
     params: &MigrationParams,
 ) -> Option<MigrationPlan> {
-    search(view, job, level, remaining_s, params)
+    let blocked = view.job(job).filter(|j| j.state == JobState::Pending)?;
+    let spec = &blocked.spec;
+    let level = level.min(spec.tolerate);
+    let holders = holders(view, job, spec.total_gpus(), remaining_s, params);
+    let member_level = if spec.members == 1 { level.min(LocalityLevel::Server) } else { LocalityLevel::Server };
+    let max_moves = params.moves_for(spec.members);
+    let candidates: Vec<Vec<Freeing>> = if spec.members == 1 {
+        cheapest_servers(view, spec, member_level, &holders, params).into_iter().map(|f| vec![f]).collect()
+    } else {
+        let mut options: Vec<Freeing> = (0..view.servers().len())
+            .filter_map(|s| freeing(view, ServerId(s as u32), spec, member_level, &holders, params.max_moves))
+            .collect();
+        options.sort_by_key(Freeing::rank);
+        gang_candidates(view, options, spec.members as usize, level, max_moves)
+    };
+    let mut memo = ChainMemo::default();
+    for chosen in candidates {
+        if let Some(p) = with_destinations(view, job, &chosen, &holders, max_moves, params, &mut memo) {
+            return Some(p);
+        }
+    }
+    None
 }
 
 /// [`plan`], for a caller that plans for the same blocked jobs again and again (the live
@@ -166,7 +186,7 @@ pub fn plan_remembering(
         failed.remembered += 1;
         return None;
     }
-    let found = search(view, job, level, remaining_s, params);
+    let found = plan(view, job, level, remaining_s, params);
     if found.is_none() {
         failed.jobs.insert((job, level));
     }
@@ -203,8 +223,8 @@ struct Basis {
     records: Vec<ServerRecord>,
     unhealthy: Vec<u64>,
     /// Per placed job in the view's order: (id, may move by the rules but for the blocked job's
-    /// size, total GPUs, level), and its members in `members`.
-    placed: Vec<(JobId, bool, u32, Option<LocalityLevel>)>,
+    /// size, level), and its members in `members`. Its size follows from its id.
+    placed: Vec<(JobId, bool, LocalityLevel)>,
     members: Vec<MemberPlacement>,
     params: Option<MigrationParams>,
 }
@@ -221,8 +241,7 @@ impl Basis {
         };
         for j in view.placed_jobs() {
             let Some(p) = &j.placement else { continue };
-            let total = j.spec.total_gpus();
-            now.placed.push((j.id, may_move(j, total, remaining_s, params), total, Some(p.level)));
+            now.placed.push((j.id, may_move(j, j.spec.total_gpus(), remaining_s, params), p.level));
             now.members.extend(p.members.iter().copied());
         }
         let changed = now != *self;
@@ -239,38 +258,6 @@ fn may_move(j: &Job, total: u32, remaining_s: &BTreeMap<JobId, f64>, params: &Mi
         && j.spec.members == 1
         && total <= params.small_job_max_gpus
         && remaining_s.get(&j.id).is_none_or(|r| *r >= params.min_remaining_s)
-}
-
-/// The search behind [`plan`].
-fn search(
-    view: &ClusterView,
-    job: JobId,
-    level: LocalityLevel,
-    remaining_s: &BTreeMap<JobId, f64>,
-    params: &MigrationParams,
-) -> Option<MigrationPlan> {
-    let blocked = view.job(job).filter(|j| j.state == JobState::Pending)?;
-    let spec = &blocked.spec;
-    let level = level.min(spec.tolerate);
-    let holders = holders(view, job, spec.total_gpus(), remaining_s, params);
-    let member_level = if spec.members == 1 { level.min(LocalityLevel::Server) } else { LocalityLevel::Server };
-    let max_moves = params.moves_for(spec.members);
-    let candidates: Vec<Vec<Freeing>> = if spec.members == 1 {
-        cheapest_servers(view, spec, member_level, &holders, params).into_iter().map(|f| vec![f]).collect()
-    } else {
-        let mut options: Vec<Freeing> = (0..view.servers().len())
-            .filter_map(|s| freeing(view, ServerId(s as u32), spec, member_level, &holders, params.max_moves))
-            .collect();
-        options.sort_by_key(Freeing::rank);
-        gang_candidates(view, options, spec.members as usize, level, max_moves)
-    };
-    let mut memo = ChainMemo::default();
-    for chosen in candidates {
-        if let Some(p) = with_destinations(view, job, &chosen, &holders, max_moves, params, &mut memo) {
-            return Some(p);
-        }
-    }
-    None
 }
 
 /// Every running member, by server: one list, sorted by server, and where each server's part
@@ -314,7 +301,7 @@ fn holders<'a>(
                     shapes.len() - 1
                 })
             });
-            all.push(Holder { job: j.id, of: j, member: *m, movable, shape });
+            all.push(Holder { of: j, member: *m, movable, shape });
         }
     }
     // Stable: each server's members stay in job id order.
@@ -381,9 +368,9 @@ fn freeing(
         // Occupants of the group, largest share of it first; then the server's other movable
         // jobs, most cores first, in case cores or memory are what is short.
         let mut order: Vec<usize> = (0..here.len()).filter(|&i| movable_in(&here[i])).collect();
-        order.sort_by_key(|&i| (std::cmp::Reverse((here[i].member.gpus & group).count_ones()), here[i].job));
+        order.sort_by_key(|&i| (std::cmp::Reverse((here[i].member.gpus & group).count_ones()), here[i].of.id));
         let mut rest: Vec<usize> = (0..here.len()).filter(|&i| here[i].movable && !order.contains(&i)).collect();
-        rest.sort_by_key(|&i| (std::cmp::Reverse(here[i].member.cores.count()), here[i].job));
+        rest.sort_by_key(|&i| (std::cmp::Reverse(here[i].member.cores.count()), here[i].of.id));
         order.extend(rest);
         let bound = best.as_ref().map_or(max_movers, |b| b.movers.len().saturating_sub(1));
         let mut movers: Vec<usize> = Vec::new();
@@ -501,7 +488,7 @@ fn with_destinations<'a>(
             Some(to) => to,
             None if params.chained_moves && movers.len() + chains < max_moves => {
                 let skip: Vec<JobId> = std::iter::once(job)
-                    .chain(movers.iter().map(|m| m.job))
+                    .chain(movers.iter().map(|m| m.of.id))
                     .chain(moves.iter().map(|m: &Move| m.job))
                     .collect();
                 let freed: Vec<ServerId> = chosen.iter().map(|f| f.server).collect();
@@ -516,7 +503,7 @@ fn with_destinations<'a>(
             None => return None,
         };
         take(&mut dest[to.server.index()], &to);
-        moves.push(Move { job: h.job, from: vec![h.member], to: vec![to] });
+        moves.push(Move { job: h.of.id, from: vec![h.member], to: vec![to] });
     }
     let target: Vec<MemberPlacement> = chosen.iter().flat_map(|f| f.target.iter().copied()).collect();
     let level = view.gang_level(&target);
@@ -914,7 +901,7 @@ mod tests {
 
     fn summary(fs: &[Freeing], holders: &Holders) -> Vec<(ServerId, Vec<JobId>, u32)> {
         fs.iter()
-            .map(|f| (f.server, f.movers.iter().map(|&i| holders[f.server.index()][i].job).collect(), f.moved_gpus))
+            .map(|f| (f.server, f.movers.iter().map(|&i| holders[f.server.index()][i].of.id).collect(), f.moved_gpus))
             .collect()
     }
 

@@ -18,9 +18,10 @@ use std::collections::HashMap;
 /// [`destination`]), then the lowest server id.
 ///
 /// The ways are tried in that order but for the cores, which only a fit tells: the first found
-/// that keeps the mover's cores is the best, so the search stops there; the other job's home is
-/// looked for only while the way could still rank first, and searched over every server once
-/// per shape of job ([`two_homes`]).
+/// that keeps the mover's cores is the best, so the search stops there. The other job's two
+/// best homes on other servers are searched once per shape of job ([`two_homes`]); a way whose
+/// job has neither there, nor by the counts room beside the mover ([`room_for_both`]), is not
+/// tried: on a busy cluster that is most of them.
 pub(super) fn chained<'a>(
     view: &'a ClusterView,
     dest: &[ServerRecord],
@@ -36,11 +37,9 @@ pub(super) fn chained<'a>(
     // The other job's best homes, per shape, searched on `dest` once: `dest` changes only on the
     // server it leaves, so its best home is the best of the two best elsewhere and that server.
     let mut homes: Vec<Option<[Option<Home>; 2]>> = vec![None; holders.shapes.len()];
-    // Every way by the best it could rank: (GPUs moved, free GPUs where the mover lands, server),
-    // with whether it could keep the mover's cores, the other job's shape and its best home
-    // elsewhere. A way is listed only if what the mover's fit needs of counts is there once the
+    // Every way ([`Way`]), listed only if what the mover's fit needs of counts is there once the
     // other job is released (GPUs, memory, the fewest cores), and the other job has a home
-    // elsewhere or, by the counts, room beside the mover: on a busy cluster most have neither.
+    // elsewhere or, by the counts, room beside the mover.
     let mut ways: Vec<Way> = Vec::new();
     for (y, rec) in dest.iter().enumerate() {
         let server = ServerId(y as u32);
@@ -53,8 +52,8 @@ pub(super) fn chained<'a>(
             continue;
         }
         let req = fit::member_request(spec, topo);
-        for h in holders[y].iter().filter(|h| h.movable && !skip.contains(&h.job)) {
-            let Some(shape) = h.shape else { continue };
+        for h in holders[y].iter().filter(|h| h.movable && !skip.contains(&h.of.id)) {
+            let Some(at) = h.shape else { continue };
             let gpus = h.member.gpus.count_ones();
             let free_cores = rec.free_cores.or(h.member.cores).count();
             if free + gpus < req.gpus
@@ -63,34 +62,31 @@ pub(super) fn chained<'a>(
             {
                 continue;
             }
-            let two = homes[shape].get_or_insert_with(|| {
-                let s = holders.shapes[shape];
-                two_homes(view, dest, &h.of.spec, s.keep, s.cores)
-            });
+            let shape = holders.shapes[at];
+            let two = homes[at].get_or_insert_with(|| two_homes(view, dest, &h.of.spec, shape.keep, shape.cores));
             let elsewhere = two.iter().flatten().find(|(r, _)| r.2 != server).copied();
             if elsewhere.is_none() && !room_for_both(rec, &h.member, &req, &fit::member_request(&h.of.spec, topo)) {
                 continue;
             }
             // A fit grants at most the cores wanted or free, and at least the fewest.
             let could_keep = req.min_cores.max(req.want_cores.min(free_cores)) >= cores;
-            ways.push(Way { gpus, free, server, other: h, could_keep, elsewhere });
+            ways.push(Way { gpus, free, server, req, other: h, shape, could_keep, elsewhere });
         }
     }
     ways.sort_by_key(|w| (w.gpus, w.free, w.server)); // stable: a server's jobs stay in id order
     let mut short: Option<(Move, MemberPlacement)> = None;
     let mover_shape = memo.shape(Shape::of(spec, keep, 0));
-    for Way { server, other: h, could_keep, elsewhere, .. } in ways {
+    for Way { server, req, other: h, shape, could_keep, elsewhere, .. } in ways {
         if !could_keep && short.is_some() {
             continue; // ranks below the short way already found
         }
         let rec = &dest[server.index()];
         let topo = view.topology_of(rec.config_set);
-        let req = fit::member_request(spec, topo);
         let left = || released(view, rec, server, &[&h.member]);
         let fit = || fit::plan_member(topo, &left(), server, &req, keep, FitMode::Pack).map(|(m, _)| m);
         // Another candidate's search may have tried this already, on the same record.
         let to = if view.server(server) == Some(rec) {
-            *memo.fits.entry((mover_shape, server, h.job)).or_insert_with(fit)
+            *memo.fits.entry((mover_shape, server, h.of.id)).or_insert_with(fit)
         } else {
             fit()
         };
@@ -101,7 +97,6 @@ pub(super) fn chained<'a>(
         }
         let mut there = left();
         take(&mut there, &to);
-        let Some(shape) = h.shape.map(|s| holders.shapes[s]) else { continue };
         let here = home_on(view, &there, server, &h.of.spec, shape.keep, shape.cores);
         let home = match (elsewhere, here) {
             (Some(e), Some(h)) => Some(if h.0 < e.0 { h.1 } else { e.1 }),
@@ -109,7 +104,7 @@ pub(super) fn chained<'a>(
             (None, h) => h.map(|h| h.1),
         };
         let Some(home) = home else { continue };
-        let way = (Move { job: h.job, from: vec![h.member], to: vec![home] }, to);
+        let way = (Move { job: h.of.id, from: vec![h.member], to: vec![home] }, to);
         if keeps_cores {
             return Some(way);
         }
@@ -119,13 +114,18 @@ pub(super) fn chained<'a>(
 }
 
 /// One way [`chained`] may make a home for a mover: release `other`, on `server`, and move it.
+/// Ways rank by (`gpus`, `free`, `server`): the fewest GPUs moved, then the fullest server.
 struct Way<'h, 'a> {
     /// The other job's GPUs.
     gpus: u32,
     /// The server's free GPUs.
     free: u32,
     server: ServerId,
+    /// The mover's request on the server.
+    req: fit::MemberRequest,
     other: &'h Holder<'a>,
+    /// The other job's shape.
+    shape: Shape<'a>,
     /// Whether the mover could keep its cores there, by the counts.
     could_keep: bool,
     /// The other job's best home on another server, if any.
