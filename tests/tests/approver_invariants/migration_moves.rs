@@ -1,6 +1,7 @@
 //! Migration: atomic moves through the approver.
 //!
-//! Random fragmentation, then plans from `migration_planner::plan`, which the leader's check
+//! Random fragmentation, then plans for a blocked job of random size, level and cores from
+//! `migration_planner::plan`, which the leader's check
 //! (`migration_check::moves_help`) lets through, applied as `Command::Migrate`, mixed
 //! with corrupted moves (onto busy devices, of pending jobs) and retries. After every command
 //! the invariant checker is clean and a refused move changes nothing; at the end, replaying the
@@ -35,7 +36,7 @@ fn submit_small(
 ) -> Option<JobId> {
     let gpus = *[1u32, 1, 1, 2, 4].choose(rng).expect("sizes");
     let mut s = JobSpec::simple("small", 1, gpus);
-    s.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+    s.cpu = CpuDemand::Fixed { cores_per_gpu: *[1u32, 1, 2, 4, 8, 16].choose(rng).expect("cores") };
     let Outcome::Submitted(Ok(job)) = apply_checked(view, log, Command::submit(s.clone())) else {
         return None;
     };
@@ -65,7 +66,7 @@ fn scenario(seed: u64) {
     let mut log: Vec<Command> = Vec::new();
     let mut next_id = 1u64;
     let mut placed: Vec<JobId> = Vec::new();
-    for _ in 0..rng.random_range(4..40) {
+    for _ in 0..rng.random_range(4..60) {
         if let Some(job) = submit_small(&mut rng, &mut view, &mut log, &mut next_id) {
             placed.push(job);
         }
@@ -74,16 +75,21 @@ fn scenario(seed: u64) {
             apply_checked(&mut view, &mut log, Command::Release { job: j, failed: false });
         }
     }
-    let big_gpus = view.topologies()[0].devices;
+    // The blocked job: a whole server, or 2 or 4 GPUs at a level whose groups may hold them
+    // (the planner then frees a group occupant by occupant), wanting 1 to 4 cores per GPU.
+    let devices = view.topologies()[0].devices;
+    let big_gpus = *[devices, 2, 4].choose(&mut rng).expect("sizes");
+    let level =
+        *[LocalityLevel::PcieSwitch, LocalityLevel::Socket, LocalityLevel::Server].choose(&mut rng).expect("levels");
     let mut big = JobSpec::simple("big", 1, big_gpus);
-    big.cpu = CpuDemand::Fixed { cores_per_gpu: 1 };
+    big.cpu = CpuDemand::Fixed { cores_per_gpu: rng.random_range(1..=6u32).min(32 / big_gpus) }; // every preset has 32 cores or more
     let Outcome::Submitted(Ok(big)) = apply_checked(&mut view, &mut log, Command::submit(big)) else {
         panic!("a one-server job fits")
     };
     let remaining: BTreeMap<JobId, f64> =
         placed.iter().map(|&j| (j, if rng.random_bool(0.2) { 1.0 } else { 1e9 })).collect();
     let params = MigrationParams { max_moves: rng.random_range(0..6), ..MigrationParams::default() };
-    let plan = migration_planner::plan(&view, big, LocalityLevel::Server, &remaining, &params);
+    let plan = migration_planner::plan(&view, big, level, &remaining, &params);
     if let Some(plan) = plan {
         assert!(plan.moves.len() <= params.max_moves);
         for m in &plan.moves {
