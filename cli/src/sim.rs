@@ -62,9 +62,14 @@ pub struct SimArgs {
     threads: Option<usize>,
     /// With `--trace synthetic`: the generator's settings as `key=value` pairs, e.g.
     /// `seed=3,jobs=2000,multi=0.05,burst=4` (defaults: seed 1, 4,000 jobs, 3% of 16–64 GPUs,
-    /// bursts at 4× the calm arrival rate; also burst_s, calm_s).
+    /// bursts at 4× the calm arrival rate; also burst_s, calm_s). With --matrix: the settings of
+    /// the synthetic trace that replaces seeds 1–3 (one per --trace-seeds seed when given).
     #[arg(long, value_parser = SyntheticSpec::parse)]
     synthetic: Option<SyntheticSpec>,
+    /// With --matrix: these synthetic traces' seeds instead of 1, 2 and 3 (e.g. `4,5,6`: traces
+    /// no rule was measured on), with the matrix's 3,000 jobs or --synthetic's settings.
+    #[arg(long, requires = "matrix", value_delimiter = ',')]
+    trace_seeds: Vec<u64>,
     /// Run the robustness matrix instead of one experiment: every policy on the Philly trace and
     /// synthetic traces × offered loads × cluster sizes × speed models (docs/EVALUATION.md).
     #[arg(long)]
@@ -240,7 +245,7 @@ fn run_policies(args: &SimArgs, inputs: &Experiment, policies: &[Contender]) -> 
 /// the JSON array with `--json`).
 fn run_matrix(args: &SimArgs) -> Result<ExitCode> {
     let contenders = if args.policies.is_empty() { matrix::default_contenders() } else { dedup(&args.policies) };
-    let mut cells = matrix::cells(args.quick);
+    let mut cells = matrix::cells_with(args.quick, &matrix_synthetic(args));
     if !args.cells.is_empty() {
         cells.retain(|c| {
             let label = c.label();
@@ -298,6 +303,21 @@ fn run_matrix(args: &SimArgs) -> Result<ExitCode> {
         println!("{line}");
     }
     Ok(if args.check && missed > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// The matrix's synthetic traces: seeds 1–3 with the matrix's settings, unless --trace-seeds
+/// or --synthetic name others (--synthetic's settings, its seed replaced by each of
+/// --trace-seeds when both are given).
+fn matrix_synthetic(args: &SimArgs) -> Vec<SyntheticSpec> {
+    let mut seeds = args.trace_seeds.clone();
+    seeds.sort_unstable();
+    seeds.dedup();
+    match &args.synthetic {
+        None if seeds.is_empty() => matrix::synthetic_traces(args.quick),
+        None => seeds.into_iter().map(|seed| matrix::synthetic_spec(seed, args.quick)).collect(),
+        Some(spec) if seeds.is_empty() => vec![spec.clone()],
+        Some(spec) => seeds.into_iter().map(|seed| SyntheticSpec { seed, ..spec.clone() }).collect(),
+    }
 }
 
 /// One row per cell: each policy's avg JCT over fifo-firstfit's, the utilization while jobs

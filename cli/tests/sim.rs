@@ -278,6 +278,34 @@ fn the_quick_matrix_reports_every_cell_against_fifo_firstfit() {
             .collect()
     };
     assert_ne!(reports(&kept), reports(&other), "--seed 5 changed no contender's figures in any cell");
+    // --trace-seeds replaces the synthetic trace with traces of other seeds (held-out traces),
+    // and --synthetic sets the generator's other settings; the Philly cells stay.
+    let held_out = tessera(&[
+        "sim",
+        "--matrix",
+        "--quick",
+        "--json",
+        "--trace-seeds",
+        "4,7",
+        "--synthetic",
+        "jobs=300,multi=0.1",
+        "--cells",
+        "synthetic,philly[2000] load=1.5 8x8 ideal",
+    ]);
+    let (out, err) = text(&held_out);
+    assert!(held_out.status.success(), "{err}");
+    let held: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON array");
+    let held_labels: Vec<&str> = held.iter().map(|c| c["label"].as_str().expect("label")).collect();
+    let synthetic: Vec<&&str> = held_labels.iter().filter(|l| l.starts_with("synthetic")).collect();
+    // 2 seeds × 2 loads × 2 models on the 8 servers of the quick matrix.
+    assert_eq!(synthetic.len(), 8, "{held_labels:?}");
+    assert!(
+        synthetic.iter().all(|l| l.starts_with("synthetic-4[multi=0.1] ") || l.starts_with("synthetic-7[multi=0.1] "))
+    );
+    assert!(held_labels.contains(&"philly[2000] load=1.5 8x8 ideal"), "{held_labels:?}");
+    assert!(held.iter().filter(|c| c["cell"]["trace"]["synthetic"].is_object()).all(|c| c["jobs"] == 300));
+    let alone = tessera(&["sim", "--trace-seeds", "4"]);
+    assert!(!alone.status.success() && text(&alone).1.contains("--matrix"), "{:?}", text(&alone));
     let none = tessera(&["sim", "--matrix", "--quick", "--cells", "no such cell"]);
     assert!(!none.status.success() && text(&none).1.contains("--cells no such cell"), "{:?}", text(&none));
 }

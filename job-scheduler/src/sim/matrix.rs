@@ -6,7 +6,9 @@
 //! traces with multi-server jobs ([`super::synthetic`]) at 0.9 and 1.5; each on 8 and 32
 //! `seed-8gpu` servers and on a cluster sized for the load; each under the built-in and the
 //! `ideal` speed model. `--quick` (CI) keeps the 8-server cells of a 2,000-job Philly slice and
-//! one 1,000-job synthetic trace.
+//! one 1,000-job synthetic trace. Other synthetic traces can take the place of seeds 1–3
+//! ([`cells_with`]; `--trace-seeds`, `--synthetic`), so that a rule can be checked on traces it
+//! was never measured on.
 //!
 //! On a fixed cluster the offered load is set through the arrival-rate multiplier
 //! ([`load_scale_for`]); jobs larger than the cluster are left out and counted.
@@ -43,13 +45,8 @@ pub enum MatrixTrace {
         /// A slice, for the quick matrix.
         max_jobs: Option<usize>,
     },
-    /// A synthetic trace.
-    Synthetic {
-        /// Its seed.
-        seed: u64,
-        /// Its jobs.
-        jobs: usize,
-    },
+    /// A synthetic trace: the generator's settings.
+    Synthetic(SyntheticSpec),
 }
 
 /// The cluster of a cell.
@@ -81,7 +78,7 @@ impl Cell {
         let trace = match &self.trace {
             MatrixTrace::Philly { max_jobs: None } => "philly".to_string(),
             MatrixTrace::Philly { max_jobs: Some(n) } => format!("philly[{n}]"),
-            MatrixTrace::Synthetic { seed, .. } => format!("synthetic-{seed}"),
+            MatrixTrace::Synthetic(spec) => synthetic_label(spec),
         };
         let cluster = match self.cluster {
             ClusterSize::Servers(n) => format!("{n}x8"),
@@ -91,18 +88,53 @@ impl Cell {
     }
 }
 
+/// `synthetic-3`, with the settings that differ from the generator's defaults after it
+/// (`synthetic-4[multi=0.1,burst=8]`); the number of jobs is a column of its own.
+fn synthetic_label(spec: &SyntheticSpec) -> String {
+    let d = SyntheticSpec::new(spec.seed);
+    let settings: Vec<String> = [
+        ("multi", spec.multi_server_share, d.multi_server_share),
+        ("burst", spec.burst, d.burst),
+        ("burst_s", spec.burst_mean_s, d.burst_mean_s),
+        ("calm_s", spec.calm_mean_s, d.calm_mean_s),
+    ]
+    .into_iter()
+    .filter(|(_, v, d)| v != d)
+    .map(|(k, v, _)| format!("{k}={v}"))
+    .collect();
+    if settings.is_empty() {
+        format!("synthetic-{}", spec.seed)
+    } else {
+        format!("synthetic-{}[{}]", spec.seed, settings.join(","))
+    }
+}
+
+/// A synthetic trace of the matrix: the generator's defaults with `seed`, 3,000 jobs (1,000 in
+/// the quick matrix).
+pub fn synthetic_spec(seed: u64, quick: bool) -> SyntheticSpec {
+    SyntheticSpec { jobs: if quick { 1000 } else { 3000 }, ..SyntheticSpec::new(seed) }
+}
+
+/// The matrix's synthetic traces: seeds 1, 2 and 3 (seed 1 in the quick matrix).
+pub fn synthetic_traces(quick: bool) -> Vec<SyntheticSpec> {
+    let seeds = if quick { 1..=1 } else { 1..=3 };
+    seeds.map(|seed| synthetic_spec(seed, quick)).collect()
+}
+
 /// The cells of the full matrix, or of the quick one.
 pub fn cells(quick: bool) -> Vec<Cell> {
-    let (philly, synthetic, clusters): (MatrixTrace, Vec<MatrixTrace>, Vec<ClusterSize>) = if quick {
-        (
-            MatrixTrace::Philly { max_jobs: Some(2000) },
-            vec![MatrixTrace::Synthetic { seed: 1, jobs: 1000 }],
-            vec![ClusterSize::Servers(8)],
-        )
+    cells_with(quick, &synthetic_traces(quick))
+}
+
+/// The cells of the full matrix, or of the quick one, with `synthetic` for its synthetic traces
+/// (`tessera sim --matrix --trace-seeds 4,5,6`: traces no rule was tuned on).
+pub fn cells_with(quick: bool, synthetic: &[SyntheticSpec]) -> Vec<Cell> {
+    let synthetic: Vec<MatrixTrace> = synthetic.iter().cloned().map(MatrixTrace::Synthetic).collect();
+    let (philly, clusters) = if quick {
+        (MatrixTrace::Philly { max_jobs: Some(2000) }, vec![ClusterSize::Servers(8)])
     } else {
         (
             MatrixTrace::Philly { max_jobs: None },
-            (1..=3).map(|seed| MatrixTrace::Synthetic { seed, jobs: 3000 }).collect(),
             vec![ClusterSize::Servers(8), ClusterSize::Servers(32), ClusterSize::SizedForLoad],
         )
     };
@@ -196,7 +228,7 @@ pub fn run_cell(
             }
             t
         }
-        MatrixTrace::Synthetic { seed, jobs } => generate(&SyntheticSpec { jobs: *jobs, ..SyntheticSpec::new(*seed) }),
+        MatrixTrace::Synthetic(spec) => generate(spec),
     };
     let topo = Topology::preset(DEFAULT_TOPOLOGY).ok_or(SchedulerError::MissingPreset(DEFAULT_TOPOLOGY))?;
     let (servers, load_scale) = match cell.cluster {
@@ -313,6 +345,27 @@ mod tests {
         let labels: std::collections::BTreeSet<String> = all.iter().map(Cell::label).collect();
         assert_eq!(labels.len(), all.len(), "labels are unique");
         assert!(cells(true).iter().all(|c| c.cluster == ClusterSize::Servers(8)));
+    }
+
+    #[test]
+    fn other_synthetic_traces_replace_seeds_one_to_three_and_say_how_they_differ() {
+        let held_out: Vec<SyntheticSpec> = (4..=5).map(|seed| synthetic_spec(seed, false)).collect();
+        let other = cells_with(false, &held_out);
+        // Philly's 4 loads and 2 seeds × 2 loads, × 3 clusters × 2 models.
+        assert_eq!(other.len(), (4 + 2 * 2) * 3 * 2);
+        let synthetic: Vec<&Cell> = other.iter().filter(|c| matches!(c.trace, MatrixTrace::Synthetic(_))).collect();
+        assert!(
+            synthetic.iter().all(|c| c.label().starts_with("synthetic-4 ") || c.label().starts_with("synthetic-5 "))
+        );
+        // The default matrix is the same call with seeds 1–3.
+        assert_eq!(cells(false), cells_with(false, &synthetic_traces(false)));
+        // Settings other than the generator's defaults are in the label, so cells stay apart.
+        let bursty = SyntheticSpec { multi_server_share: 0.1, burst: 8.0, ..synthetic_spec(4, false) };
+        let mixed = cells_with(true, &[synthetic_spec(4, true), bursty]);
+        let labels: std::collections::BTreeSet<String> = mixed.iter().map(Cell::label).collect();
+        assert_eq!(labels.len(), mixed.len(), "labels are unique: {labels:?}");
+        assert!(labels.contains("synthetic-4[multi=0.1,burst=8] load=0.9 8x8 default"), "{labels:?}");
+        assert!(labels.contains("synthetic-4 load=0.9 8x8 default"), "{labels:?}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::SchedulerError;
 use crate::philly_sampler::PhillySampler;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Multi-server job sizes and their weights (Philly's 16/32/64-GPU jobs are 74%, 26% and under
@@ -36,7 +37,7 @@ const MODELS: [(&str, f64); 7] = [
 const CALM_GAP_S: f64 = 600.0;
 
 /// What to generate.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SyntheticSpec {
     /// The seed: the same seed gives the same trace.
     pub seed: u64,
