@@ -41,6 +41,9 @@ pub(super) fn chained<'a>(
     // other job is released (GPUs, memory, the fewest cores), and the other job has a home
     // elsewhere or, by the counts, room beside the mover.
     let mut ways: Vec<Way> = Vec::new();
+    let mut reqs = Requests::new(view, spec);
+    // Every server with a free GPU, fullest first: each shape's search reads its part of it.
+    let mut order: Option<Vec<(u32, usize)>> = None;
     for (y, rec) in dest.iter().enumerate() {
         let server = ServerId(y as u32);
         let topo = view.topology_of(rec.config_set);
@@ -51,7 +54,7 @@ pub(super) fn chained<'a>(
         {
             continue;
         }
-        let req = fit::member_request(spec, topo);
+        let req = reqs.of(view, rec);
         for h in holders[y].iter().filter(|h| h.movable && !skip.contains(&h.of.id)) {
             let Some(at) = h.shape else { continue };
             let gpus = h.member.gpus.count_ones();
@@ -63,7 +66,10 @@ pub(super) fn chained<'a>(
                 continue;
             }
             let shape = holders.shapes[at];
-            let two = homes[at].get_or_insert_with(|| two_homes(view, dest, &h.of.spec, shape.keep, shape.cores));
+            let two = homes[at].get_or_insert_with(|| {
+                let order = order.get_or_insert_with(|| fullest_first(dest, 1));
+                two_homes(view, dest, order, &h.of.spec, shape.keep, shape.cores)
+            });
             let elsewhere = two.iter().flatten().find(|(r, _)| r.2 != server).copied();
             if elsewhere.is_none() && !room_for_both(rec, &h.member, &req, &fit::member_request(&h.of.spec, topo)) {
                 continue;
@@ -193,6 +199,25 @@ impl<'a> Shape<'a> {
 /// GPUs, the server.
 type Home = ((bool, u32, ServerId), MemberPlacement);
 
+/// A job's member request per configuration set, worked out once per search: it depends only
+/// on the spec and the set's topology, and a search asks it of every server it tries.
+struct Requests<'s> {
+    spec: &'s JobSpec,
+    by_set: Vec<Option<fit::MemberRequest>>,
+}
+
+impl<'s> Requests<'s> {
+    fn new(view: &ClusterView, spec: &'s JobSpec) -> Requests<'s> {
+        Requests { spec, by_set: vec![None; view.config_sets().len()] }
+    }
+
+    fn of(&mut self, view: &ClusterView, rec: &ServerRecord) -> fit::MemberRequest {
+        let spec = self.spec;
+        *self.by_set[rec.config_set.index()]
+            .get_or_insert_with(|| fit::member_request(spec, view.topology_of(rec.config_set)))
+    }
+}
+
 /// A home for a job of `spec` on server `server` as `rec` has it, ranked as [`destination`] does.
 fn home_on(
     view: &ClusterView,
@@ -202,46 +227,72 @@ fn home_on(
     keep: LocalityLevel,
     cores: u32,
 ) -> Option<Home> {
+    home_with(view, rec, server, &mut Requests::new(view, spec), keep, cores)
+}
+
+/// [`home_on`], the request taken from `reqs`.
+fn home_with(
+    view: &ClusterView,
+    rec: &ServerRecord,
+    server: ServerId,
+    reqs: &mut Requests,
+    keep: LocalityLevel,
+    cores: u32,
+) -> Option<Home> {
     let topo = view.topology_of(rec.config_set);
     let free = rec.free_gpus.count_ones();
-    if free < spec.gpus_per_member || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
+    if free < reqs.spec.gpus_per_member || reqs.spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
         return None;
     }
-    let (m, _) = fit::plan_member(topo, rec, server, &fit::member_request(spec, topo), keep, FitMode::Pack)?;
+    let (m, _) = fit::plan_member(topo, rec, server, &reqs.of(view, rec), keep, FitMode::Pack)?;
     Some(((m.cores.count() < cores, free, server), m))
 }
 
+/// The servers of `dest` with at least `gpus` free, fullest first (fewest free GPUs, then the
+/// lowest id): the order of a home's rank but for being short of cores, so in this order the
+/// first home found that keeps the job's cores is the best of all, and the first short one the
+/// best of those. Each as (free GPUs, server index).
+fn fullest_first(dest: &[ServerRecord], gpus: u32) -> Vec<(u32, usize)> {
+    let mut order: Vec<(u32, usize)> =
+        dest.iter().enumerate().map(|(i, r)| (r.free_gpus.count_ones(), i)).filter(|&(free, _)| free >= gpus).collect();
+    order.sort_unstable();
+    order
+}
+
 /// The two best homes on `dest` for a job of `spec`, on two servers, as [`destination`] ranks
-/// them: the best home on every server but one is one of them.
+/// them: the best home on every server but one is one of them. Servers are tried in `order`,
+/// [`fullest_first`] of `dest` for any number of GPUs up to the job's, so the search ends at the
+/// second home that keeps the job's cores.
 fn two_homes(
     view: &ClusterView,
     dest: &[ServerRecord],
+    order: &[(u32, usize)],
     spec: &JobSpec,
     keep: LocalityLevel,
     cores: u32,
 ) -> [Option<Home>; 2] {
-    let mut top: [Option<Home>; 2] = [None, None];
-    for (i, rec) in dest.iter().enumerate() {
-        let server = ServerId(i as u32);
-        // The best this server could rank; skip it if that cannot beat the second.
-        if top[1].as_ref().is_some_and(|(r, _)| (false, rec.free_gpus.count_ones(), server) >= *r) {
-            continue;
-        }
-        let Some(h) = home_on(view, rec, server, spec, keep, cores) else { continue };
-        if top[0].as_ref().is_none_or(|(r, _)| h.0 < *r) {
-            top[1] = top[0].take();
-            top[0] = Some(h);
-        } else if top[1].as_ref().is_none_or(|(r, _)| h.0 < *r) {
-            top[1] = Some(h);
+    let mut reqs = Requests::new(view, spec);
+    let (mut keeping, mut short): (Vec<Home>, Vec<Home>) = (Vec::with_capacity(2), Vec::with_capacity(2));
+    for &(_, i) in order {
+        let Some(h) = home_with(view, &dest[i], ServerId(i as u32), &mut reqs, keep, cores) else { continue };
+        if !h.0.0 {
+            keeping.push(h);
+            if keeping.len() == 2 {
+                break;
+            }
+        } else if short.len() < 2 {
+            short.push(h);
         }
     }
-    top
+    let mut top = keeping.into_iter().chain(short);
+    [top.next(), top.next()]
 }
 
 /// A new home for a single-member job at `keep` or tighter: where it keeps the `cores` it holds
 /// if any server allows (a CPU-aware grant lost in a move would slow the job for the rest of its
 /// run), then the fullest server where it fits (best fit, so moves do not fragment other
-/// servers).
+/// servers). Servers are tried fullest first ([`fullest_first`]), so the search ends at the
+/// first home that keeps the job's cores.
 pub(super) fn destination(
     view: &ClusterView,
     dest: &[ServerRecord],
@@ -249,18 +300,69 @@ pub(super) fn destination(
     keep: LocalityLevel,
     cores: u32,
 ) -> Option<MemberPlacement> {
-    let mut best: Option<Home> = None;
-    for (i, rec) in dest.iter().enumerate() {
-        let server = ServerId(i as u32);
-        // The best this server could rank; skip it if that cannot beat the best found.
-        if best.as_ref().is_some_and(|(r, _)| (false, rec.free_gpus.count_ones(), server) >= *r) {
+    let mut reqs = Requests::new(view, spec);
+    let mut short: Option<MemberPlacement> = None;
+    for (_, i) in fullest_first(dest, spec.gpus_per_member) {
+        let Some(((is_short, _, _), m)) = home_with(view, &dest[i], ServerId(i as u32), &mut reqs, keep, cores) else {
             continue;
+        };
+        if !is_short {
+            return Some(m);
         }
-        if let Some(h) = home_on(view, rec, server, spec, keep, cores)
-            && best.as_ref().is_none_or(|(r, _)| h.0 < *r)
-        {
-            best = Some(h);
+        short.get_or_insert(m);
+    }
+    short
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::CpuDemand;
+    use crate::mask::CoreMask;
+    use crate::{ClusterSpec, Topology};
+    use proptest::prelude::*;
+
+    /// Every home on `dest`, best first, as the rank orders them: what the fullest-first
+    /// searches must agree with.
+    fn ranked(view: &ClusterView, dest: &[ServerRecord], spec: &JobSpec, keep: LocalityLevel, cores: u32) -> Vec<Home> {
+        let mut all: Vec<Home> =
+            (0..dest.len()).filter_map(|i| home_on(view, &dest[i], ServerId(i as u32), spec, keep, cores)).collect();
+        all.sort_by_key(|h| h.0);
+        all
+    }
+
+    proptest! {
+        /// Trying servers fullest first and stopping at the first (second) home that keeps the
+        /// job's cores finds the best (two best) homes of all, as ranking every server does.
+        #[test]
+        fn fullest_first_finds_the_best_ranked_homes(
+            free in prop::collection::vec((0u64..256, any::<u32>(), 0u32..=8), 1..40),
+            gpus in 1u32..=4,
+            cores_per_gpu in 1u32..=8,
+            held_cores in 1u32..=16,
+            keep in prop::sample::select(vec![LocalityLevel::PcieSwitch, LocalityLevel::Socket, LocalityLevel::Server]),
+        ) {
+            let topo = Topology::preset("seed-8gpu").expect("preset");
+            let view = ClusterView::from_spec(&ClusterSpec::uniform(topo, free.len() as u32, free.len() as u32, 1));
+            let dest: Vec<ServerRecord> = view
+                .servers()
+                .iter()
+                .zip(&free)
+                .map(|(rec, &(gpus, cores, mem_gib))| {
+                    let mut r = *rec;
+                    r.free_gpus = gpus;
+                    r.free_cores = (0..32).filter(|c| cores >> c & 1 == 1).fold(CoreMask::EMPTY, |m, c| m.or(CoreMask::range(c, 1)));
+                    r.free_memory_mib = mem_gib * 1024;
+                    r
+                })
+                .collect();
+            let mut spec = JobSpec::simple("j", 1, gpus);
+            spec.cpu = CpuDemand::Fixed { cores_per_gpu };
+            spec.memory_mib_per_gpu = Some(1024);
+            let all = ranked(&view, &dest, &spec, keep, held_cores);
+            prop_assert_eq!(destination(&view, &dest, &spec, keep, held_cores), all.first().map(|h| h.1));
+            let two = two_homes(&view, &dest, &fullest_first(&dest, 1), &spec, keep, held_cores);
+            prop_assert_eq!(two, [all.first().copied(), all.get(1).copied()]);
         }
     }
-    best.map(|(_, m)| m)
 }
