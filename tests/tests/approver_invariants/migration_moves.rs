@@ -76,7 +76,7 @@ fn scenario(seed: u64) {
         }
     }
     // The blocked job: a whole server, or 2 or 4 GPUs at a level whose groups may hold them
-    // (the planner then frees a group occupant by occupant), wanting 1 to 4 cores per GPU.
+    // (the planner then frees a group occupant by occupant), wanting 1 to 6 cores per GPU.
     let devices = view.topologies()[0].devices;
     let big_gpus = *[devices, 2, 4].choose(&mut rng).expect("sizes");
     let level =

@@ -227,24 +227,26 @@ fn home_on(
     keep: LocalityLevel,
     cores: u32,
 ) -> Option<Home> {
-    home_with(view, rec, server, &mut Requests::new(view, spec), keep, cores)
+    let req = fit::member_request(spec, view.topology_of(rec.config_set));
+    home_with(view, rec, server, spec, &req, keep, cores)
 }
 
-/// [`home_on`], the request taken from `reqs`.
+/// [`home_on`], with the job's request on `rec` given.
 fn home_with(
     view: &ClusterView,
     rec: &ServerRecord,
     server: ServerId,
-    reqs: &mut Requests,
+    spec: &JobSpec,
+    req: &fit::MemberRequest,
     keep: LocalityLevel,
     cores: u32,
 ) -> Option<Home> {
     let topo = view.topology_of(rec.config_set);
     let free = rec.free_gpus.count_ones();
-    if free < reqs.spec.gpus_per_member || reqs.spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
+    if free < spec.gpus_per_member || spec.gpu_type.as_ref().is_some_and(|t| *t != topo.device_type) {
         return None;
     }
-    let (m, _) = fit::plan_member(topo, rec, server, &reqs.of(view, rec), keep, FitMode::Pack)?;
+    let (m, _) = fit::plan_member(topo, rec, server, req, keep, FitMode::Pack)?;
     Some(((m.cores.count() < cores, free, server), m))
 }
 
@@ -274,7 +276,8 @@ fn two_homes(
     let mut reqs = Requests::new(view, spec);
     let (mut keeping, mut short): (Vec<Home>, Vec<Home>) = (Vec::with_capacity(2), Vec::with_capacity(2));
     for &(_, i) in order {
-        let Some(h) = home_with(view, &dest[i], ServerId(i as u32), &mut reqs, keep, cores) else { continue };
+        let (rec, server) = (&dest[i], ServerId(i as u32));
+        let Some(h) = home_with(view, rec, server, spec, &reqs.of(view, rec), keep, cores) else { continue };
         if !h.0.0 {
             keeping.push(h);
             if keeping.len() == 2 {
@@ -303,7 +306,8 @@ pub(super) fn destination(
     let mut reqs = Requests::new(view, spec);
     let mut short: Option<MemberPlacement> = None;
     for (_, i) in fullest_first(dest, spec.gpus_per_member) {
-        let Some(((is_short, _, _), m)) = home_with(view, &dest[i], ServerId(i as u32), &mut reqs, keep, cores) else {
+        let (rec, server) = (&dest[i], ServerId(i as u32));
+        let Some(((is_short, _, _), m)) = home_with(view, rec, server, spec, &reqs.of(view, rec), keep, cores) else {
             continue;
         };
         if !is_short {
