@@ -15,7 +15,7 @@
 use crate::config_set::ConfigSet;
 use crate::fit;
 use crate::ids::ServerId;
-use crate::job::{Job, JobState, TaskState};
+use crate::job::{Job, JobSpec, JobState, TaskState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, GangPlacement, MemberPlacement, Proposal, Rejection};
 use crate::server::ServerRecord;
@@ -125,52 +125,23 @@ impl ClusterView {
 
     /// The member checks of [`ClusterView::validate`] for `job`, against the records with the
     /// resources of the `released` jobs given back: the job itself for a move, the victims for a
-    /// preemption. Their GPUs do not count against their tenants' quotas either.
+    /// preemption. Their GPUs do not count against their tenants' quotas either. A move is not
+    /// checked against quotas at all: it changes where a job's GPUs are, not how many its tenant
+    /// holds, so a tenant above a lowered quota can still have its jobs moved (drained, repacked)
+    /// instead of losing them.
     pub(crate) fn validate_members(
         &self,
         p: &Proposal,
         job: &Job,
         released: &[&Job],
     ) -> Result<LocalityLevel, (Rejection, Vec<ServerId>)> {
-        let fail = |r: Rejection| Err((r, Vec::new()));
         let spec = &job.spec;
         let held = || released.iter().filter_map(|j| j.placement.as_ref()).flat_map(|g| g.members.iter());
-        if p.members.len() != spec.members as usize {
-            return fail(Rejection::WrongMemberCount { expected: spec.members, got: p.members.len() as u32 });
-        }
-        // Shape of every member, and each member's resources net of earlier members of the gang.
-        let mut claims = Claims::new(p.members.len());
-        for (i, m) in p.members.iter().enumerate() {
-            let member = i as u32;
-            let Some(rec) = self.servers.get(m.server.index()) else {
-                return fail(Rejection::UnknownServer { member, server: m.server });
-            };
-            let topo = self.topology_of(rec.config_set);
-            if let Some(want) = &spec.gpu_type
-                && *want != topo.device_type
-            {
-                return fail(Rejection::WrongGpuType {
-                    member,
-                    server: m.server,
-                    expected: want.clone(),
-                    got: topo.device_type.clone(),
-                });
-            }
-            let req = fit::member_request(spec, topo);
-            if let Err(r) = fit::check_member_shape(topo, m, &req, member) {
-                return fail(r);
-            }
-            if !claims.add(m) {
-                return fail(Rejection::OverlapWithinGang { server: m.server });
-            }
-        }
-        let level = self.gang_level(&p.members);
-        if level > spec.tolerate {
-            return fail(Rejection::LocalityTooLoose { achieved: level, tolerate: spec.tolerate });
-        }
+        let (level, claims) = self.gang_shape(p, spec).map_err(|r| (r, Vec::new()))?;
         let mut first: Option<Rejection> = None;
         let mut stale: Vec<ServerId> = Vec::new();
-        if let Some(&quota) = self.quotas.get(&spec.tenant) {
+        let moving = released.iter().any(|r| r.id == job.id);
+        if let Some(&quota) = self.quotas.get(&spec.tenant).filter(|_| !moving) {
             let own: u32 = released
                 .iter()
                 .filter(|j| j.placement.is_some() && j.spec.tenant == spec.tenant)
@@ -190,7 +161,7 @@ impl ClusterView {
         // Its tenant's quotas at its class and at the classes below it, net of what the
         // released gangs of that tenant hold at those ranks.
         for (class, floor, quota) in self.class_limits(&spec.tenant, spec.priority) {
-            if first.is_some() {
+            if first.is_some() || moving {
                 break;
             }
             let own: u32 = released
@@ -209,7 +180,7 @@ impl ClusterView {
                 });
             }
         }
-        for m in claims.per_server() {
+        for m in claims {
             let mut rec = self.servers[m.server.index()];
             for h in held().filter(|h| h.server == m.server) {
                 rec.free_gpus |= h.gpus & !self.unhealthy[m.server.index()];
@@ -225,6 +196,50 @@ impl ClusterView {
             None => Ok(level),
             Some(r) => Err((r, stale)),
         }
+    }
+
+    /// What [`ClusterView::validate_members`] decides of `p`'s members before quotas and free
+    /// resources: their count, servers, device type, shapes (devices, cores and memory of what a
+    /// member of `spec` asks), no overlap between members on one server, and the gang's level
+    /// within `spec.tolerate`. Returns the level and the members merged per server (what the
+    /// gang takes of each). The leader's migration check reads it too.
+    pub(crate) fn gang_shape(
+        &self,
+        p: &Proposal,
+        spec: &JobSpec,
+    ) -> Result<(LocalityLevel, Vec<MemberPlacement>), Rejection> {
+        if p.members.len() != spec.members as usize {
+            return Err(Rejection::WrongMemberCount { expected: spec.members, got: p.members.len() as u32 });
+        }
+        // Shape of every member, and each member's resources net of earlier members of the gang.
+        let mut claims = Claims::new(p.members.len());
+        for (i, m) in p.members.iter().enumerate() {
+            let member = i as u32;
+            let Some(rec) = self.servers.get(m.server.index()) else {
+                return Err(Rejection::UnknownServer { member, server: m.server });
+            };
+            let topo = self.topology_of(rec.config_set);
+            if let Some(want) = &spec.gpu_type
+                && *want != topo.device_type
+            {
+                return Err(Rejection::WrongGpuType {
+                    member,
+                    server: m.server,
+                    expected: want.clone(),
+                    got: topo.device_type.clone(),
+                });
+            }
+            let req = fit::member_request(spec, topo);
+            fit::check_member_shape(topo, m, &req, member)?;
+            if !claims.add(m) {
+                return Err(Rejection::OverlapWithinGang { server: m.server });
+            }
+        }
+        let level = self.gang_level(&p.members);
+        if level > spec.tolerate {
+            return Err(Rejection::LocalityTooLoose { achieved: level, tolerate: spec.tolerate });
+        }
+        Ok((level, claims.merged))
     }
 
     /// The locality level a set of members achieves.
@@ -352,9 +367,5 @@ impl Claims {
             }
         }
         true
-    }
-
-    fn per_server(&self) -> impl Iterator<Item = MemberPlacement> + '_ {
-        self.merged.iter().copied()
     }
 }

@@ -2,39 +2,124 @@
 //! scheduler host move running gangs (`Migrate` names the pending job and the placement the
 //! moves make room for, [`crate::migration_planner::MigrationPlan::target`]).
 //!
-//! The approver keeps every move safe on its own (each a whole, valid placement); what it does
-//! not know is why a move is made. Without this check a host holding any pending job could move
-//! any running gang: no double allocation, but work lost to checkpoint and restart. With it,
-//! a migration is let through only when
+//! The approver keeps every move safe on its own (each a whole, valid placement) and decides
+//! the moves of one command one by one, in order; what it does not know is why a move is made.
+//! Without this check a host holding any pending job could move any running gang: no double
+//! allocation, but work lost to checkpoint and restart. With it, a migration is let through
+//! only when
 //! - the target is a placement of the job's shape (members, devices and cores of its servers'
-//!   topologies, what one member asks) that does not fit now,
-//! - it fits once the moves are applied (each moved job's current members freed, its new ones
-//!   taken), and
-//! - every move is needed: its job now holds devices, cores or memory that a target member
-//!   needs on the same server, or that a needed move's new member needs (a chain: one job
-//!   makes room for a job moved off the target).
+//!   topologies, what one member asks, within the job's locality) that does not fit now,
+//! - every move is one the approver would accept when the moves are applied in the order given:
+//!   a placed or running job, named once, each of its members moved, of its shape and locality,
+//!   its new members free once the moves before it (and its own old members) are released,
+//! - the target fits after the last move, and
+//! - every move is needed: the target, or a later move that is needed, takes devices, cores or
+//!   memory that the move released (a chain: one job makes room for a job moved off the
+//!   target). Memory is taken from what was free before the moves first, then from the
+//!   largest releases, so a move counts as needed for its memory only when the server lacks
+//!   that memory without the releases at least as large as its own.
 //!
-//! Pure: resource arithmetic over the view, no copy of it. The approver still decides each move
-//! and the later proposal for the job; this check only refuses moves made for no reason.
+//! A resend of moves that were all applied is let through: the approver answers each
+//! `AlreadyApplied` and changes nothing.
+//!
+//! Pure: the moves are replayed on copies of the records of the servers they touch, one pass,
+//! each released resource remembering which move released it.
 
-use crate::fit::{check_member_free, check_member_shape, member_request};
-use crate::placement::{MemberPlacement, Proposal};
+use crate::fit::check_member_free;
+use crate::mask::CoreMask;
+use crate::placement::{Decision, MemberPlacement, Proposal};
 use crate::server::ServerRecord;
 use crate::view::ClusterView;
-use crate::{JobId, JobState, ServerId};
-use std::collections::BTreeMap;
+use crate::{JobId, JobState, ProposalId, ServerId, ViewVersion};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Why a migration does not help its job: `Err` of [`moves_help`].
 pub type Unhelpful = String;
 
-/// Checks that `moves` make room for pending `job` at `target` (see the module's
-/// documentation).
+/// What one move released on a server and nobody has taken again yet.
+struct Released {
+    by: usize,
+    gpus: u64,
+    cores: CoreMask,
+    memory_mib: u32,
+}
+
+/// A server's record as the moves so far leave it, with what each move released there.
+struct Replayed {
+    rec: ServerRecord,
+    /// Memory that was free before any move and is still free.
+    free_before_mib: u32,
+    released: Vec<Released>,
+}
+
+/// The servers the moves touch, replayed.
+struct Replay<'a> {
+    view: &'a ClusterView,
+    servers: BTreeMap<ServerId, Replayed>,
+}
+
+impl Replay<'_> {
+    fn server(&mut self, s: ServerId) -> &mut Replayed {
+        let rec = self.view.servers()[s.index()];
+        self.servers.entry(s).or_insert_with(|| Replayed {
+            rec,
+            free_before_mib: rec.free_memory_mib,
+            released: Vec::new(),
+        })
+    }
+
+    /// Move `by` releases `m` (devices that are unhealthy stay taken, as at apply).
+    fn release(&mut self, by: usize, m: &MemberPlacement) {
+        let gpus = m.gpus & !self.view.unhealthy_devices(m.server);
+        let r = self.server(m.server);
+        r.rec.free_gpus |= gpus;
+        r.rec.free_cores = r.rec.free_cores.or(m.cores);
+        r.rec.free_memory_mib = r.rec.free_memory_mib.saturating_add(m.memory_mib);
+        r.released.push(Released { by, gpus, cores: m.cores, memory_mib: m.memory_mib });
+    }
+
+    /// `user` (a move's index, or `None` for the target) takes `m` if it is free; the moves
+    /// whose released resources it takes are added to `uses`.
+    fn take(&mut self, user: Option<usize>, m: &MemberPlacement, uses: &mut Vec<usize>) -> Result<(), String> {
+        let r = self.server(m.server);
+        check_member_free(&r.rec, m).map_err(|e| e.to_string())?;
+        r.rec.free_gpus &= !m.gpus;
+        r.rec.free_cores = r.rec.free_cores.without(m.cores);
+        r.rec.free_memory_mib -= m.memory_mib;
+        let from_before = m.memory_mib.min(r.free_before_mib);
+        r.free_before_mib -= from_before;
+        let mut memory = m.memory_mib - from_before;
+        // A move's own release first (it frees nothing for itself), then the largest, so that
+        // memory is counted against as few other moves as can give it.
+        r.released.sort_by_key(|x| (Some(x.by) != user, std::cmp::Reverse(x.memory_mib)));
+        for x in &mut r.released {
+            let mem = memory.min(x.memory_mib);
+            let took = x.gpus & m.gpus != 0 || x.cores.intersects(m.cores) || mem > 0;
+            x.gpus &= !m.gpus;
+            x.cores = x.cores.without(m.cores);
+            x.memory_mib -= mem;
+            memory -= mem;
+            if took && Some(x.by) != user {
+                uses.push(x.by);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `moves`, applied in order, make room for pending `job` at `target` (see the
+/// module's documentation).
 pub fn moves_help(
     view: &ClusterView,
     job: JobId,
     target: &[MemberPlacement],
     moves: &[Proposal],
 ) -> Result<(), Unhelpful> {
+    // A resend of moves that were all applied (a client's retry after a lost answer) changes
+    // nothing: the approver answers each `AlreadyApplied`, whatever became of the job since.
+    if !moves.is_empty() && moves.iter().all(|p| matches!(view.idempotency(p), Some(Decision::AlreadyApplied { .. }))) {
+        return Ok(());
+    }
     let j = view.job(job).ok_or_else(|| format!("job {job} does not exist"))?;
     if j.state != JobState::Pending {
         return Err(format!("job {job} is {}, not pending", j.state.as_str()));
@@ -45,80 +130,55 @@ pub fn moves_help(
     if moves.is_empty() {
         return Err("no moves".into());
     }
+    let as_proposal = Proposal { id: ProposalId(0), job, members: target.to_vec(), based_on: ViewVersion(0) };
+    let (_, target) = view.gang_shape(&as_proposal, &j.spec).map_err(|r| format!("target {r}"))?;
     let records = view.servers();
-    for (i, m) in target.iter().enumerate() {
-        let rec =
-            records.get(m.server.0 as usize).ok_or_else(|| format!("target member {i}: no server {}", m.server))?;
-        let topo = view.topology_of(rec.config_set);
-        let req = member_request(&j.spec, topo);
-        check_member_shape(topo, m, &req, i as u32).map_err(|r| format!("target member {i}: {r}"))?;
-    }
-    if target.iter().all(|m| check_member_free(&records[m.server.0 as usize], m).is_ok()) {
+    if target.iter().all(|m| check_member_free(&records[m.server.index()], m).is_ok()) {
         return Err(format!("job {job}'s target is free already: no move is needed"));
     }
-    // Each target server as it would be after the moves.
-    let mut after: BTreeMap<ServerId, ServerRecord> =
-        target.iter().map(|m| (m.server, records[m.server.0 as usize])).collect();
-    let mut held: Vec<Vec<MemberPlacement>> = Vec::with_capacity(moves.len());
+    let mut replay = Replay { view, servers: BTreeMap::new() };
+    let mut seen = BTreeSet::new();
+    // uses[i]: the moves whose released resources move i takes.
+    let mut uses: Vec<Vec<usize>> = Vec::with_capacity(moves.len());
     for (i, p) in moves.iter().enumerate() {
-        let moved = view.job(p.job).ok_or_else(|| format!("move {i}: job {} does not exist", p.job))?;
-        let now = moved.placement.as_ref().ok_or_else(|| format!("move {i}: job {} holds no placement", p.job))?;
+        let bad = |why: String| format!("move {i} (job {}): {why}", p.job);
+        let moved = view.job(p.job).ok_or_else(|| bad("no such job".into()))?;
+        if !seen.insert(p.job) {
+            return Err(bad("the job is moved twice".into()));
+        }
+        if let Some(d) = view.idempotency(p) {
+            return Err(bad(format!("proposal {} was used before: {d:?}", p.id)));
+        }
+        let now = moved.placement.as_ref().ok_or_else(|| bad("the job holds no placement".into()))?;
+        if !matches!(moved.state, JobState::Placed | JobState::Running) {
+            return Err(bad(format!("the job is {}; only a placed or running job can be moved", moved.state.as_str())));
+        }
+        let (_, to) = view.gang_shape(p, &moved.spec).map_err(|r| bad(r.to_string()))?;
         for m in &now.members {
-            if let Some(r) = after.get_mut(&m.server) {
-                r.free_gpus |= m.gpus;
-                r.free_cores = r.free_cores.or(m.cores);
-                r.free_memory_mib = r.free_memory_mib.saturating_add(m.memory_mib);
-            }
+            replay.release(i, m);
         }
-        held.push(now.members.clone());
-    }
-    for p in moves {
-        for m in &p.members {
-            if let Some(r) = after.get_mut(&m.server) {
-                r.free_gpus &= !m.gpus;
-                r.free_cores = r.free_cores.without(m.cores);
-                r.free_memory_mib = r.free_memory_mib.saturating_sub(m.memory_mib);
-            }
+        let mut took = Vec::new();
+        for m in &to {
+            replay
+                .take(Some(i), m, &mut took)
+                .map_err(|r| bad(format!("does not fit when the moves are applied in order: {r}")))?;
         }
+        uses.push(took);
     }
-    for (i, m) in target.iter().enumerate() {
-        check_member_free(&after[&m.server], m)
-            .map_err(|r| format!("target member {i} does not fit after the moves: {r}"))?;
+    let mut needed = vec![false; moves.len()];
+    let mut by_target = Vec::new();
+    for m in &target {
+        replay.take(None, m, &mut by_target).map_err(|r| format!("the target does not fit after the moves: {r}"))?;
     }
-    let mut needed: Vec<bool> = held
-        .iter()
-        .map(|members| {
-            members.iter().any(|h| {
-                target.iter().filter(|m| m.server == h.server).any(|m| {
-                    let r = &after[&m.server];
-                    h.gpus & m.gpus != 0
-                        || h.cores.intersects(m.cores)
-                        || m.memory_mib > r.free_memory_mib.saturating_sub(h.memory_mib)
-                })
-            })
-        })
-        .collect();
-    // A move that makes room for a needed move (holds devices or cores its new member takes, or
-    // memory the server lacks for it) is needed too: a chain
-    // ([`crate::migration_planner::MigrationParams::chained_moves`]). Each pass adds one or ends.
-    for _ in 0..moves.len() {
-        let before = needed.iter().filter(|n| **n).count();
-        for i in 0..moves.len() {
-            if needed[i] {
-                continue;
+    for i in by_target {
+        needed[i] = true;
+    }
+    // A move takes only what moves before it released, so one backward pass closes the chains.
+    for i in (0..moves.len()).rev() {
+        if needed[i] {
+            for &k in &uses[i] {
+                needed[k] = true;
             }
-            let lands = moves.iter().zip(&needed).filter(|(_, n)| **n).flat_map(|(p, _)| &p.members);
-            needed[i] = lands.into_iter().any(|d| {
-                held[i].iter().any(|h| {
-                    h.server == d.server
-                        && (h.gpus & d.gpus != 0
-                            || h.cores.intersects(d.cores)
-                            || records.get(d.server.0 as usize).is_some_and(|r| d.memory_mib > r.free_memory_mib))
-                })
-            });
-        }
-        if needed.iter().filter(|n| **n).count() == before {
-            break;
         }
     }
     if let Some(i) = needed.iter().position(|n| !n) {
@@ -131,7 +191,6 @@ pub fn moves_help(
 mod tests {
     use super::*;
     use crate::mask::CoreMask;
-    use crate::placement::Decision;
     use crate::{ClusterSpec, Command, JobSpec, LocalityLevel, Outcome, ProposalId, Topology, ViewVersion};
 
     fn member(server: u32, gpus: u64, core0: u32) -> MemberPlacement {
@@ -235,5 +294,129 @@ mod tests {
         assert!(moves_help(&v, big, &[member(0, 0xff, 0)], &[]).is_err());
         assert!(moves_help(&v, a, &[member(0, 1, 0)], &moves).expect_err("placed").contains("not pending"));
         assert!(moves_help(&v, JobId(999), &[member(0, 1, 0)], &moves).is_err());
+    }
+
+    #[test]
+    fn moves_out_of_the_order_the_approver_applies_them_are_refused() {
+        let (v, [a, b, c], big) = fragmented();
+        let target = [member(0, 0xff, 0)];
+        // The chain of `a_move_that_makes_room_for_a_needed_move_helps_too`, reversed: a would
+        // be refused at apply (b still holds GPU 0 of server 1), b and c moved for nothing.
+        let reversed = [mv(a, member(1, 1, 0), 10), mv(b, member(1, 1 << 5, 20), 11), mv(c, member(1, 1 << 2, 8), 12)];
+        let e = moves_help(&v, big, &target, &reversed).expect_err("a cannot land first");
+        assert!(e.contains("move 0") && e.contains("applied in order"), "{e}");
+    }
+
+    #[test]
+    fn a_swap_is_refused() {
+        let (mut v, [a, b, _], _) = fragmented();
+        // A 1-GPU job that wants GPU 0 of server 0 (a's) while b holds GPU 0 of server 1:
+        // swapping a and b frees nothing either can take first.
+        let small = submit(&mut v, "small", 1);
+        let swap = [mv(a, member(1, 1, 0), 10), mv(b, member(0, 1, 0), 11)];
+        let e = moves_help(&v, small, &[member(0, 1, 0)], &swap).expect_err("a swap never applies");
+        assert!(e.contains("move 0") && e.contains("applied in order"), "{e}");
+    }
+
+    #[test]
+    fn a_job_moved_twice_or_with_the_wrong_members_is_refused() {
+        let (v, [a, _, c], big) = fragmented();
+        let target = [member(0, 0xff, 0)];
+        let twice =
+            [mv(a, member(1, 1 << 1, 4), 10), mv(c, member(1, 1 << 2, 8), 11), mv(a, member(1, 1 << 3, 12), 12)];
+        let e = moves_help(&v, big, &target, &twice).expect_err("a twice");
+        assert!(e.contains("move 2") && e.contains("twice"), "{e}");
+        let none = Proposal { id: ProposalId(10), job: a, members: vec![], based_on: ViewVersion(0) };
+        let e = moves_help(&v, big, &target, &[none, mv(c, member(1, 1 << 2, 8), 11)]).expect_err("no members");
+        assert!(e.contains("move 0") && e.contains("members"), "{e}");
+        // A member of the wrong size (two GPUs for a 1-GPU job).
+        let e = moves_help(&v, big, &target, &[mv(a, member(1, 0b110, 4), 10), mv(c, member(1, 1 << 3, 12), 11)])
+            .expect_err("two GPUs");
+        assert!(e.contains("move 0"), "{e}");
+        // A spent proposal id: the approver would refuse that move.
+        let e = moves_help(&v, big, &target, &[mv(a, member(1, 1 << 1, 4), 1), mv(c, member(1, 1 << 2, 8), 11)])
+            .expect_err("id 1 placed a");
+        assert!(e.contains("move 0") && e.contains("used before"), "{e}");
+    }
+
+    #[test]
+    fn an_unhealthy_device_a_move_releases_stays_taken() {
+        let (mut v, [a, _, c], big) = fragmented();
+        // GPU 1 of server 0, c's, is marked unhealthy: moving c does not free it.
+        v.apply(&Command::SetUnhealthyDevices { server: ServerId(0), devices: 1 << 1 });
+        let moves = [mv(a, member(1, 1 << 1, 4), 10), mv(c, member(1, 1 << 2, 8), 11)];
+        let e = moves_help(&v, big, &[member(0, 0xff, 0)], &moves).expect_err("GPU 1 stays taken");
+        assert!(e.contains("does not fit after the moves"), "{e}");
+    }
+
+    #[test]
+    fn a_move_within_a_server_short_of_memory_frees_none_for_the_next() {
+        let (mut v, [a, b, c], big) = fragmented();
+        // A job holding all but 512 MiB of server 1's memory, on its GPU 7.
+        let hold = v.servers()[1].free_memory_mib - 512;
+        let mut s = JobSpec::simple("hog", 1, 1);
+        s.tolerate = LocalityLevel::Any;
+        s.memory_mib_per_gpu = Some(hold);
+        let hog = match v.apply(&Command::submit(s)) {
+            Outcome::Submitted(Ok(id)) => id,
+            o => panic!("{o:?}"),
+        };
+        let m = MemberPlacement { server: ServerId(1), gpus: 1 << 7, cores: CoreMask::range(28, 4), memory_mib: hold };
+        place(&mut v, hog, vec![m], 4);
+        assert_eq!(v.servers()[1].free_memory_mib, 512);
+        let target = [member(0, 0xff, 0)];
+        // b moves within server 1 and frees no memory there on balance: a and c, which need
+        // 1 GiB each, do not fit in the 512 MiB left, so the chain fails at a.
+        let chain = [mv(b, member(1, 1 << 5, 20), 10), mv(a, member(1, 1, 0), 11), mv(c, member(1, 1 << 2, 8), 12)];
+        let e = moves_help(&v, big, &target, &chain).expect_err("no memory for a");
+        assert!(e.contains("move 1"), "{e}");
+    }
+
+    #[test]
+    fn target_members_on_one_server_are_taken_together() {
+        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
+        let mut v = ClusterView::from_spec(&spec);
+        let a = submit(&mut v, "a", 1);
+        place(&mut v, a, vec![member(0, 1, 0)], 1);
+        let mut s = JobSpec::simple("pair", 2, 4);
+        s.tolerate = LocalityLevel::Any;
+        s.memory_mib_per_gpu = Some(1024);
+        let pair = match v.apply(&Command::submit(s)) {
+            Outcome::Submitted(Ok(id)) => id,
+            o => panic!("{o:?}"),
+        };
+        // Both members on GPUs 0-3 of server 0: they overlap, so the target is no placement.
+        let e = moves_help(&v, pair, &[member(0, 0xf, 0), member(0, 0xf, 0)], &[mv(a, member(1, 1, 0), 10)])
+            .expect_err("overlapping target");
+        assert!(e.contains("overlap"), "{e}");
+    }
+
+    #[test]
+    fn a_move_is_needed_for_memory_only_where_the_target_lacks_it() {
+        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
+        let mut v = ClusterView::from_spec(&spec);
+        let submit_with = |v: &mut ClusterView, name: &str, gpus: u32, mib: u32| {
+            let mut s = JobSpec::simple(name, 1, gpus);
+            s.tolerate = LocalityLevel::Any;
+            s.memory_mib_per_gpu = Some(mib);
+            match v.apply(&Command::submit(s)) {
+                Outcome::Submitted(Ok(id)) => id,
+                o => panic!("{o:?}"),
+            }
+        };
+        let a = submit(&mut v, "a", 1);
+        place(&mut v, a, vec![member(0, 1, 0)], 1);
+        let hog = submit_with(&mut v, "hog", 1, 300_000);
+        let held = MemberPlacement { memory_mib: 300_000, ..member(0, 1 << 1, 4) };
+        place(&mut v, hog, vec![held], 2);
+        // Four free GPUs on server 0 but not the memory: 4 x 30,000 MiB.
+        let wide = submit_with(&mut v, "wide", 4, 30_000);
+        let target = [MemberPlacement { memory_mib: 120_000, ..member(0, 0xf0, 16) }];
+        let hog_off = mv(hog, MemberPlacement { memory_mib: 300_000, ..member(1, 1, 0) }, 10);
+        assert_eq!(moves_help(&v, wide, &target, std::slice::from_ref(&hog_off)), Ok(()));
+        // a's gigabyte is not needed once the hog's memory is free.
+        let e = moves_help(&v, wide, &target, &[mv(a, member(1, 1 << 1, 4), 11), hog_off])
+            .expect_err("a frees nothing needed");
+        assert!(e.contains("move 0"), "{e}");
     }
 }

@@ -74,10 +74,16 @@ impl MigrationParams {
     /// for each. A gang of `k` members needs `k` servers freed, one member's worth each, and
     /// every second it waits idles `k` times the GPUs a one-member job's wait does, so the same
     /// bound per member keeps what its moves may cost in proportion to what they gain.
+    /// Never more than [`MAX_MOVES`], what one `Migrate` request may carry.
     pub fn moves_for(&self, members: u32) -> usize {
-        self.max_moves.saturating_mul(members.max(1) as usize)
+        self.max_moves.saturating_mul(members.max(1) as usize).min(MAX_MOVES)
     }
 }
+
+/// Most moves in one plan: what one `Migrate` request may carry (the view server refuses a
+/// request of more items). A plan for a gang of more than 256 members is held to it, so that
+/// the live task never makes a plan the leader refuses whole.
+pub const MAX_MOVES: usize = 1024;
 
 /// One planned move: a running job's whole placement to new members.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -40,6 +40,8 @@ pub use requests::{MAX_DRAIN_TIMEOUT_S, cordon_command, layout_command, policy_c
 
 /// Most proposals or job specs in one request.
 pub const MAX_ITEMS: usize = 1024;
+// Every plan the migration planner makes fits one request.
+const _: () = assert!(tessera_view::migration_planner::MAX_MOVES <= MAX_ITEMS);
 
 /// The service.
 #[derive(Debug)]
@@ -181,11 +183,19 @@ impl ViewService {
         let who = self.caller(&req, "Migrate")?;
         let v1::ProposeRequest { proposals: wire, for_job, target } = req.into_inner();
         count("moves", wire.len())?;
-        at_most("target members", target.len())?;
+        // The target is one gang's placement: as many members as a job may have.
+        if target.len() > tessera_view::job::MAX_MEMBERS as usize {
+            let max = tessera_view::job::MAX_MEMBERS;
+            return Err(
+                ViewServerError::Invalid(format!("{} target members; a gang has at most {max}", target.len())).into()
+            );
+        }
         // The moves are for the held pending job they make room for; naming none, a scheduler
-        // host is refused (job 0 never exists, so it is held by nobody).
+        // host is refused by the moves' check (job 0 never exists). A job no longer pending is
+        // no host's: the check then lets through only a resend of moves that were all applied,
+        // which changes nothing (`AlreadyApplied`), as a resent proposal is let through.
         let for_job = JobId(for_job.unwrap_or(0));
-        self.allow_schedule(&who, "Migrate", vec![for_job], Scope::All).await?;
+        self.allow_schedule(&who, "Migrate", vec![for_job], Scope::Pending).await?;
         if let [p] = wire.as_slice() {
             Span::current().record("job_id", p.job).record("proposal", p.id);
         }

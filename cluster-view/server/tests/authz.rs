@@ -219,7 +219,9 @@ async fn every_forbidden_call_is_refused_and_changes_nothing() {
         host_b.adopt_jobs("host-b", vec![room], 0).await.expect("host-b renews");
         match host_b.migrate(Some(room), vec![whole(0)], vec![moved.clone()]).await {
             Ok(r) => {
-                assert!(r[0].decision.is_some(), "the approver decided the move: {r:?}");
+                let d =
+                    tessera_proto::RemoteDecision::try_from(r[0].decision.clone().expect("decided")).expect("decision");
+                assert!(matches!(d, tessera_proto::RemoteDecision::Accepted { .. }), "{d:?}");
                 break;
             }
             Err(e) if e.status().is_some_and(|s| s.code() == Code::PermissionDenied) => {
@@ -228,6 +230,21 @@ async fn every_forbidden_call_is_refused_and_changes_nothing() {
             Err(e) => panic!("host-b migrates: {e}"),
         }
     }
+    // A resend of the applied move (a client's retry after a lost answer) is answered
+    // `AlreadyApplied` and changes nothing, while the job it made room for waits and once it is
+    // placed (its target is free now, and it is no host's then).
+    let already = |r: Vec<v1::ProposeResult>| {
+        let d = tessera_proto::RemoteDecision::try_from(r[0].decision.clone().expect("decided")).expect("decision");
+        assert!(matches!(d, tessera_proto::RemoteDecision::AlreadyApplied { .. }), "{d:?}");
+    };
+    let version = admin.status().await.expect("status").version;
+    host_b.adopt_jobs("host-b", vec![room], 0).await.expect("host-b renews");
+    already(host_b.migrate(Some(room), vec![whole(0)], vec![moved.clone()]).await.expect("a resend before"));
+    assert_eq!(admin.status().await.expect("status").version, version, "a resend changed the view");
+    let placed = v1::Proposal { id: 81, job: room, members: vec![whole(0)], ..p.clone() };
+    let d = admin.propose(vec![placed]).await.expect("admin places room");
+    assert!(tessera_proto::RemoteDecision::try_from(d[0].decision.clone().expect("decided")).expect("d").is_placed());
+    already(host_b.migrate(Some(room), vec![whole(0)], vec![moved.clone()]).await.expect("a resend after"));
 
     // The admin may: a cordon, audited.
     admin.cordon_server(1, v1::CordonAction::Cordon, "audit me", 0).await.expect("admin cordons");

@@ -120,6 +120,10 @@ fn scenario(seed: u64) {
         for m in &moves {
             assert_eq!(view.job(m.job).map(|j| j.state), Some(JobState::Migrating));
         }
+        // A resend: the leader lets it through (nothing left to help), the approver changes nothing.
+        if !moves.is_empty() {
+            assert_eq!(migration_check::moves_help(&view, big, &plan.target, &moves), Ok(()), "a resend");
+        }
         let out = apply_checked(&mut view, &mut log, Command::Migrate(moves.clone()));
         assert!(
             matches!(&out, Outcome::Decided(ds) if ds.iter().all(|d| matches!(d, Decision::AlreadyApplied { .. })))

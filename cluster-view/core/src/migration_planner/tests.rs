@@ -62,6 +62,15 @@ fn fragmented() -> (ClusterView, JobId, JobId, JobId) {
 }
 
 #[test]
+fn a_plan_holds_as_many_moves_as_one_request_may_carry() {
+    let p = MigrationParams::default();
+    assert_eq!(p.moves_for(8), 8 * p.max_moves);
+    assert_eq!(p.moves_for(0), p.max_moves, "a job has at least one member");
+    assert_eq!(p.moves_for(crate::job::MAX_MEMBERS), MAX_MOVES);
+    assert_eq!(MigrationParams { max_moves: usize::MAX, ..p }.moves_for(2), MAX_MOVES);
+}
+
+#[test]
 fn one_move_frees_a_server_for_a_blocked_gang() {
     let (mut v, a, b, big) = fragmented();
     let p = plan(&v, big, LocalityLevel::Server, &BTreeMap::new(), &MigrationParams::default()).expect("a plan");

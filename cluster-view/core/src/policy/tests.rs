@@ -93,6 +93,41 @@ fn a_quota_set_on_a_running_cluster_binds_admissions_and_new_placements_not_runn
     assert!(rep.is_clean(), "{:?}", rep.violations);
 }
 
+/// A move changes where a job's GPUs are, not how many its tenant holds: a tenant above a
+/// lowered quota (plain or at a class) still has its running jobs moved, so a drain or a repack
+/// does not cost them their work, while a new placement of the tenant is still refused.
+#[test]
+fn a_tenant_above_a_lowered_quota_can_still_have_its_jobs_moved() {
+    let mut v = view();
+    let plain = v.submit(job("vision", 4)).expect("admitted");
+    assert!(propose(&mut v, plain, 1, 0, 4).is_placed());
+    let ranked_job = v.submit(ranked("vision", 2, 50)).expect("admitted");
+    assert!(propose(&mut v, ranked_job, 2, 4, 2).is_placed());
+    quota(&mut v, "vision", Some(2)).expect("lowered under the 6 held");
+    class_quota(&mut v, "vision", "batch", Some(1)).expect("lowered under the 2 held at batch");
+    let waiting = v.submit(job("vision", 1)).expect("admitted: fits the quota alone");
+    let d = propose(&mut v, waiting, 3, 6, 1);
+    assert!(matches!(d, Decision::Rejected { reason: Rejection::QuotaExceeded { .. }, .. }), "{d:?}");
+
+    let held = v.tenant_used("vision");
+    for (id, job, first, gpus) in [(4, ranked_job, 6, 2), (5, plain, 2, 4)] {
+        let p = Proposal {
+            id: ProposalId(id),
+            job,
+            members: vec![MemberPlacement::seed_8gpu(first, gpus)],
+            based_on: v.version(),
+        };
+        let d = match v.apply(&Command::Migrate(vec![p])) {
+            Outcome::Decided(mut d) => d.remove(0),
+            o => panic!("unexpected outcome {o:?}"),
+        };
+        assert!(matches!(d, Decision::Accepted { .. }), "job {job}: {d:?}");
+    }
+    assert_eq!(v.tenant_used("vision"), held, "a move changes no tenant's use");
+    let rep = invariants::check(&v);
+    assert!(rep.is_clean(), "{:?}", rep.violations);
+}
+
 #[test]
 fn a_policy_change_reaches_readers_by_snapshot_and_survives_one() {
     let mut v = view();
