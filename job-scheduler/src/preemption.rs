@@ -13,15 +13,18 @@
 //!
 //! Two searches:
 //! - **per server**, for a gang that one server can hold: on each server with candidates, free
-//!   its candidates one by one in preference order until the gang fits on that server (the
-//!   search's own one-server planner, [`plan_on_server`], on the server's record with those
-//!   victims' resources given back); the best server's set wins. A one-server gang needs victims
-//!   on its server only, so this finds it whenever freeing every candidate there would;
-//! - **global**, for a gang larger than any server: free candidates across the cluster in
+//!   each candidate alone, and where none alone makes room, its candidates one by one in
+//!   preference order until the gang fits on that server (the search's own one-server planner,
+//!   [`plan_on_server`], on the server's record with those victims' resources given back); the
+//!   best set wins. A one-server gang needs victims on its server only, so this finds it
+//!   whenever freeing every candidate there would;
+//! - **global**, for a gang larger than any server, and for a gang of several members that may
+//!   span servers when no one server has room: free candidates across the cluster in
 //!   preference order until [`find_placement`] finds the gang on a copy of the view.
 //!
-//! Either way, a victim the found gang does not use (no shared device or core) is dropped
-//! before returning: the approver refuses unneeded victims.
+//! Either way, a victim the found gang does not need (no shared device or core, none of its
+//! memory: [`needed_victims`]) is dropped before returning: the approver refuses unneeded
+//! victims.
 
 use crate::local_view::{LocalView, Overlay};
 use crate::scheduler::Attempt;
@@ -29,7 +32,7 @@ use crate::search::{find_placement, plan_on_server};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use tessera_view::fit::FitMode;
-use tessera_view::preemption::shares_resources;
+use tessera_view::preemption::needed_victims;
 use tessera_view::{Job, JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord};
 
 /// Servers the per-server search visits at most (those with the most candidate GPUs first).
@@ -114,7 +117,7 @@ fn choose_among(
     });
     let mut best: Option<(Score, Choice)> = None;
     let mut consider = |set: Vec<usize>, found: Vec<MemberPlacement>| {
-        let set: Vec<usize> = set.into_iter().filter(|&k| needed(candidates[k], &found)).collect();
+        let set = needed_only(view, set, candidates, &found);
         if set.is_empty() {
             // It fits without displacing anyone: not a preemption (the approver refuses one
             // with no victims), but GPUs its scheduler left alone, such as those a host
@@ -129,6 +132,7 @@ fn choose_among(
     };
     let fits_one_server = view.topologies().iter().any(|t| t.devices >= spec.total_gpus());
     if fits_one_server {
+        let mut room = false;
         let levels: Vec<LocalityLevel> =
             LocalityLevel::ALL.into_iter().filter(|l| l.is_intra_server() && *l <= allowed).collect();
         // GPUs the candidates hold per server (one map entry per server: a list searched per
@@ -146,21 +150,40 @@ fn choose_among(
                 continue;
             }
             let req = tessera_view::fit::member_request(spec, topo);
-            let mut rec = base;
-            let mut set = Vec::new();
-            for &k in order.iter().filter(|&&k| candidates[k].members.iter().any(|m| m.server == s)) {
-                for m in candidates[k].members.iter().filter(|m| m.server == s) {
+            let here: Vec<usize> =
+                order.iter().copied().filter(|&k| candidates[k].members.iter().any(|m| m.server == s)).collect();
+            let with_freed = |set: &[usize]| {
+                let mut rec = base;
+                for m in set.iter().flat_map(|&k| &candidates[k].members).filter(|m| m.server == s) {
                     give_back(&mut rec, m);
                 }
-                set.push(k);
-                let found = levels.iter().find_map(|&l| plan_on_server(topo, &rec, s, &req, spec.members, l, mode));
-                if let Some(found) = found {
-                    consider(set, found);
+                levels.iter().find_map(|&l| plan_on_server(topo, &rec, s, &req, spec.members, l, mode))
+            };
+            // One gang alone first, each of them: the fewest gangs come before the lowest rank.
+            let mut single = false;
+            for &k in &here {
+                if let Some(found) = with_freed(&[k]) {
+                    consider(vec![k], found);
+                    single = true;
+                }
+            }
+            room |= single;
+            if single {
+                continue;
+            }
+            // Else the candidates one by one in preference order until the gang fits.
+            for n in 2..=here.len() {
+                if let Some(found) = with_freed(&here[..n]) {
+                    consider(here[..n].to_vec(), found);
+                    room = true;
                     break;
                 }
             }
         }
-        return best.map(|(_, c)| c);
+        // A gang that may span servers and found no room on one: the global search below.
+        if room || allowed.is_intra_server() || spec.members < 2 {
+            return best.map(|(_, c)| c);
+        }
     }
     let mut scratch = Scratch { base: view, copy: view.clone(), touched: BTreeSet::new() };
     let mut set = Vec::new();
@@ -199,9 +222,25 @@ pub fn could_make_room<C: Borrow<Candidate>>(candidates: &[C], free: u64, need: 
     freeable + free >= u64::from(need)
 }
 
-/// Whether the gang `found` uses a device or a core that `c` holds (the approver's own test).
-fn needed(c: &Candidate, found: &[MemberPlacement]) -> bool {
-    shares_resources(&c.members, found)
+/// `set` less the victims the gang `found` does not need (the approver's own test,
+/// [`needed_victims`]), the highest-ranked dropped first; one at a time, since a victim needed
+/// for memory may be needed only once another that could have given it is dropped.
+fn needed_only(
+    view: &LocalView,
+    mut set: Vec<usize>,
+    candidates: &[&Candidate],
+    found: &[MemberPlacement],
+) -> Vec<usize> {
+    let free_mib = |s: ServerId| view.servers().get(s.index()).map_or(0, |r| r.free_memory_mib);
+    loop {
+        let held: Vec<&[MemberPlacement]> = set.iter().map(|&k| &candidates[k].members[..]).collect();
+        match needed_victims(free_mib, &held, found).iter().rposition(|n| !n) {
+            Some(i) => {
+                set.remove(i);
+            }
+            None => return set,
+        }
+    }
 }
 
 /// `rec` with `m`'s resources given back.
@@ -341,7 +380,7 @@ mod tests {
         let c = choose_victims(&LocalView::of_view(&v), &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands)
             .expect("a choice");
         assert_eq!(c.victims, vec![cands[0].job], "one victim, the one that loses least (the latest start)");
-        assert!(needed(&cands[0], &c.members));
+        assert_eq!(needed_victims(|_| 0, &[&cands[0].members[..]], &c.members), vec![true]);
     }
 
     #[test]
@@ -368,5 +407,32 @@ mod tests {
         // Offered both, the gang takes both servers whole.
         let c = choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands).expect("a choice");
         assert_eq!(c.victims.len(), 2);
+    }
+
+    #[test]
+    fn one_gang_alone_beats_several_of_a_lower_rank_on_the_same_server() {
+        // Server 0: four 1-GPU jobs of priority 0 and a 4-GPU job of priority 1; server 1 held
+        // by a job the preemptor does not outrank (not offered).
+        let (v, cands) = cluster(&[(1, 0, 0), (1, 0, 0), (1, 0, 0), (1, 0, 0), (4, 0, 1), (8, 1, 9)]);
+        let spec = JobSpec { priority: 5, ..JobSpec::simple("four", 1, 4) };
+        let c = choose_victims(&LocalView::of_view(&v), &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands[..5])
+            .expect("a choice");
+        assert_eq!(c.victims, vec![cands[4].job], "one gang of priority 1 before four of priority 0");
+    }
+
+    #[test]
+    fn a_gang_that_may_span_servers_takes_victims_on_two_when_no_one_server_has_room() {
+        // Each server: 4 GPUs of a priority-0 job, 4 of a priority-9 one. A priority-5 gang of
+        // two 4-GPU members fits on no one server, but on the two priority-0 jobs' GPUs.
+        let (v, cands) = cluster(&[(4, 0, 0), (4, 0, 9), (4, 1, 0), (4, 1, 9)]);
+        let spec = JobSpec { priority: 5, ..JobSpec::simple("pair", 2, 4) };
+        let offered = [cands[0].clone(), cands[2].clone()];
+        let local = LocalView::of_view(&v);
+        let c = choose_victims(&local, &spec, LocalityLevel::Any, FitMode::Pack, 0, &offered).expect("both make room");
+        let mut victims = c.victims.clone();
+        victims.sort();
+        assert_eq!(victims, vec![cands[0].job, cands[2].job]);
+        // Held to one server, no choice.
+        assert_eq!(choose_victims(&local, &spec, LocalityLevel::Server, FitMode::Pack, 0, &offered), None);
     }
 }

@@ -12,21 +12,22 @@
 //!   preemptor, holding resources, ranked below the preemptor ([`Job::outranks`]: a lower
 //!   priority, or the same priority and a higher attained-service queue), preempted fewer than the cluster's
 //!   [`crate::Priorities::max_preemptions`] times (a starvation bound), and each *needed*: one of
-//!   its members shares a device or a core with a member of the preemptor's gang (a preemption
-//!   never displaces a job it does not need);
+//!   its members shares a device or a core with a member of the preemptor's gang, or holds
+//!   memory on a server where the gang's members need more than is free there with every other
+//!   victim released (a preemption never displaces a job it does not need);
 //! - the gang, exactly as a proposal's (shape, locality, health, quota, free resources), against
 //!   the records with every victim's resources given back.
 //!
 //! Which victims to choose is the scheduler's (`tessera_scheduler::preemption`); the approver
 //! only refuses a bad choice.
 
-use crate::ids::JobId;
+use crate::ids::{JobId, ServerId};
 use crate::job::{Job, JobState};
 use crate::locality::LocalityLevel;
 use crate::placement::{Decision, MemberPlacement, Proposal, Rejection};
 use crate::view::ClusterView;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 
 /// The most victims one preemption may name.
@@ -82,8 +83,9 @@ pub enum VictimProblem {
         /// The bound.
         max: u32,
     },
-    /// None of its members shares a device or a core with the preemptor's gang.
-    #[error("the preemptor's gang uses none of its devices or cores")]
+    /// None of its members shares a device or a core with the preemptor's gang, and the gang
+    /// needs none of its memory.
+    #[error("the preemptor's gang uses none of its devices, cores or memory")]
     NotNeeded,
 }
 
@@ -92,6 +94,35 @@ pub enum VictimProblem {
 pub fn shares_resources(held: &[MemberPlacement], gang: &[MemberPlacement]) -> bool {
     held.iter()
         .any(|h| gang.iter().any(|m| m.server == h.server && (m.gpus & h.gpus != 0 || m.cores.intersects(h.cores))))
+}
+
+/// Which of `victims` (each one's members) the gang `gang` needs: those it shares a device or a
+/// core with ([`shares_resources`]), and those holding memory on a server where the gang's
+/// members need more than `free_mib(server)` (what is free there before any victim is released)
+/// plus what the other victims hold there. The approver's test, and the victim choice's.
+pub fn needed_victims(
+    free_mib: impl Fn(ServerId) -> u32,
+    victims: &[&[MemberPlacement]],
+    gang: &[MemberPlacement],
+) -> Vec<bool> {
+    let mut need: BTreeMap<ServerId, u64> = BTreeMap::new();
+    for m in gang {
+        *need.entry(m.server).or_default() += u64::from(m.memory_mib);
+    }
+    let mut released: BTreeMap<ServerId, u64> = BTreeMap::new();
+    for h in victims.iter().flat_map(|v| v.iter()).filter(|h| need.contains_key(&h.server)) {
+        *released.entry(h.server).or_default() += u64::from(h.memory_mib);
+    }
+    victims
+        .iter()
+        .map(|held| {
+            shares_resources(held, gang)
+                || need.iter().any(|(&s, &asked)| {
+                    let mine: u64 = held.iter().filter(|h| h.server == s).map(|h| u64::from(h.memory_mib)).sum();
+                    mine > 0 && asked > u64::from(free_mib(s)) + released.get(&s).copied().unwrap_or(0) - mine
+                })
+        })
+        .collect()
 }
 
 impl ClusterView {
@@ -140,10 +171,11 @@ impl ClusterView {
         let level =
             self.validate_members(p, job, &victims).map_err(|(reason, stale)| self.reject(p, reason, &stale))?;
         // Checked after the gang's shape, so that "needed" compares well-formed members.
-        for v in &victims {
-            if !shares_resources(v.placement.as_ref().map_or(&[][..], |g| &g.members[..]), &p.members) {
-                return reject(Rejection::Victim { victim: v.id, problem: VictimProblem::NotNeeded });
-            }
+        let held: Vec<&[MemberPlacement]> =
+            victims.iter().map(|v| v.placement.as_ref().map_or(&[][..], |g| &g.members[..])).collect();
+        let free_mib = |s: ServerId| self.servers[s.index()].free_memory_mib;
+        if let Some((v, _)) = victims.iter().zip(needed_victims(free_mib, &held, &p.members)).find(|(_, n)| !n) {
+            return reject(Rejection::Victim { victim: v.id, problem: VictimProblem::NotNeeded });
         }
         Ok(level)
     }
@@ -290,6 +322,43 @@ mod tests {
         };
         assert_eq!(rejection(v.preempt(&pre)).code(), "job_not_pending");
         assert!(invariants::check(&v).is_clean());
+    }
+
+    #[test]
+    fn a_victim_whose_memory_the_gang_needs_is_needed() {
+        let mut v = view(1);
+        let total = v.servers()[0].free_memory_mib;
+        let with_memory = |name: &str, priority: i32, mib: u32| JobSpec {
+            memory_mib_per_gpu: Some(mib),
+            ..spec(name, 1, 1, priority)
+        };
+        let sized = |gpus: u64, core: u32, mib: u32| MemberPlacement { memory_mib: mib, ..member(0, gpus, core) };
+        // A low-priority job on GPU 0 holds most of the memory; a small one on GPU 2 a little.
+        let hog = place(&mut v, with_memory("hog", 0, total / 2 + 1024), vec![sized(1, 0, total / 2 + 1024)], 1);
+        let small = place(&mut v, spec("small", 1, 1, 0), vec![member(0, 1 << 2, 2)], 2);
+        // A high-priority job wants GPU 1 and half the memory: it fits only without the hog.
+        let high = v.submit(with_memory("high", 10, total / 2)).expect("admitted");
+        let version = v.version();
+        let on = |id: u64, victims: Vec<crate::JobId>| Preemption {
+            proposal: Proposal {
+                id: ProposalId(id),
+                job: high,
+                members: vec![sized(2, 1, total / 2)],
+                based_on: version,
+            },
+            victims,
+            reason: "memory".into(),
+        };
+        let hash = v.state_hash();
+        // Not the small job, which it needs for nothing: its 1 GiB does not make room.
+        let r = rejection(v.preempt(&on(3, vec![hog, small])));
+        assert_eq!(r, Rejection::Victim { victim: small, problem: VictimProblem::NotNeeded }, "{r}");
+        assert_eq!(v.state_hash(), hash);
+        // The hog, for its memory alone.
+        assert!(matches!(v.preempt(&on(4, vec![hog])), Decision::Accepted { .. }));
+        assert_eq!(v.job(hog).expect("victim").state, JobState::Pending);
+        assert_eq!(v.job(small).expect("bystander").state, JobState::Placed);
+        assert!(invariants::check(&v).is_clean(), "{:?}", invariants::check(&v));
     }
 
     #[test]

@@ -906,12 +906,20 @@ impl World {
         let p = Proposal { id, job, members, based_on: self.view.version() };
         let pre =
             Preemption { proposal: p.clone(), victims: victims.iter().map(|v| v.id).collect(), reason: "test".into() };
+        // A victim is needed for a device or core the gang uses, or for memory: on a server where
+        // the gang asks more than is free with every victim released, less this one's.
         let uses = |v: &Job| {
             v.placement.as_ref().is_some_and(|pl| {
                 pl.members.iter().any(|h| {
                     p.members
                         .iter()
                         .any(|m| m.server == h.server && (m.gpus & h.gpus != 0 || m.cores.intersects(h.cores)))
+                }) || pl.members.iter().any(|h| {
+                    let asked: u64 =
+                        p.members.iter().filter(|m| m.server == h.server).map(|m| u64::from(m.memory_mib)).sum();
+                    let mine: u64 =
+                        pl.members.iter().filter(|x| x.server == h.server).map(|x| u64::from(x.memory_mib)).sum();
+                    asked > 0 && asked + mine > u64::from(released.servers()[h.server.index()].free_memory_mib)
                 })
             })
         };
