@@ -15,9 +15,10 @@
 //! - the target fits after the last move, and
 //! - every move is needed: the target, or a later move that is needed, takes devices, cores or
 //!   memory that the move released (a chain: one job makes room for a job moved off the
-//!   target). Memory is taken from what was free before the moves first, then from the
-//!   largest releases, so a move counts as needed for its memory only when the server lacks
-//!   that memory without the releases at least as large as its own.
+//!   target). A move takes memory from its own release first, then from what was free before
+//!   the moves, then from the largest releases of other moves, so a move counts as needed for
+//!   its memory only when the server lacks that memory without the releases at least as large
+//!   as its own.
 //!
 //! A resend of moves that were all applied is let through: the approver answers each
 //! `AlreadyApplied` and changes nothing.
@@ -86,20 +87,30 @@ impl Replay<'_> {
         r.rec.free_gpus &= !m.gpus;
         r.rec.free_cores = r.rec.free_cores.without(m.cores);
         r.rec.free_memory_mib -= m.memory_mib;
-        let from_before = m.memory_mib.min(r.free_before_mib);
-        r.free_before_mib -= from_before;
-        let mut memory = m.memory_mib - from_before;
-        // A move's own release first (it frees nothing for itself), then the largest, so that
-        // memory is counted against as few other moves as can give it.
+        // A move's own release first (it frees nothing for itself), then what was free before
+        // the moves, then the largest of the others' releases, so that memory is counted
+        // against as few other moves as can give it.
         r.released.sort_by_key(|x| (Some(x.by) != user, std::cmp::Reverse(x.memory_mib)));
-        for x in &mut r.released {
+        let own = r.released.iter().take_while(|x| Some(x.by) == user).count();
+        let mut memory = m.memory_mib;
+        for x in &mut r.released[..own] {
+            let mem = memory.min(x.memory_mib);
+            x.memory_mib -= mem;
+            memory -= mem;
+            x.gpus &= !m.gpus;
+            x.cores = x.cores.without(m.cores);
+        }
+        let from_before = memory.min(r.free_before_mib);
+        r.free_before_mib -= from_before;
+        memory -= from_before;
+        for x in &mut r.released[own..] {
             let mem = memory.min(x.memory_mib);
             let took = x.gpus & m.gpus != 0 || x.cores.intersects(m.cores) || mem > 0;
             x.gpus &= !m.gpus;
             x.cores = x.cores.without(m.cores);
             x.memory_mib -= mem;
             memory -= mem;
-            if took && Some(x.by) != user {
+            if took {
                 uses.push(x.by);
             }
         }
@@ -417,6 +428,38 @@ mod tests {
         // a's gigabyte is not needed once the hog's memory is free.
         let e = moves_help(&v, wide, &target, &[mv(a, member(1, 1 << 1, 4), 11), hog_off])
             .expect_err("a frees nothing needed");
+        assert!(e.contains("move 0"), "{e}");
+    }
+
+    #[test]
+    fn a_move_back_onto_its_own_members_is_not_needed_for_memory() {
+        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
+        let mut v = ClusterView::from_spec(&spec);
+        let submit_with = |v: &mut ClusterView, name: &str, gpus: u32, mib: u32| {
+            let mut s = JobSpec::simple(name, 1, gpus);
+            s.tolerate = LocalityLevel::Any;
+            s.memory_mib_per_gpu = Some(mib);
+            match v.apply(&Command::submit(s)) {
+                Outcome::Submitted(Ok(id)) => id,
+                o => panic!("{o:?}"),
+            }
+        };
+        // Server 0: 20 GiB free; n (GPU 0) and m (GPU 7) hold 10 GiB each, a filler the rest.
+        let total = v.servers()[0].free_memory_mib;
+        let at = |gpu: u32, mib: u32| MemberPlacement { memory_mib: mib, ..member(0, 1 << gpu, 4 * gpu) };
+        let filler = submit_with(&mut v, "filler", 1, total - 40_960);
+        place(&mut v, filler, vec![at(5, total - 40_960)], 1);
+        let n = submit_with(&mut v, "n", 1, 10_240);
+        place(&mut v, n, vec![at(0, 10_240)], 2);
+        let m = submit_with(&mut v, "m", 1, 10_240);
+        place(&mut v, m, vec![at(7, 10_240)], 3);
+        // Four GPUs 0-3 and 25 GiB: only n is in the way (with it gone, 30 GiB are free).
+        let t = submit_with(&mut v, "t", 4, 6_400);
+        let target = [MemberPlacement { memory_mib: 25_600, ..member(0, 0xf, 0) }];
+        let n_off = mv(n, MemberPlacement { memory_mib: 10_240, ..member(1, 1, 0) }, 10);
+        assert_eq!(moves_help(&v, t, &target, std::slice::from_ref(&n_off)), Ok(()));
+        // m moved back onto its own members (a restart for nothing) is refused.
+        let e = moves_help(&v, t, &target, &[mv(m, at(7, 10_240), 11), n_off]).expect_err("m is not needed");
         assert!(e.contains("move 0"), "{e}");
     }
 }
