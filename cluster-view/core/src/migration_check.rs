@@ -209,14 +209,24 @@ mod tests {
         MemberPlacement { server: ServerId(server), gpus, cores: CoreMask::range(core0, 4 * n), memory_mib: 1024 * n }
     }
 
-    fn submit(v: &mut ClusterView, name: &str, gpus: u32) -> JobId {
-        let mut s = JobSpec::simple(name, 1, gpus);
+    /// Two empty 8-GPU servers.
+    fn two_servers() -> ClusterView {
+        ClusterView::from_spec(&ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1))
+    }
+
+    /// A job of `members` members of `gpus` GPUs, `mib` of memory per GPU, that may spread.
+    fn submit_sized(v: &mut ClusterView, name: &str, members: u32, gpus: u32, mib: u32) -> JobId {
+        let mut s = JobSpec::simple(name, members, gpus);
         s.tolerate = LocalityLevel::Any;
-        s.memory_mib_per_gpu = Some(1024);
+        s.memory_mib_per_gpu = Some(mib);
         match v.apply(&Command::submit(s)) {
             Outcome::Submitted(Ok(id)) => id,
             o => panic!("{o:?}"),
         }
+    }
+
+    fn submit(v: &mut ClusterView, name: &str, gpus: u32) -> JobId {
+        submit_sized(v, name, 1, gpus, 1024)
     }
 
     fn place(v: &mut ClusterView, job: JobId, members: Vec<MemberPlacement>, id: u64) {
@@ -230,8 +240,7 @@ mod tests {
     /// Two 8-GPU servers; a 1-GPU job on GPU 0 of server 0 and one on GPU 0 of server 1, a
     /// third on GPU 1 of server 0; an 8-GPU job waits.
     fn fragmented() -> (ClusterView, [JobId; 3], JobId) {
-        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
-        let mut v = ClusterView::from_spec(&spec);
+        let mut v = two_servers();
         let a = submit(&mut v, "a", 1);
         let b = submit(&mut v, "b", 1);
         let c = submit(&mut v, "c", 1);
@@ -365,13 +374,7 @@ mod tests {
         let (mut v, [a, b, c], big) = fragmented();
         // A job holding all but 512 MiB of server 1's memory, on its GPU 7.
         let hold = v.servers()[1].free_memory_mib - 512;
-        let mut s = JobSpec::simple("hog", 1, 1);
-        s.tolerate = LocalityLevel::Any;
-        s.memory_mib_per_gpu = Some(hold);
-        let hog = match v.apply(&Command::submit(s)) {
-            Outcome::Submitted(Ok(id)) => id,
-            o => panic!("{o:?}"),
-        };
+        let hog = submit_sized(&mut v, "hog", 1, 1, hold);
         let m = MemberPlacement { server: ServerId(1), gpus: 1 << 7, cores: CoreMask::range(28, 4), memory_mib: hold };
         place(&mut v, hog, vec![m], 4);
         assert_eq!(v.servers()[1].free_memory_mib, 512);
@@ -385,17 +388,10 @@ mod tests {
 
     #[test]
     fn target_members_on_one_server_are_taken_together() {
-        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
-        let mut v = ClusterView::from_spec(&spec);
+        let mut v = two_servers();
         let a = submit(&mut v, "a", 1);
         place(&mut v, a, vec![member(0, 1, 0)], 1);
-        let mut s = JobSpec::simple("pair", 2, 4);
-        s.tolerate = LocalityLevel::Any;
-        s.memory_mib_per_gpu = Some(1024);
-        let pair = match v.apply(&Command::submit(s)) {
-            Outcome::Submitted(Ok(id)) => id,
-            o => panic!("{o:?}"),
-        };
+        let pair = submit_sized(&mut v, "pair", 2, 4, 1024);
         // Both members on GPUs 0-3 of server 0: they overlap, so the target is no placement.
         let e = moves_help(&v, pair, &[member(0, 0xf, 0), member(0, 0xf, 0)], &[mv(a, member(1, 1, 0), 10)])
             .expect_err("overlapping target");
@@ -404,24 +400,14 @@ mod tests {
 
     #[test]
     fn a_move_is_needed_for_memory_only_where_the_target_lacks_it() {
-        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
-        let mut v = ClusterView::from_spec(&spec);
-        let submit_with = |v: &mut ClusterView, name: &str, gpus: u32, mib: u32| {
-            let mut s = JobSpec::simple(name, 1, gpus);
-            s.tolerate = LocalityLevel::Any;
-            s.memory_mib_per_gpu = Some(mib);
-            match v.apply(&Command::submit(s)) {
-                Outcome::Submitted(Ok(id)) => id,
-                o => panic!("{o:?}"),
-            }
-        };
+        let mut v = two_servers();
         let a = submit(&mut v, "a", 1);
         place(&mut v, a, vec![member(0, 1, 0)], 1);
-        let hog = submit_with(&mut v, "hog", 1, 300_000);
+        let hog = submit_sized(&mut v, "hog", 1, 1, 300_000);
         let held = MemberPlacement { memory_mib: 300_000, ..member(0, 1 << 1, 4) };
         place(&mut v, hog, vec![held], 2);
         // Four free GPUs on server 0 but not the memory: 4 x 30,000 MiB.
-        let wide = submit_with(&mut v, "wide", 4, 30_000);
+        let wide = submit_sized(&mut v, "wide", 1, 4, 30_000);
         let target = [MemberPlacement { memory_mib: 120_000, ..member(0, 0xf0, 16) }];
         let hog_off = mv(hog, MemberPlacement { memory_mib: 300_000, ..member(1, 1, 0) }, 10);
         assert_eq!(moves_help(&v, wide, &target, std::slice::from_ref(&hog_off)), Ok(()));
@@ -433,28 +419,18 @@ mod tests {
 
     #[test]
     fn a_move_back_onto_its_own_members_is_not_needed_for_memory() {
-        let spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 2, 2, 1);
-        let mut v = ClusterView::from_spec(&spec);
-        let submit_with = |v: &mut ClusterView, name: &str, gpus: u32, mib: u32| {
-            let mut s = JobSpec::simple(name, 1, gpus);
-            s.tolerate = LocalityLevel::Any;
-            s.memory_mib_per_gpu = Some(mib);
-            match v.apply(&Command::submit(s)) {
-                Outcome::Submitted(Ok(id)) => id,
-                o => panic!("{o:?}"),
-            }
-        };
+        let mut v = two_servers();
         // Server 0: 20 GiB free; n (GPU 0) and m (GPU 7) hold 10 GiB each, a filler the rest.
         let total = v.servers()[0].free_memory_mib;
         let at = |gpu: u32, mib: u32| MemberPlacement { memory_mib: mib, ..member(0, 1 << gpu, 4 * gpu) };
-        let filler = submit_with(&mut v, "filler", 1, total - 40_960);
+        let filler = submit_sized(&mut v, "filler", 1, 1, total - 40_960);
         place(&mut v, filler, vec![at(5, total - 40_960)], 1);
-        let n = submit_with(&mut v, "n", 1, 10_240);
+        let n = submit_sized(&mut v, "n", 1, 1, 10_240);
         place(&mut v, n, vec![at(0, 10_240)], 2);
-        let m = submit_with(&mut v, "m", 1, 10_240);
+        let m = submit_sized(&mut v, "m", 1, 1, 10_240);
         place(&mut v, m, vec![at(7, 10_240)], 3);
         // Four GPUs 0-3 and 25 GiB: only n is in the way (with it gone, 30 GiB are free).
-        let t = submit_with(&mut v, "t", 4, 6_400);
+        let t = submit_sized(&mut v, "t", 1, 4, 6_400);
         let target = [MemberPlacement { memory_mib: 25_600, ..member(0, 0xf, 0) }];
         let n_off = mv(n, MemberPlacement { memory_mib: 10_240, ..member(1, 1, 0) }, 10);
         assert_eq!(moves_help(&v, t, &target, std::slice::from_ref(&n_off)), Ok(()));
