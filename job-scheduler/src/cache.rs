@@ -37,8 +37,6 @@ pub struct CacheState {
     pub jobs: HashMap<JobId, Job>,
     /// Server names, by id.
     pub server_names: Vec<String>,
-    /// Unhealthy devices per server (bit i = device i), by id.
-    pub unhealthy: Vec<u64>,
     /// The jobs holding GPUs, per server (for schedulers' [`crate::scheduler::Context`]).
     pub running: RunningIndex,
     /// GPU releases and run times seen in the change stream, timed on this copy's clock (for
@@ -61,7 +59,6 @@ impl CacheState {
             jobs: s.jobs.iter().map(|j| (j.id, j.clone())).collect(),
             running: RunningIndex::from_jobs(&s.jobs).with_preemption_bound(s.priorities.max_preemptions),
             server_names: s.server_names.clone(),
-            unhealthy: s.unhealthy.clone(),
             releases: ReleaseStats::new(),
             reservations: Reservations::new(),
             reserving: false,

@@ -98,6 +98,10 @@ pub struct LocalView {
     rack_count: usize,
     ib_count: usize,
     servers: Vec<ServerRecord>,
+    /// Unhealthy devices per server (bit i = device i): a released device stays taken when it
+    /// is here, which is what a search that gives running jobs' devices back must know
+    /// ([`crate::preemption`]).
+    unhealthy: Vec<u64>,
     // Index.
     key: Vec<u32>,
     pos: Vec<u32>,
@@ -120,6 +124,7 @@ impl LocalView {
     /// A copy of a snapshot, indexed.
     pub fn from_snapshot(s: &ViewSnapshot) -> LocalView {
         LocalView::build(s.version, &s.topologies, &s.config_sets, s.racks.len(), s.ib_domains.len(), &s.servers)
+            .with_unhealthy(|i| s.unhealthy.get(i).copied().unwrap_or(0))
     }
 
     /// A copy of a view (same as taking a snapshot, without copying jobs).
@@ -132,6 +137,13 @@ impl LocalView {
             v.ib_domains().len(),
             v.servers(),
         )
+        .with_unhealthy(|i| v.unhealthy_devices(ServerId(i as u32)))
+    }
+
+    /// This copy with each server's unhealthy devices from `of(index)`.
+    fn with_unhealthy(mut self, of: impl Fn(usize) -> u64) -> LocalView {
+        self.unhealthy = (0..self.servers.len()).map(of).collect();
+        self
     }
 
     fn build(
@@ -149,6 +161,7 @@ impl LocalView {
             rack_count: racks,
             ib_count: ibs,
             servers: servers.to_vec(),
+            unhealthy: vec![0; servers.len()],
             key: vec![0; servers.len()],
             pos: vec![NO_POS; servers.len()],
             buckets: Vec::new(),
@@ -200,6 +213,13 @@ impl LocalView {
     #[inline]
     pub fn servers(&self) -> &[ServerRecord] {
         &self.servers
+    }
+
+    /// A server's unhealthy devices (bit i = device i; 0 for an unknown server): a job that
+    /// releases one of them does not free it.
+    #[inline]
+    pub fn unhealthy_devices(&self, s: ServerId) -> u64 {
+        self.unhealthy.get(s.index()).copied().unwrap_or(0)
     }
 
     /// Number of racks.
@@ -269,7 +289,7 @@ impl LocalView {
 
     /// Applies a delta; returns false (and changes nothing) unless it starts at or before this
     /// copy's version and ends at or after it (an older delta would roll records back), and
-    /// every record fits its server.
+    /// every record, and every unhealthy-device mask it carries, fits its server.
     pub fn apply_delta(&mut self, d: &ViewDelta) -> bool {
         if d.from > self.version || d.to < self.version {
             return false;
@@ -277,7 +297,20 @@ impl LocalView {
         if !d.servers.iter().all(|(s, r)| self.fits(*s, r)) {
             return false;
         }
-        for &(s, r) in &d.servers {
+        let masks_fit = d.unhealthy.is_empty()
+            || (d.unhealthy.len() == d.servers.len()
+                && d.servers.iter().zip(&d.unhealthy).all(|((_, r), &bad)| {
+                    bad & !self.topology_of(r.config_set).all_devices() == 0 && bad & r.free_gpus == 0
+                }));
+        if !masks_fit {
+            return false;
+        }
+        for (&(s, r), &bad) in d.servers.iter().zip(&d.unhealthy) {
+            self.unhealthy[s.index()] = bad;
+            self.apply_server(s, r);
+        }
+        // A delta without masks (from a sender that carries none) leaves the masks held.
+        for &(s, r) in d.servers.iter().skip(d.unhealthy.len()) {
             self.apply_server(s, r);
         }
         self.version = self.version.max(d.to);
@@ -291,6 +324,7 @@ impl LocalView {
         if view.for_each_changed_server(self.version, |s, r| updates.push((s, *r))) {
             let n = updates.len();
             for (s, r) in updates {
+                self.unhealthy[s.index()] = view.unhealthy_devices(s);
                 self.apply_server(s, r);
             }
             self.version = view.version();

@@ -241,8 +241,13 @@ pub fn expected_wait_s(
         .map(|(i, r)| (i, overlay.get(tessera_view::ServerId(i as u32)).copied().unwrap_or(*r)))
         .filter(|(_, r)| typed(r))
         .collect();
-    let busy_total: u32 =
-        records.iter().map(|(_, r)| view.topology_of(r.config_set).devices - r.free_gpus.count_ones()).sum();
+    // An unhealthy device held by a job is not freed when the job ends: it is neither busy nor
+    // free here.
+    let bad = |s: usize| view.unhealthy_devices(ServerId(s as u32));
+    let busy_of = |s: usize, r: &ServerRecord| {
+        (view.topology_of(r.config_set).all_devices() & !r.free_gpus & !bad(s)).count_ones()
+    };
+    let busy_total: u32 = records.iter().map(|(s, r)| busy_of(*s, r)).sum();
     if busy_total == 0 {
         return None;
     }
@@ -255,15 +260,17 @@ pub fn expected_wait_s(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let by_limits = |s: usize, mask: u64, k: u32| stats.freed_by_limits_s(ServerId(s as u32), mask, k, now_s);
+    let by_limits = |s: usize, mask: u64, k: u32| stats.freed_by_limits_s(ServerId(s as u32), mask & !bad(s), k, now_s);
     let need = spec.total_gpus();
     if level.is_intra_server() {
         records
             .iter()
             .flat_map(|&(s, r)| {
                 let t = view.topology_of(r.config_set);
+                let healthy = !bad(s);
                 t.groups(level)
                     .into_iter()
+                    .map(move |g| g & healthy)
                     .filter(|g| g.count_ones() >= need)
                     .filter_map(move |g| {
                         let free = (r.free_gpus & g).count_ones();
@@ -283,9 +290,8 @@ pub fn expected_wait_s(
         let mut domains: BTreeMap<u32, Vec<(u32, u32, u32, usize)>> = BTreeMap::new();
         for &(s, r) in &records {
             let key = domain_of(view, &r, level);
-            let devices = view.topology_of(r.config_set).devices;
             let free = r.free_gpus.count_ones();
-            domains.entry(key).or_default().push((free / per, per - free % per, devices - free, s));
+            domains.entry(key).or_default().push((free / per, per - free % per, busy_of(s, &r), s));
         }
         domains
             .values_mut()
@@ -616,6 +622,36 @@ mod tests {
             expected_wait_s(&local, &Overlay::default(), spec, LocalityLevel::Server, &ReleaseStats::new(), 0.0),
             None
         );
+    }
+
+    #[test]
+    fn unhealthy_devices_a_job_holds_are_not_expected_to_be_released() {
+        let mut f = fixture();
+        let spec = f.view.job(f.job).expect("job").spec.clone();
+        let held = |v: &ClusterView, j: JobId| {
+            let m = v.job(j).and_then(|j| j.placement.as_ref()).expect("placed").members[0];
+            (m.server, m.gpus)
+        };
+        // Every GPU the first filler holds went bad: only the other server's 6 are busy, 1 GPU/s
+        // over 6, and its 2nd of 6 releases comes (1/6 + 1/5) × 6 s from now.
+        let (s0, gpus0) = held(&f.view, f.fillers[0]);
+        f.view.set_unhealthy_devices(s0, gpus0).expect("set");
+        let at = |v: &ClusterView| {
+            expected_wait_s(
+                &LocalView::of_view(v),
+                &Overlay::default(),
+                &spec,
+                LocalityLevel::Server,
+                &stats(1.0, 1.0),
+                0.0,
+            )
+        };
+        let w = at(&f.view).expect("estimated");
+        assert!((w - 6.0 * (1.0 / 6.0 + 1.0 / 5.0)).abs() < 1e-9, "{w}");
+        // And 5 of the other's 6: no server will have 4 healthy GPUs free.
+        let (s1, gpus1) = held(&f.view, f.fillers[1]);
+        f.view.set_unhealthy_devices(s1, gpus1 & (gpus1 - 1)).expect("set");
+        assert_eq!(at(&f.view), None);
     }
 
     #[test]

@@ -155,7 +155,7 @@ fn choose_among(
             let with_freed = |set: &[usize]| {
                 let mut rec = base;
                 for m in set.iter().flat_map(|&k| &candidates[k].members).filter(|m| m.server == s) {
-                    give_back(&mut rec, m);
+                    give_back(&mut rec, m, view.unhealthy_devices(s));
                 }
                 levels.iter().find_map(|&l| plan_on_server(topo, &rec, s, &req, spec.members, l, mode))
             };
@@ -243,9 +243,10 @@ fn needed_only(
     }
 }
 
-/// `rec` with `m`'s resources given back.
-fn give_back(rec: &mut ServerRecord, m: &MemberPlacement) {
-    rec.free_gpus |= m.gpus;
+/// `rec` with `m`'s resources given back, less the devices `unhealthy` (the view's
+/// `unhealthy_devices` of `m`'s server), which a release does not free.
+fn give_back(rec: &mut ServerRecord, m: &MemberPlacement, unhealthy: u64) {
+    rec.free_gpus |= m.gpus & !unhealthy;
     rec.free_cores = rec.free_cores.or(m.cores);
     rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
 }
@@ -305,7 +306,7 @@ impl Scratch<'_> {
         for &k in set {
             for m in &candidates[k].members {
                 let mut rec = self.copy.servers()[m.server.index()];
-                give_back(&mut rec, m);
+                give_back(&mut rec, m, self.copy.unhealthy_devices(m.server));
                 if self.copy.apply_server(m.server, rec) {
                     self.touched.insert(m.server);
                 }
@@ -434,5 +435,32 @@ mod tests {
         assert_eq!(victims, vec![cands[0].job, cands[2].job]);
         // Held to one server, no choice.
         assert_eq!(choose_victims(&local, &spec, LocalityLevel::Server, FitMode::Pack, 0, &offered), None);
+    }
+
+    /// Whether the approver takes `choice` for a preemptor of `spec`, submitted to `v` now.
+    fn approved(v: &mut ClusterView, spec: JobSpec, choice: &Choice) -> bool {
+        let job = v.submit(spec).expect("admitted");
+        let proposal = Proposal { id: ProposalId(99), job, members: choice.members.clone(), based_on: v.version() };
+        let pre = tessera_view::Preemption { proposal, victims: choice.victims.clone(), reason: "test".into() };
+        v.preempt(&pre).is_placed()
+    }
+
+    #[test]
+    fn a_victims_unhealthy_device_is_not_counted_as_freed() {
+        // Two full servers, one 8-GPU priority-0 job each; the one on server 0 started last (the
+        // least work lost), but one of its devices went bad and stays taken when it ends.
+        let (mut v, cands) = cluster(&[(8, 0, 0), (8, 1, 0)]);
+        v.set_unhealthy_devices(ServerId(0), 0b1000).expect("set");
+        let spec = JobSpec { priority: 1, ..JobSpec::simple("big", 1, 8) };
+        let c = choose_victims(&LocalView::of_view(&v), &spec, LocalityLevel::Any, FitMode::Pack, 0, &cands)
+            .expect("a choice");
+        assert_eq!(c.victims, vec![cands[1].job], "only server 1's victim frees 8 healthy GPUs");
+        assert!(approved(&mut v, spec, &c), "the approver takes the choice");
+        // Across servers too: a 16-GPU gang needs all 16 devices, and one stays taken.
+        let (mut v, cands) = cluster(&[(8, 0, 0), (8, 1, 0)]);
+        let pair = JobSpec { priority: 1, ..JobSpec::simple("pair", 2, 8) };
+        assert!(choose_victims(&LocalView::of_view(&v), &pair, LocalityLevel::Any, FitMode::Pack, 0, &cands).is_some());
+        v.set_unhealthy_devices(ServerId(1), 0b1).expect("set");
+        assert_eq!(choose_victims(&LocalView::of_view(&v), &pair, LocalityLevel::Any, FitMode::Pack, 0, &cands), None);
     }
 }

@@ -408,18 +408,21 @@ pub fn drain(
     if spec.members > 1 && level.is_intra_server() {
         return None;
     }
-    // (server, free, busy, devices) of the Up servers of the job's type.
-    let mut by_domain: BTreeMap<u32, Vec<(ServerId, u32, u32)>> = BTreeMap::new();
+    // (server, free, busy, healthy devices) of the Up servers of the job's type; an unhealthy
+    // device a job holds is not freed when it ends, so it is not busy here.
+    let mut by_domain: BTreeMap<u32, Vec<(ServerId, u32, u32, u64)>> = BTreeMap::new();
     let mut busy_total = 0;
     for (i, r) in view.servers().iter().enumerate() {
         if !locality_cost::can_hold_member(view, r, spec) {
             continue;
         }
-        let devices = view.topology_of(r.config_set).devices;
+        let s = ServerId(i as u32);
+        let healthy = view.topology_of(r.config_set).all_devices() & !view.unhealthy_devices(s);
         let free = r.free_gpus.count_ones();
-        busy_total += devices - free;
+        let busy = (healthy & !r.free_gpus).count_ones();
+        busy_total += busy;
         let key = if spec.members == 1 { i as u32 } else { locality_cost::domain_of(view, r, level) };
-        by_domain.entry(key).or_default().push((ServerId(i as u32), free, devices - free));
+        by_domain.entry(key).or_default().push((s, free, busy, healthy));
     }
     let per_gpu_rate = stats.release_rate().filter(|_| busy_total > 0).map(|r| r / f64::from(busy_total));
     by_domain
@@ -431,7 +434,7 @@ pub fn drain(
 /// One domain's drain: the servers with free member slots first, then those needing the fewest
 /// GPUs released for one more, until the gang's members are covered.
 fn plan_domain(
-    mut servers: Vec<(ServerId, u32, u32)>,
+    mut servers: Vec<(ServerId, u32, u32, u64)>,
     members: u32,
     per: u32,
     per_gpu_rate: Option<f64>,
@@ -439,7 +442,7 @@ fn plan_domain(
     now_s: f64,
 ) -> Option<Drain> {
     // Slots a server holds when drained, and the GPUs to release for them.
-    servers.sort_by_key(|&(s, free, busy)| {
+    servers.sort_by_key(|&(s, free, busy, _)| {
         let slots_now = free / per;
         (Reverse(slots_now), busy, s)
     });
@@ -447,7 +450,7 @@ fn plan_domain(
     let mut chosen = Vec::new();
     let (mut free_held, mut to_release, mut busy_held) = (0u32, 0u32, 0u32);
     let mut by_limits: Option<f64> = Some(0.0);
-    for &(s, free, busy) in &servers {
+    for &(s, free, busy, healthy) in &servers {
         if covered >= members {
             break;
         }
@@ -462,7 +465,7 @@ fn plan_domain(
         free_held += free;
         to_release += need;
         busy_held += busy;
-        by_limits = match (by_limits, stats.freed_by_limits_s(s, u64::MAX, need, now_s)) {
+        by_limits = match (by_limits, stats.freed_by_limits_s(s, healthy, need, now_s)) {
             (Some(w), Some(l)) => Some(w.max(l)),
             _ => None,
         };
@@ -563,6 +566,18 @@ mod tests {
         // A level that cannot hold two members over servers has no drain; nothing observed, none.
         assert_eq!(drain(&f.local(), &spec, LocalityLevel::Server, &stats(), 1_000.0), None);
         assert_eq!(drain(&f.local(), &spec, LocalityLevel::Any, &ReleaseStats::new(), 1_000.0), None);
+    }
+
+    #[test]
+    fn a_server_with_an_unhealthy_device_held_is_not_drained_for_a_whole_member() {
+        let mut f = fixture();
+        let spec = f.view.job(f.gang).expect("gang").spec.clone();
+        // One of the 2 GPUs busy on server 1 went bad: it will not be freed, so server 1 never
+        // holds an 8-GPU member; the next fewest busy after server 2 are server 0's 8.
+        let held = f.view.servers()[1].free_gpus ^ 0xff;
+        f.view.set_unhealthy_devices(ServerId(1), held & held.wrapping_neg()).expect("set");
+        let d = drain(&f.local(), &spec, LocalityLevel::Any, &stats(), 1_000.0).expect("a drain");
+        assert_eq!(d.servers, vec![ServerId(0), ServerId(2)]);
     }
 
     /// The fixture's load amplification: 22 of 32 GPUs busy, so a backlog clears 32/10 times

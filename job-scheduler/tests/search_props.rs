@@ -220,3 +220,54 @@ fn local_view_refuses_impossible_records_and_stale_deltas() {
     assert!(!local.apply_delta(&old), "a delta ending before the copy's version must be refused");
     assert_eq!(local.servers(), view.servers());
 }
+
+/// A record shows which devices are free, not which held ones stay taken when their job ends:
+/// the copy learns each server's unhealthy devices from snapshots, deltas and `catch_up`, and
+/// refuses masks that cannot be (beyond the topology, or listing a free device).
+#[test]
+fn local_view_follows_unhealthy_devices_through_deltas() {
+    let topo = Topology::preset("seed-8gpu").expect("preset");
+    let mut view = ClusterView::from_spec(&ClusterSpec::uniform(topo, 2, 2, 1));
+    let job = view.submit(JobSpec::simple("j", 1, 8)).expect("fits");
+    let spec = view.job(job).expect("job").spec.clone();
+    let f =
+        find_placement(&LocalView::of_view(&view), &Overlay::default(), &spec, LocalityLevel::Any, FitMode::Pack, 0)
+            .expect("fits");
+    let s = f.members[0].server;
+    assert!(
+        view.propose(&Proposal { id: ProposalId(1), job, members: f.members, based_on: view.version() }).is_placed()
+    );
+    let mut local = LocalView::of_view(&view);
+    let mut behind = LocalView::of_view(&view);
+    let v0 = view.version();
+    // A held device goes bad: the record does not change (the device was not free), the mask does.
+    view.set_unhealthy_devices(s, 0b101).expect("set");
+    let d = view.delta_since(v0).expect("delta");
+    assert_eq!(d.unhealthy.len(), d.servers.len());
+    assert!(local.apply_delta(&d));
+    assert_eq!(local.unhealthy_devices(s), 0b101);
+    assert_eq!(LocalView::of_view(&view).unhealthy_devices(s), 0b101);
+    assert_eq!(LocalView::from_snapshot(&view.snapshot()).unhealthy_devices(s), 0b101);
+    assert_eq!(behind.catch_up(&view), 1);
+    assert_eq!(behind.unhealthy_devices(s), 0b101);
+    // A delta that carries no masks leaves them; one that cannot be is refused whole.
+    let v1 = view.version();
+    view.set_unhealthy_devices(s, 0b1).expect("set");
+    let mut bare = view.delta_since(v1).expect("delta");
+    bare.unhealthy.clear();
+    assert!(local.apply_delta(&bare));
+    assert_eq!(local.unhealthy_devices(s), 0b101);
+    let other = ServerId(1 - s.0);
+    for bad in [1u64 << 40, view.server(other).expect("server").free_gpus & 1] {
+        let mut d = view.delta_since(v1).expect("delta");
+        d.servers.push((other, *view.server(other).expect("server")));
+        d.unhealthy.push(bad);
+        assert!(!local.apply_delta(&d), "mask {bad:#x} on {other:?} must be refused");
+        assert_eq!(local.unhealthy_devices(s), 0b101, "a refused delta changes nothing");
+    }
+    // Healthy again.
+    view.set_unhealthy_devices(s, 0).expect("set");
+    assert!(local.apply_delta(&view.delta_since(v1).expect("delta")));
+    assert_eq!(local.unhealthy_devices(s), 0);
+    assert_eq!(local.servers(), view.servers());
+}

@@ -1124,6 +1124,7 @@ impl From<&ViewDelta> for v1::ViewDelta {
             to: d.to.0,
             servers: d.servers.iter().map(Into::into).collect(),
             jobs: d.jobs.iter().map(Into::into).collect(),
+            unhealthy: d.unhealthy.clone(),
         }
     }
 }
@@ -1136,10 +1137,31 @@ impl TryFrom<v1::ViewDelta> for ViewDelta {
         if w.from > w.to {
             return Err(WireError::out_of_range("ViewDelta", "from", w.from, format!("after to = {}", w.to)));
         }
+        if !w.unhealthy.is_empty() && w.unhealthy.len() != w.servers.len() {
+            return Err(WireError::invalid(
+                "ViewDelta",
+                "unhealthy",
+                format!("{} entries for {} servers", w.unhealthy.len(), w.servers.len()),
+            ));
+        }
+        let servers: Vec<(ServerId, ServerRecord)> = convert_all(w.servers, "servers")?;
+        // An unhealthy device is never free (the view's invariant).
+        if let Some(((s, r), bad)) = servers.iter().zip(&w.unhealthy).find(|((_, r), bad)| r.free_gpus & **bad != 0) {
+            return Err(WireError::invalid(
+                "ViewDelta",
+                "unhealthy",
+                format!(
+                    "server {} lists devices {} free and unhealthy",
+                    s.0,
+                    tessera_view::mask::format_indices(r.free_gpus & bad)
+                ),
+            ));
+        }
         Ok(ViewDelta {
             from: ViewVersion(w.from),
             to: ViewVersion(w.to),
-            servers: convert_all(w.servers, "servers")?,
+            servers,
+            unhealthy: w.unhealthy,
             jobs: convert_all(w.jobs, "jobs")?,
         })
     }
@@ -1581,6 +1603,30 @@ mod tests {
         assert!(Proposal::try_from(many).is_err());
         let backwards = v1::ViewDelta { from: 5, to: 4, ..Default::default() };
         assert!(ViewDelta::try_from(backwards).is_err());
+    }
+
+    /// A delta carries each changed server's unhealthy devices beside its record: one mask per
+    /// record or none, and never a device listed free.
+    #[test]
+    fn deltas_carry_unhealthy_devices_per_changed_server() {
+        let mut view = ClusterView::from_spec(&ClusterSpec::uniform(seed(), 2, 2, 1));
+        let v0 = view.version();
+        view.set_unhealthy_devices(ServerId(1), 0b110).expect("set");
+        let d = view.delta_since(v0).expect("delta");
+        assert_eq!(d.unhealthy, vec![0b110]);
+        let back = ViewDelta::try_from(wire_trip(&v1::ViewDelta::from(&d))).expect("valid");
+        assert_eq!(back, d);
+        let mut w = v1::ViewDelta::from(&d);
+        w.unhealthy.push(0);
+        assert!(matches!(ViewDelta::try_from(w), Err(WireError::Invalid { field: "unhealthy", .. })));
+        let mut w = v1::ViewDelta::from(&d);
+        w.unhealthy[0] = 0b1;
+        let e = ViewDelta::try_from(w).expect_err("device 0 is free");
+        assert!(e.to_string().contains("free and unhealthy"), "{e}");
+        // A sender that carries none.
+        let mut w = v1::ViewDelta::from(&d);
+        w.unhealthy.clear();
+        assert!(ViewDelta::try_from(w).expect("valid").unhealthy.is_empty());
     }
 
     /// A removed server is a tombstone on the wire too: held by no job, offering nothing, not

@@ -55,6 +55,12 @@ pub struct ViewDelta {
     pub to: ViewVersion,
     /// Current records of servers that changed.
     pub servers: Vec<(ServerId, ServerRecord)>,
+    /// The unhealthy devices of each server in `servers`, in the same order (bit `i` = device
+    /// `i`; [`ClusterView::unhealthy_devices`]): a record shows which devices are free, not
+    /// which held ones will stay taken when their job releases them. Empty when the sender
+    /// carried none (a peer that predates the field): the reader keeps the masks it holds.
+    #[serde(default)]
+    pub unhealthy: Vec<u64>,
     /// Current records of jobs that changed (ended jobs may be absent if forgotten).
     pub jobs: Vec<Job>,
 }
@@ -614,6 +620,7 @@ impl ClusterView {
         Some(ViewDelta {
             from: since,
             to: self.version,
+            unhealthy: servers.iter().map(|s| self.unhealthy[s.index()]).collect(),
             servers: servers.into_iter().map(|s| (s, self.servers[s.index()])).collect(),
             jobs: jobs.into_iter().filter_map(|j| self.jobs.get(&j).cloned()).collect(),
         })
