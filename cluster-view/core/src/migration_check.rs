@@ -9,6 +9,9 @@
 //! only when
 //! - the target is a placement of the job's shape (members, devices and cores of its servers'
 //!   topologies, what one member asks, within the job's locality) that does not fit now,
+//! - every moved job is one the planner's rules may move, whatever a host's parameters: a
+//!   one-member job of fewer GPUs than the job it is moved for
+//!   ([`crate::migration_planner::movable_for`]),
 //! - every move is one the approver would accept when the moves are applied in the order given:
 //!   a placed or running job, named once, each of its members moved, of its shape and locality,
 //!   its new members free once the moves before it (and its own old members) are released,
@@ -163,6 +166,14 @@ pub fn moves_help(
         let now = moved.placement.as_ref().ok_or_else(|| bad("the job holds no placement".into()))?;
         if !matches!(moved.state, JobState::Placed | JobState::Running) {
             return Err(bad(format!("the job is {}; only a placed or running job can be moved", moved.state.as_str())));
+        }
+        if !crate::migration_planner::movable_for(moved, j.spec.total_gpus()) {
+            return Err(bad(format!(
+                "a job of {} members and {} GPUs is not moved for job {job} of {} GPUs: only one-member jobs of fewer GPUs are",
+                moved.spec.members,
+                moved.spec.total_gpus(),
+                j.spec.total_gpus()
+            )));
         }
         let (_, to) = view.gang_shape(p, &moved.spec).map_err(|r| bad(r.to_string()))?;
         for m in &now.members {
@@ -330,11 +341,11 @@ mod tests {
     #[test]
     fn a_swap_is_refused() {
         let (mut v, [a, b, _], _) = fragmented();
-        // A 1-GPU job that wants GPU 0 of server 0 (a's) while b holds GPU 0 of server 1:
-        // swapping a and b frees nothing either can take first.
-        let small = submit(&mut v, "small", 1);
+        // A 2-GPU job that wants GPUs 0 and 1 of server 0 (a's and c's) while b holds GPU 0 of
+        // server 1: swapping a and b frees nothing either can take first.
+        let pair = submit(&mut v, "pair", 2);
         let swap = [mv(a, member(1, 1, 0), 10), mv(b, member(0, 1, 0), 11)];
-        let e = moves_help(&v, small, &[member(0, 1, 0)], &swap).expect_err("a swap never applies");
+        let e = moves_help(&v, pair, &[member(0, 0b11, 0)], &swap).expect_err("a swap never applies");
         assert!(e.contains("move 0") && e.contains("applied in order"), "{e}");
     }
 
@@ -357,6 +368,40 @@ mod tests {
         let e = moves_help(&v, big, &target, &[mv(a, member(1, 1 << 1, 4), 1), mv(c, member(1, 1 << 2, 8), 11)])
             .expect_err("id 1 placed a");
         assert!(e.contains("move 0") && e.contains("used before"), "{e}");
+    }
+
+    #[test]
+    fn only_one_member_jobs_smaller_than_the_blocked_job_are_moved() {
+        let mut v = two_servers();
+        // Server 0: a 4-GPU job and one 2-GPU member of a two-member gang, whose other member
+        // is on server 1.
+        let four = submit(&mut v, "four", 4);
+        place(&mut v, four, vec![member(0, 0x0f, 0)], 1);
+        let pair = submit_sized(&mut v, "pair", 2, 2, 1024);
+        place(&mut v, pair, vec![member(0, 0x30, 16), member(1, 0x03, 0)], 2);
+        // A pending 4-GPU job that needs server 0's low half: the 4-GPU job is not smaller.
+        let blocked = submit(&mut v, "blocked", 4);
+        let e = moves_help(&v, blocked, &[member(0, 0x0f, 0)], &[mv(four, member(1, 0xf0, 16), 10)])
+            .expect_err("as large as the blocked job");
+        assert!(e.contains("move 0") && e.contains("only one-member jobs of fewer GPUs"), "{e}");
+        // A pending 8-GPU job that needs server 0 whole: the 4-GPU job may move, the gang may not.
+        let big = submit(&mut v, "big", 8);
+        let e = moves_help(
+            &v,
+            big,
+            &[member(0, 0xff, 0)],
+            &[
+                mv(four, member(1, 0xf0, 16), 10),
+                Proposal {
+                    id: ProposalId(11),
+                    job: pair,
+                    members: vec![member(1, 0x0c, 8), member(1, 0x03, 0)],
+                    based_on: ViewVersion(0),
+                },
+            ],
+        )
+        .expect_err("a gang of two members");
+        assert!(e.contains("move 1") && e.contains("2 members"), "{e}");
     }
 
     #[test]

@@ -268,6 +268,14 @@ fn may_move(j: &Job, total: u32, remaining_s: &BTreeMap<JobId, f64>, params: &Mi
         && remaining_s.get(&j.id).is_none_or(|r| *r >= params.min_remaining_s)
 }
 
+/// The rules of [`may_move`] the view itself can check, whatever a host's parameters: `j` is a
+/// one-member job of fewer GPUs than the `blocked_gpus` of the job it is moved for. The leader
+/// holds a host's moves to them too ([`crate::migration_check::moves_help`]), so that a host can
+/// restart no larger gang, nor one of several members, to make room for its own job.
+pub fn movable_for(j: &Job, blocked_gpus: u32) -> bool {
+    j.spec.members == 1 && j.spec.total_gpus() < blocked_gpus
+}
+
 /// Every running member, by server: one list, sorted by server, and where each server's part
 /// starts (one allocation per plan instead of one per server).
 struct Holders<'a> {
@@ -300,7 +308,7 @@ fn holders<'a>(
     for j in view.placed_jobs() {
         let Some(p) = &j.placement else { continue };
         let total = j.spec.total_gpus();
-        let movable = j.id != blocked && total < blocked_gpus && may_move(j, total, remaining_s, params);
+        let movable = j.id != blocked && movable_for(j, blocked_gpus) && may_move(j, total, remaining_s, params);
         for m in &p.members {
             let shape = movable.then(|| {
                 let shape = Shape::of(&j.spec, home_level(j), m.cores.count());
