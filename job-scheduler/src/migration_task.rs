@@ -127,12 +127,36 @@ pub(crate) async fn run(
                         "migration: no moves within the planner's bounds free a group for these blocked jobs"
                     );
                 }
-                let Some((plan, accepted)) = sent else { continue };
+                let Some((plan, answer)) = sent else { continue };
                 let now = Instant::now();
-                for job in &accepted {
-                    moved_at.insert(*job, now);
+                for job in answer.cooled(&plan) {
+                    moved_at.insert(job, now);
                 }
-                metrics.migrated(accepted.len(), plan.moves.len().saturating_sub(accepted.len()));
+                let decided = match answer {
+                    Answer::Decided(decided) => decided,
+                    Answer::Lost(e) => {
+                        tracing::warn!(
+                            host = %host,
+                            job_id = plan.job.0,
+                            error = %crate::host::chain(&e),
+                            jobs = ?plan.moves.iter().map(|m| m.job.0).collect::<Vec<_>>(),
+                            "migration: the answer to a Migrate was lost; the jobs it names are not moved again until the cooldown ends, as if moved"
+                        );
+                        continue;
+                    }
+                };
+                let accepted: Vec<JobId> = decided.iter().filter(|(_, d)| *d == Some(true)).map(|(j, _)| *j).collect();
+                let refused = decided.iter().filter(|(_, d)| *d == Some(false)).count();
+                metrics.migrated(accepted.len(), refused);
+                let unknown: Vec<u64> = decided.iter().filter(|(_, d)| d.is_none()).map(|(j, _)| j.0).collect();
+                if !unknown.is_empty() {
+                    tracing::warn!(
+                        host = %host,
+                        job_id = plan.job.0,
+                        jobs = ?unknown,
+                        "migration: the leader does not know whether these moves were applied; the jobs are not moved again until the cooldown ends, as if moved"
+                    );
+                }
                 tracing::info!(
                     host = %host,
                     job_id = plan.job.0,
@@ -238,8 +262,31 @@ pub(crate) fn planner_estimates(cooled: impl IntoIterator<Item = JobId>) -> BTre
 struct Round {
     /// Candidates for which the planner found no moves within its bounds.
     unplanned: usize,
-    /// The plan sent and the jobs whose move the approver accepted, if any.
-    sent: Option<(MigrationPlan, Vec<JobId>)>,
+    /// The plan sent and what came back, if a plan was sent.
+    sent: Option<(MigrationPlan, Answer)>,
+}
+
+/// What came back for a sent plan.
+#[derive(Debug)]
+enum Answer {
+    /// Per move, its job and whether the approver placed it (`None`: the leader answered that
+    /// the outcome is unknown, e.g. it lost leadership while the command was in flight).
+    Decided(Vec<(JobId, Option<bool>)>),
+    /// No answer (the call failed after it was sent: a leader change, a timeout): the moves
+    /// may or may not have been applied.
+    Lost(SchedulerError),
+}
+
+impl Answer {
+    /// The jobs that go into the cooldown: those moved, and those whose move may have been
+    /// (its outcome unknown, or the whole answer lost): a job moved twice within the cooldown
+    /// restarts twice for one blocked job.
+    fn cooled(&self, plan: &MigrationPlan) -> Vec<JobId> {
+        match self {
+            Answer::Decided(decided) => decided.iter().filter(|(_, d)| *d != Some(false)).map(|(j, _)| *j).collect(),
+            Answer::Lost(_) => plan.moves.iter().map(|m| m.job).collect(),
+        }
+    }
 }
 
 /// Plans for the first candidate that needs moves and submits them ([`Round::sent`], `None`
@@ -294,20 +341,26 @@ async fn step(
                 v1::Proposal::from(&p)
             })
             .collect();
-        let results = client
-            .migrate(Some(job.0), plan.target.iter().map(v1::MemberPlacement::from).collect(), moves)
-            .await
-            .map_err(|source| SchedulerError::Call { call: "Migrate", source })?;
-        let accepted: Vec<JobId> = plan
+        let results =
+            match client.migrate(Some(job.0), plan.target.iter().map(v1::MemberPlacement::from).collect(), moves).await
+            {
+                Ok(results) => results,
+                Err(source) => {
+                    round.sent = Some((plan, Answer::Lost(SchedulerError::Call { call: "Migrate", source })));
+                    return Ok(round);
+                }
+            };
+        // A result missing or without a decision is an unknown outcome.
+        let decided: Vec<(JobId, Option<bool>)> = plan
             .moves
             .iter()
-            .zip(&results)
-            .filter(|(_, r)| {
-                r.decision.clone().map(RemoteDecision::try_from).is_some_and(|d| d.is_ok_and(|d| d.is_placed()))
+            .enumerate()
+            .map(|(i, m)| {
+                let d = results.get(i).and_then(|r| r.decision.clone()).map(RemoteDecision::try_from);
+                (m.job, d.and_then(Result::ok).map(|d| d.is_placed()))
             })
-            .map(|(m, _)| m.job)
             .collect();
-        round.sent = Some((plan, accepted));
+        round.sent = Some((plan, Answer::Decided(decided)));
         return Ok(round);
     }
     Ok(round)
@@ -361,6 +414,21 @@ mod tests {
         assert!(!may_plan_for(&local, job(nine), 0.5));
         // Under the utilization bound: a free group turns up by itself.
         assert!(!may_plan_for(&local, job(eight), 0.6));
+    }
+
+    #[test]
+    fn jobs_whose_move_may_have_been_applied_are_cooled() {
+        let mv = |j: u64| migration_planner::Move { job: JobId(j), from: Vec::new(), to: Vec::new() };
+        let plan = MigrationPlan {
+            job: JobId(9),
+            target: Vec::new(),
+            level: LocalityLevel::Any,
+            moves: vec![mv(1), mv(2), mv(3)],
+            cost_gpu_s: 0.0,
+        };
+        let decided = Answer::Decided(vec![(JobId(1), Some(false)), (JobId(2), Some(true)), (JobId(3), None)]);
+        assert_eq!(decided.cooled(&plan), vec![JobId(2), JobId(3)], "moved, and perhaps moved");
+        assert_eq!(Answer::Lost(SchedulerError::NoSnapshot).cooled(&plan), vec![JobId(1), JobId(2), JobId(3)]);
     }
 
     #[test]
