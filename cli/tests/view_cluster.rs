@@ -7,7 +7,8 @@
 //! - `submissions_are_admitted_once_across_a_leader_kill`: submissions under request ids, the
 //!   leader killed among them, every request sent again: each job admitted exactly once.
 //! - `api_contract`: leader hints on follower writes, linearizable follower reads, watch
-//!   deltas, refusals of malformed, oversized and unknown input with a status that says why.
+//!   deltas (a device reported unhealthy among them), refusals of malformed, oversized and
+//!   unknown input with a status that says why.
 //! - `membership_and_foreign_data_dir`: a replica added through a raft conf change catches up
 //!   and is removed again; a data directory of another cluster is refused at start.
 //! - `registration_heartbeat_and_lease_expiry`: node-agent registration checks the server and
@@ -280,6 +281,24 @@ fn api_contract() {
             }
             other => panic!("expected a delta, got {other:?}"),
         }
+        // A device reported unhealthy reaches watchers beside its server's record (a host's
+        // victim choice needs to know it stays taken).
+        c.heartbeat(0, Some(0b10), vec!["GPU 1: test".into()], "").await.expect("heartbeat");
+        let t0 = std::time::Instant::now();
+        let mask = loop {
+            let left = Duration::from_secs(10).saturating_sub(t0.elapsed());
+            let ev = tokio::time::timeout(left, watch.message()).await.expect("the server's change in time");
+            match ev.expect("stream").expect("event").event {
+                Some(v1::watch_event::Event::Delta(d)) => {
+                    if let Some(i) = d.servers.iter().position(|e| e.server_id == 0) {
+                        assert_eq!(d.unhealthy.len(), d.servers.len(), "one mask per record: {d:?}");
+                        break d.unhealthy[i];
+                    }
+                }
+                other => panic!("expected a delta, got {other:?}"),
+            }
+        };
+        assert_eq!(mask, 0b10);
 
         // Linearizable read on the follower sees the write; so does GetJob.
         let s = raw.snapshot(v1::ReadRequest { linearizable: true }).await.expect("read").into_inner();
