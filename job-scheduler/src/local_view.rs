@@ -11,7 +11,7 @@
 //! multi-server gang can count member slots per rack without visiting servers.
 
 use crate::error::SchedulerError;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use tessera_view::{
     ClusterView, ConfigSet, ConfigSetId, Health, LocalityLevel, ServerId, ServerRecord, Topology, ViewDelta,
     ViewSnapshot, ViewVersion,
@@ -98,10 +98,11 @@ pub struct LocalView {
     rack_count: usize,
     ib_count: usize,
     servers: Vec<ServerRecord>,
-    /// Unhealthy devices per server (bit i = device i): a released device stays taken when it
-    /// is here, which is what a search that gives running jobs' devices back must know
-    /// ([`crate::preemption`]).
-    unhealthy: Vec<u64>,
+    /// Unhealthy devices of the servers that have any (bit i = device i): a released device
+    /// stays taken when it is here, which is what a search that gives running jobs' devices back
+    /// must know ([`crate::preemption`]). Sparse: most servers have none, and the copy's cost
+    /// per server stays the record and its index entries.
+    unhealthy: BTreeMap<ServerId, u64>,
     // Index.
     key: Vec<u32>,
     pos: Vec<u32>,
@@ -142,8 +143,19 @@ impl LocalView {
 
     /// This copy with each server's unhealthy devices from `of(index)`.
     fn with_unhealthy(mut self, of: impl Fn(usize) -> u64) -> LocalView {
-        self.unhealthy = (0..self.servers.len()).map(of).collect();
+        for i in 0..self.servers.len() {
+            self.set_unhealthy(ServerId(i as u32), of(i));
+        }
         self
+    }
+
+    /// Records server `s`'s unhealthy devices (a known server's only).
+    fn set_unhealthy(&mut self, s: ServerId, devices: u64) {
+        if devices == 0 {
+            self.unhealthy.remove(&s);
+        } else if s.index() < self.servers.len() {
+            self.unhealthy.insert(s, devices);
+        }
     }
 
     fn build(
@@ -161,7 +173,7 @@ impl LocalView {
             rack_count: racks,
             ib_count: ibs,
             servers: servers.to_vec(),
-            unhealthy: vec![0; servers.len()],
+            unhealthy: BTreeMap::new(),
             key: vec![0; servers.len()],
             pos: vec![NO_POS; servers.len()],
             buckets: Vec::new(),
@@ -219,7 +231,7 @@ impl LocalView {
     /// releases one of them does not free it.
     #[inline]
     pub fn unhealthy_devices(&self, s: ServerId) -> u64 {
-        self.unhealthy.get(s.index()).copied().unwrap_or(0)
+        self.unhealthy.get(&s).copied().unwrap_or(0)
     }
 
     /// Number of racks.
@@ -306,11 +318,13 @@ impl LocalView {
             return false;
         }
         for (&(s, r), &bad) in d.servers.iter().zip(&d.unhealthy) {
-            self.unhealthy[s.index()] = bad;
+            self.set_unhealthy(s, bad);
             self.apply_server(s, r);
         }
-        // A delta without masks (from a sender that carries none) leaves the masks held.
+        // A delta without masks (from a sender that carries none) leaves the masks held, less
+        // the devices its records show free (healthy again, since a sick device is never free).
         for &(s, r) in d.servers.iter().skip(d.unhealthy.len()) {
+            self.set_unhealthy(s, self.unhealthy_devices(s));
             self.apply_server(s, r);
         }
         self.version = self.version.max(d.to);
@@ -324,7 +338,7 @@ impl LocalView {
         if view.for_each_changed_server(self.version, |s, r| updates.push((s, *r))) {
             let n = updates.len();
             for (s, r) in updates {
-                self.unhealthy[s.index()] = view.unhealthy_devices(s);
+                self.set_unhealthy(s, view.unhealthy_devices(s));
                 self.apply_server(s, r);
             }
             self.version = view.version();

@@ -242,7 +242,8 @@ pub fn expected_wait_s(
         .filter(|(_, r)| typed(r))
         .collect();
     // An unhealthy device held by a job is not freed when the job ends: it is neither busy nor
-    // free here.
+    // free here. (The observed rate still counts every GPU a job released, unhealthy ones
+    // included, which the stats cannot tell apart: slightly optimistic where a device is bad.)
     let bad = |s: usize| view.unhealthy_devices(ServerId(s as u32));
     let busy_of = |s: usize, r: &ServerRecord| {
         (view.topology_of(r.config_set).all_devices() & !r.free_gpus & !bad(s)).count_ones()

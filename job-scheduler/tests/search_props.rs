@@ -265,6 +265,12 @@ fn local_view_follows_unhealthy_devices_through_deltas() {
         assert!(!local.apply_delta(&d), "mask {bad:#x} on {other:?} must be refused");
         assert_eq!(local.unhealthy_devices(s), 0b101, "a refused delta changes nothing");
     }
+    // The job ends: a delta without masks shows devices 1-7 free, so they are healthy again.
+    view.apply(&tessera_view::Command::Release { job, failed: false });
+    let mut bare = view.delta_since(v1).expect("delta");
+    bare.unhealthy.clear();
+    assert!(local.apply_delta(&bare));
+    assert_eq!(local.unhealthy_devices(s), 0b1, "device 2 is free, device 0 is not");
     // Healthy again.
     view.set_unhealthy_devices(s, 0).expect("set");
     assert!(local.apply_delta(&view.delta_since(v1).expect("delta")));
