@@ -140,7 +140,7 @@ pub(crate) async fn run(
                             job_id = plan.job.0,
                             error = %crate::host::chain(&e),
                             jobs = ?plan.moves.iter().map(|m| m.job.0).collect::<Vec<_>>(),
-                            "migration: the answer to a Migrate was lost; the jobs it names are not moved again until the cooldown ends, as if moved"
+                            "migration: a Migrate failed after it was sent, or its answer was lost, so its moves may have been applied; the jobs it names are not moved again until the cooldown ends, as if moved"
                         );
                         continue;
                     }
@@ -272,8 +272,9 @@ enum Answer {
     /// Per move, its job and whether the approver placed it (`None`: the leader answered that
     /// the outcome is unknown, e.g. it lost leadership while the command was in flight).
     Decided(Vec<(JobId, Option<bool>)>),
-    /// No answer (the call failed after it was sent: a leader change, a timeout): the moves
-    /// may or may not have been applied.
+    /// No answer, or a refusal that may follow an applied first try (the call failed after it
+    /// was sent: a leader change, a timeout, a retry refused): the moves may or may not have
+    /// been applied.
     Lost(SchedulerError),
 }
 
@@ -345,6 +346,12 @@ async fn step(
             match client.migrate(Some(job.0), plan.target.iter().map(v1::MemberPlacement::from).collect(), moves).await
             {
                 Ok(results) => results,
+                // Refused as malformed: checked before anything was applied.
+                Err(source) if source.status().is_some_and(|s| s.code() == tonic::Code::InvalidArgument) => {
+                    return Err(SchedulerError::Call { call: "Migrate", source });
+                }
+                // Any other failure may have come after the moves were applied (a retry after a
+                // leader change is refused as a spent proposal id once the first try applied).
                 Err(source) => {
                     round.sent = Some((plan, Answer::Lost(SchedulerError::Call { call: "Migrate", source })));
                     return Ok(round);
