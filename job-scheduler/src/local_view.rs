@@ -324,7 +324,7 @@ impl LocalView {
         // A delta without masks (from a sender that carries none) leaves the masks held, less
         // the devices its records show free (healthy again, since a sick device is never free).
         for &(s, r) in d.servers.iter().skip(d.unhealthy.len()) {
-            self.set_unhealthy(s, self.unhealthy_devices(s));
+            self.set_unhealthy(s, self.unhealthy_devices(s) & !r.free_gpus);
             self.apply_server(s, r);
         }
         self.version = self.version.max(d.to);
