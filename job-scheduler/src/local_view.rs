@@ -317,14 +317,11 @@ impl LocalView {
         if !masks_fit {
             return false;
         }
-        for (&(s, r), &bad) in d.servers.iter().zip(&d.unhealthy) {
+        for (i, &(s, r)) in d.servers.iter().enumerate() {
+            // A delta without masks (from a sender that carries none) leaves the masks held,
+            // less the devices its records show free (healthy again: a sick one is never free).
+            let bad = d.unhealthy.get(i).copied().unwrap_or(self.unhealthy_devices(s) & !r.free_gpus);
             self.set_unhealthy(s, bad);
-            self.apply_server(s, r);
-        }
-        // A delta without masks (from a sender that carries none) leaves the masks held, less
-        // the devices its records show free (healthy again, since a sick device is never free).
-        for &(s, r) in d.servers.iter().skip(d.unhealthy.len()) {
-            self.set_unhealthy(s, self.unhealthy_devices(s) & !r.free_gpus);
             self.apply_server(s, r);
         }
         self.version = self.version.max(d.to);
