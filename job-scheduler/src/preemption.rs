@@ -33,7 +33,7 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use tessera_view::fit::FitMode;
 use tessera_view::preemption::needed_victims;
-use tessera_view::{Job, JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId, ServerRecord};
+use tessera_view::{Job, JobId, JobSpec, LocalityLevel, MemberPlacement, ServerId};
 
 /// Servers the per-server search visits at most (those with the most candidate GPUs first).
 const SERVERS_TRIED: usize = 64;
@@ -155,7 +155,7 @@ fn choose_among(
             let with_freed = |set: &[usize]| {
                 let mut rec = base;
                 for m in set.iter().flat_map(|&k| &candidates[k].members).filter(|m| m.server == s) {
-                    give_back(&mut rec, m, view.unhealthy_devices(s));
+                    rec.give_back(m, view.unhealthy_devices(s));
                 }
                 levels.iter().find_map(|&l| plan_on_server(topo, &rec, s, &req, spec.members, l, mode))
             };
@@ -243,14 +243,6 @@ fn needed_only(
     }
 }
 
-/// `rec` with `m`'s resources given back, less the devices `unhealthy` (the view's
-/// `unhealthy_devices` of `m`'s server), which a release does not free.
-fn give_back(rec: &mut ServerRecord, m: &MemberPlacement, unhealthy: u64) {
-    rec.free_gpus |= m.gpus & !unhealthy;
-    rec.free_cores = rec.free_cores.or(m.cores);
-    rec.free_memory_mib = rec.free_memory_mib.saturating_add(m.memory_mib);
-}
-
 /// The preference order of a victim set: fewer gangs, then lower rank, then less work lost
 /// (GPUs stopped for nothing, then the time since the victims' checkpoints).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -306,7 +298,7 @@ impl Scratch<'_> {
         for &k in set {
             for m in &candidates[k].members {
                 let mut rec = self.copy.servers()[m.server.index()];
-                give_back(&mut rec, m, self.copy.unhealthy_devices(m.server));
+                rec.give_back(m, self.copy.unhealthy_devices(m.server));
                 if self.copy.apply_server(m.server, rec) {
                     self.touched.insert(m.server);
                 }

@@ -183,9 +183,7 @@ impl ClusterView {
         for m in claims {
             let mut rec = self.servers[m.server.index()];
             for h in held().filter(|h| h.server == m.server) {
-                rec.free_gpus |= h.gpus & !self.unhealthy[m.server.index()];
-                rec.free_cores = rec.free_cores.or(h.cores);
-                rec.free_memory_mib += h.memory_mib;
+                rec.give_back(h, self.unhealthy[m.server.index()]);
             }
             if let Err(r) = fit::check_member_free(&rec, &m) {
                 first.get_or_insert(r);

@@ -51,7 +51,7 @@ pub fn drain_moves(view: &ClusterView, server: ServerId, max: usize) -> Vec<Move
         let Some(p) = &j.placement else { continue };
         let mut mine = recs.clone();
         for m in &p.members {
-            give_back(view, &mut mine[m.server.index()], m);
+            mine[m.server.index()].give_back(m, view.unhealthy_devices(m.server));
         }
         let Some(to) = new_members(view, &mut mine, server, &p.members, p.level, &j.spec) else { continue };
         let level = view.gang_level(&to);
@@ -134,13 +134,6 @@ fn home(
         }
     }
     best.map(|(_, m)| m)
-}
-
-/// A member's resources back to its server's record (its unhealthy devices stay unusable).
-fn give_back(view: &ClusterView, r: &mut ServerRecord, m: &MemberPlacement) {
-    r.free_gpus |= m.gpus & !view.unhealthy_devices(m.server);
-    r.free_cores = r.free_cores.or(m.cores);
-    r.free_memory_mib += m.memory_mib;
 }
 
 fn take(r: &mut ServerRecord, m: &MemberPlacement) {

@@ -74,12 +74,10 @@ impl Replay<'_> {
 
     /// Move `by` releases `m` (devices that are unhealthy stay taken, as at apply).
     fn release(&mut self, by: usize, m: &MemberPlacement) {
-        let gpus = m.gpus & !self.view.unhealthy_devices(m.server);
+        let unhealthy = self.view.unhealthy_devices(m.server);
         let r = self.server(m.server);
-        r.rec.free_gpus |= gpus;
-        r.rec.free_cores = r.rec.free_cores.or(m.cores);
-        r.rec.free_memory_mib = r.rec.free_memory_mib.saturating_add(m.memory_mib);
-        r.released.push(Released { by, gpus, cores: m.cores, memory_mib: m.memory_mib });
+        r.rec.give_back(m, unhealthy);
+        r.released.push(Released { by, gpus: m.gpus & !unhealthy, cores: m.cores, memory_mib: m.memory_mib });
     }
 
     /// `user` (a move's index, or `None` for the target) takes `m` if it is free; the moves

@@ -337,9 +337,7 @@ fn holders<'a>(
 fn released(view: &ClusterView, rec: &ServerRecord, server: ServerId, freed: &[&MemberPlacement]) -> ServerRecord {
     let mut r = *rec;
     for m in freed {
-        r.free_gpus |= m.gpus & !view.unhealthy_devices(server);
-        r.free_cores = r.free_cores.or(m.cores);
-        r.free_memory_mib += m.memory_mib;
+        r.give_back(m, view.unhealthy_devices(server));
     }
     r
 }

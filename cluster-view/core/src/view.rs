@@ -692,9 +692,7 @@ impl ClusterView {
             let r = &mut self.servers[m.server.index()];
             assert_eq!(r.free_gpus & m.gpus, 0, "{job}: releasing devices that are already free on {}", m.server);
             assert!(!r.free_cores.intersects(m.cores), "{job}: releasing cores that are already free on {}", m.server);
-            r.free_gpus |= m.gpus & !self.unhealthy[m.server.index()];
-            r.free_cores = r.free_cores.or(m.cores);
-            r.free_memory_mib += m.memory_mib;
+            r.give_back(m, self.unhealthy[m.server.index()]);
             self.touch_server(m.server);
         }
         if let Some(u) = self.tenant_used.get_mut(&tenant) {
