@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tessera_proto::backoff::{Backoff, seeded_rng};
 use tessera_proto::client::ViewClient;
 use tessera_proto::v1;
+use tessera_view::attained::queue_key;
 use tessera_view::{Job, JobId, JobState, ServerId, ServerRecord, ViewDelta, ViewSnapshot, ViewVersion};
 use tokio::sync::watch;
 
@@ -48,6 +49,9 @@ pub struct CacheState {
     pub reservations: Reservations,
     /// Whether `reservations` is kept ([`ViewCache::set_reserving`]; off by default).
     reserving: bool,
+    /// Whether the cluster orders waiting jobs by attained-service queues (its spec names
+    /// thresholds): the host's order is the view's ([`tessera_view::attained::queue_key`]).
+    queues: bool,
     /// The origin of that clock.
     clock: Instant,
 }
@@ -62,6 +66,7 @@ impl CacheState {
             releases: ReleaseStats::new(),
             reservations: Reservations::new(),
             reserving: false,
+            queues: !s.priorities.attained_service_gpu_s.is_empty(),
             clock: Instant::now(),
         }
         .observing(&s.jobs)
@@ -85,7 +90,7 @@ impl CacheState {
             return;
         }
         let (now, wall) = (self.now_s(), crate::host::wall_ms());
-        let pending = in_host_order(&self.jobs);
+        let pending = in_host_order(&self.jobs, self.queues);
         let waited = |j: &Job| wall.saturating_sub(j.waiting_from_ms()) as f64 / 1000.0;
         let queue = pending.into_iter().map(|j| (j, if j.waiting_from_ms() == 0 { 0.0 } else { waited(j) }));
         self.reservations.update(&self.view, queue, &self.releases, now);
@@ -124,21 +129,22 @@ impl CacheState {
         true
     }
 
-    /// Pending jobs, highest priority first, then oldest.
+    /// Pending jobs in the host's order ([`in_host_order`]).
     pub fn pending(&self) -> Vec<&Job> {
-        in_host_order(&self.jobs)
+        in_host_order(&self.jobs, self.queues)
     }
 
-    /// Pending jobs waiting for no other job ahead of `job` in the host's order (higher priority, or the same and
-    /// submitted earlier) that wait for the same kind of slot: the same gang shape, GPU type and
-    /// preferred level ([`crate::Context::ahead`]).
+    /// Pending jobs waiting for no other job ahead of `job` in the host's order (the view's:
+    /// a higher priority, then a lower attained-service queue and less service attained where
+    /// the cluster has queues, then submitted earlier) that wait for the same kind of slot: the
+    /// same gang shape, GPU type and preferred level ([`crate::Context::ahead`]).
     pub fn same_kind_ahead(&self, job: &Job) -> u32 {
         let kind = slot_kind(&job.spec);
-        let me = (std::cmp::Reverse(job.spec.priority), job.id);
+        let me = queue_key(job, self.queues, 0);
         self.jobs
             .values()
             .filter(|j| j.state == JobState::Pending && j.waiting_for.is_empty() && slot_kind(&j.spec) == kind)
-            .filter(|j| (std::cmp::Reverse(j.spec.priority), j.id) < me)
+            .filter(|j| queue_key(j, self.queues, 0) < me)
             .count() as u32
     }
 
@@ -148,10 +154,12 @@ impl CacheState {
     }
 }
 
-/// The pending jobs of `jobs`, highest priority first, then oldest: the host's order.
-fn in_host_order(jobs: &HashMap<JobId, Job>) -> Vec<&Job> {
+/// The pending jobs of `jobs` in the host's order, the view's ([`queue_key`]; `queues`: the
+/// cluster has attained-service queues). A waiting job holds no placement, so the clock its
+/// attained service is read at does not matter.
+fn in_host_order(jobs: &HashMap<JobId, Job>, queues: bool) -> Vec<&Job> {
     let mut v: Vec<&Job> = jobs.values().filter(|j| j.state == JobState::Pending).collect();
-    v.sort_by(|a, b| b.spec.priority.cmp(&a.spec.priority).then(a.id.cmp(&b.id)));
+    v.sort_by_cached_key(|j| queue_key(j, queues, 0));
     v
 }
 
@@ -339,6 +347,57 @@ mod tests {
     use super::*;
     use tessera_view::fit::FitMode;
     use tessera_view::{ClusterSpec, ClusterView, Command, Decision, JobSpec, Proposal, ProposalId, Topology};
+
+    #[test]
+    fn on_a_cluster_with_queues_the_copy_orders_waiting_jobs_as_the_view_does() {
+        // One seed-8gpu server; queues after 10 and 100 GPU-seconds.
+        const T0: u64 = 1_800_000_000_000;
+        let mut spec = ClusterSpec::uniform(Topology::preset("seed-8gpu").expect("preset"), 1, 1, 1);
+        spec.priorities.attained_service_gpu_s = vec![10, 100];
+        let mut v = ClusterView::from_spec(&spec);
+        v.advance_clock(T0);
+        let old = v.submit(JobSpec::simple("old", 1, 2)).expect("admitted");
+        let young = v.submit(JobSpec::simple("young", 1, 2)).expect("admitted");
+        let new = v.submit(JobSpec::simple("new", 1, 2)).expect("admitted");
+        // `old` runs 40 s on 2 GPUs (80 GPU-s), `young` 10 s (20 GPU-s); each is then re-queued
+        // by a drain of the server: both in queue 1, `new` in queue 0.
+        let server = tessera_view::ServerId(0);
+        let run = |v: &mut ClusterView, job: JobId, id: u64, from_ms: u64, to_ms: u64| {
+            v.advance_clock(from_ms);
+            let spec = v.job(job).expect("job").spec.clone();
+            let level = tessera_view::LocalityLevel::Server;
+            let found = crate::find_placement(
+                &LocalView::of_view(v),
+                &crate::Overlay::default(),
+                &spec,
+                level,
+                FitMode::Pack,
+                1,
+            );
+            let p = Proposal {
+                id: ProposalId(id),
+                job,
+                members: found.expect("a free server").members,
+                based_on: v.version(),
+            };
+            assert!(v.propose(&p).is_placed());
+            v.advance_clock(to_ms);
+            let drain = tessera_view::Cordon { reason: "drain".into(), since_ms: to_ms, drain_by_ms: Some(to_ms) };
+            v.cordon(server, drain).expect("cordoned");
+            assert_eq!(v.evict(server, to_ms).expect("evicted"), vec![job]);
+            v.uncordon(server, to_ms).expect("uncordoned");
+        };
+        run(&mut v, old, 1, T0, T0 + 40_000);
+        run(&mut v, young, 2, T0 + 40_000, T0 + 50_000);
+        let queues: Vec<u8> = [old, young, new].iter().map(|&j| v.job(j).expect("job").service_queue).collect();
+        assert_eq!(queues, vec![1, 1, 0]);
+        let viewed: Vec<JobId> = tessera_view::Explainer::new(&v).queue().iter().map(|j| j.id).collect();
+        assert_eq!(viewed, vec![new, young, old], "queue 0 first; in queue 1 the less attained");
+        let state = CacheState::from_snapshot(&v.snapshot());
+        assert_eq!(state.pending().iter().map(|j| j.id).collect::<Vec<_>>(), viewed, "the host's order is the view's");
+        let ahead = |id| state.same_kind_ahead(&state.jobs[&id]);
+        assert_eq!((ahead(new), ahead(young), ahead(old)), (0, 1, 2), "the jobs ahead of each, in that order");
+    }
 
     #[test]
     fn the_copy_counts_jobs_ahead_for_the_same_slot_and_times_releases_from_the_stream() {

@@ -29,6 +29,15 @@ use std::collections::BTreeSet;
 /// lower first.
 pub type QueueKey = (Reverse<i32>, u8, u64, JobId);
 
+/// [`ClusterView::queue_key`] of `job` on a cluster that has attained-service queues or not
+/// (`queues`), at `now_ms` on the view's clock. A copy of the view kept by a host, which
+/// orders its waiting jobs as the view offers them, calls it directly: for a waiting job the
+/// clock does not matter (it holds no placement, so what it attained is its earlier runs').
+pub fn queue_key(job: &Job, queues: bool, now_ms: u64) -> QueueKey {
+    let attained = if queues { job.attained_gpu_ms(now_ms) } else { 0 };
+    (Reverse(job.spec.priority), job.service_queue, attained, job.id)
+}
+
 impl Job {
     /// GPU-milliseconds it has held over every placement, the current one up to `now_ms`.
     pub fn attained_gpu_ms(&self, now_ms: u64) -> u64 {
@@ -43,9 +52,7 @@ impl ClusterView {
     /// then the earlier admitted. Without queues the attained service is left out, so a job
     /// re-queued after a failure or a priority preemption keeps its place in arrival order.
     pub fn queue_key(&self, job: &Job) -> QueueKey {
-        let attained =
-            if self.priorities.attained_service_gpu_s.is_empty() { 0 } else { job.attained_gpu_ms(self.now_ms) };
-        (Reverse(job.spec.priority), job.service_queue, attained, job.id)
+        queue_key(job, !self.priorities.attained_service_gpu_s.is_empty(), self.now_ms)
     }
 
     /// When `job`'s current placement brings it to its next threshold (Unix ms on the view's

@@ -71,7 +71,7 @@ impl Sim<'_> {
             self.update_reservation(now);
         }
         let mut failed: BTreeSet<ShapeKey> = BTreeSet::new();
-        // Pending jobs by the kind of slot they wait for, in arrival order, and how many of
+        // Pending jobs by the kind of slot they wait for, in the pass's order, and how many of
         // each kind this pass placed (for `Context::ahead`); built when first needed.
         let mut kinds: Option<BTreeMap<SlotKind, Vec<usize>>> = None;
         let mut placed_kinds: BTreeMap<SlotKind, u32> = BTreeMap::new();
@@ -128,15 +128,22 @@ impl Sim<'_> {
             let ahead = if rt.spec.slowdown.is_empty() || allowed >= rt.spec.tolerate {
                 0
             } else {
+                // Ahead: before it in the order the pass offers jobs in, the live host's
+                // (`CacheState::same_kind_ahead`: the view's queue order).
+                let order = |p: usize| if self.ranked { self.rank_key(p) } else { (None, p) };
                 let kinds = kinds.get_or_insert_with(|| {
                     let mut m: BTreeMap<SlotKind, Vec<usize>> = BTreeMap::new();
                     for &p in &self.pending {
                         m.entry(slot_kind(&self.jobs[p])).or_default().push(p);
                     }
+                    if self.ranked {
+                        m.values_mut().for_each(|v| v.sort_by_cached_key(|&p| order(p)));
+                    }
                     m
                 });
                 let kind = slot_kind(rt);
-                let earlier = kinds.get(&kind).map_or(0, |v| v.partition_point(|&p| p < i)) as u32;
+                let me = order(i);
+                let earlier = kinds.get(&kind).map_or(0, |v| v.partition_point(|&p| order(p) < me)) as u32;
                 earlier.saturating_sub(placed_kinds.get(&kind).copied().unwrap_or(0))
             };
             let stepped = self.look(i, ahead, now)?;
