@@ -263,10 +263,7 @@ pub fn run_cell(
         })
         .collect();
     let misses = misses(cell, &entries);
-    let migration_ratio = match (entries.get("tessera"), entries.get("tessera-no-migration")) {
-        (Some(t), Some(n)) if n.frag_blocked_large_s > 0.0 => Some(t.frag_blocked_large_s / n.frag_blocked_large_s),
-        _ => None,
-    };
+    let migration_ratio = migration_ratio(&entries);
     Ok(CellResult {
         label: cell.label(),
         cell: cell.clone(),
@@ -282,10 +279,21 @@ pub fn run_cell(
     })
 }
 
+/// `tessera`'s [`Entry::frag_blocked_large_s`] over `tessera-no-migration`'s
+/// ([`CellResult::migration_ratio`]).
+fn migration_ratio(entries: &BTreeMap<String, Entry>) -> Option<f64> {
+    match (entries.get(SimPolicy::Tessera.name()), entries.get(SimPolicy::TesseraNoMigration.name())) {
+        (Some(t), Some(n)) if n.frag_blocked_large_s > 0.0 => Some(t.frag_blocked_large_s / n.frag_blocked_large_s),
+        _ => None,
+    }
+}
+
 /// The targets of one cell, checked for the default `tessera`: avg JCT at most [`JCT_MARGIN`] ×
-/// the best baseline's, and utilization while jobs wait at least `fifo-firstfit`'s −
-/// [`UTIL_MARGIN`]; and on the overloaded (load > 1) 8-server cells under `ideal`,
-/// `tessera-las`'s avg JCT at most [`LAS_TARGET`] × `fifo-firstfit`'s.
+/// the best baseline's, utilization while jobs wait at least `fifo-firstfit`'s −
+/// [`UTIL_MARGIN`], and, where jobs of 5 GPUs or more waited blocked by fragmentation without
+/// migration, at most [`MIGRATION_TARGET`] of that waiting left with it (issue 13 §4); and on
+/// the overloaded (load > 1) 8-server cells under `ideal`, `tessera-las`'s avg JCT at most
+/// [`LAS_TARGET`] × `fifo-firstfit`'s.
 pub fn misses(cell: &Cell, entries: &BTreeMap<String, Entry>) -> Vec<String> {
     let mut out = Vec::new();
     let overloaded_small = cell.ideal && cell.load > 1.0 && cell.cluster == ClusterSize::Servers(8);
@@ -311,6 +319,13 @@ pub fn misses(cell: &Cell, entries: &BTreeMap<String, Entry>) -> Vec<String> {
         out.push(format!(
             "utilization while waiting {:.1} points below fifo-firstfit's",
             100.0 * (f.util_waiting - t.util_waiting)
+        ));
+    }
+    if let Some(m) = migration_ratio(entries)
+        && m > MIGRATION_TARGET
+    {
+        out.push(format!(
+            "migration left {m:.3} of the >=5-GPU jobs' fragmentation-blocked wait (at most {MIGRATION_TARGET:.3})"
         ));
     }
     out
@@ -410,5 +425,15 @@ mod tests {
         assert!(misses(&e)[0].contains("tessera-las"), "{:?}", misses(&e));
         e.insert("tessera-las".into(), entry(49.0, 0.07));
         assert!(misses(&e).is_empty(), "{:?}", misses(&e));
+        // Migration must leave at most a third of the fragmentation-blocked wait.
+        let blocked = |s: f64| Entry { frag_blocked_large_s: s, ..entry(91.0, 0.07) };
+        e.insert("tessera".into(), blocked(40.0));
+        e.insert("tessera-no-migration".into(), blocked(100.0));
+        assert_eq!(misses(&e).len(), 1, "{:?}", misses(&e));
+        assert!(misses(&e)[0].contains("migration left 0.400"), "{:?}", misses(&e));
+        e.insert("tessera".into(), blocked(30.0));
+        assert!(misses(&e).is_empty(), "{:?}", misses(&e));
+        e.insert("tessera-no-migration".into(), blocked(0.0));
+        assert!(misses(&e).is_empty(), "nothing to cut: {:?}", misses(&e));
     }
 }
