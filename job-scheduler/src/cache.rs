@@ -348,6 +348,15 @@ mod tests {
     use tessera_view::fit::FitMode;
     use tessera_view::{ClusterSpec, ClusterView, Command, Decision, JobSpec, Proposal, ProposalId, Topology};
 
+    /// Pending `job`'s members packed on a free server of `v` (the host's own search).
+    fn on_a_free_server(v: &ClusterView, job: JobId) -> Vec<tessera_view::MemberPlacement> {
+        let spec = &v.job(job).expect("job").spec;
+        let level = tessera_view::LocalityLevel::Server;
+        crate::find_placement(&LocalView::of_view(v), &crate::Overlay::default(), spec, level, FitMode::Pack, 1)
+            .expect("a free server")
+            .members
+    }
+
     #[test]
     fn on_a_cluster_with_queues_the_copy_orders_waiting_jobs_as_the_view_does() {
         // One seed-8gpu server; queues after 10 and 100 GPU-seconds.
@@ -364,22 +373,7 @@ mod tests {
         let server = tessera_view::ServerId(0);
         let run = |v: &mut ClusterView, job: JobId, id: u64, from_ms: u64, to_ms: u64| {
             v.advance_clock(from_ms);
-            let spec = v.job(job).expect("job").spec.clone();
-            let level = tessera_view::LocalityLevel::Server;
-            let found = crate::find_placement(
-                &LocalView::of_view(v),
-                &crate::Overlay::default(),
-                &spec,
-                level,
-                FitMode::Pack,
-                1,
-            );
-            let p = Proposal {
-                id: ProposalId(id),
-                job,
-                members: found.expect("a free server").members,
-                based_on: v.version(),
-            };
+            let p = Proposal { id: ProposalId(id), job, members: on_a_free_server(v, job), based_on: v.version() };
             assert!(v.propose(&p).is_placed());
             v.advance_clock(to_ms);
             let drain = tessera_view::Cordon { reason: "drain".into(), since_ms: to_ms, drain_by_ms: Some(to_ms) };
@@ -414,17 +408,7 @@ mod tests {
         assert_eq!(ahead(&state, second), 2, "the earlier job of its shape and the urgent one");
         assert_eq!(ahead(&state, other_shape), 0, "another shape waits for another slot");
         // The urgent job is placed and ends: the copy sees both in the change stream.
-        let spec = v.job(urgent).expect("job").spec.clone();
-        let members = crate::find_placement(
-            &LocalView::of_view(&v),
-            &crate::Overlay::default(),
-            &spec,
-            tessera_view::LocalityLevel::Server,
-            tessera_view::fit::FitMode::Pack,
-            1,
-        )
-        .expect("a free server")
-        .members;
+        let members = on_a_free_server(&v, urgent);
         let seen = v.version();
         let p = Proposal { id: ProposalId(9), job: urgent, members, based_on: seen };
         assert!(matches!(v.propose(&p), Decision::Accepted { .. }));
